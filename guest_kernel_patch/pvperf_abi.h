@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * pvperf_abi.h - the paravirtual perf ABI between a guest kernel and the
+ * pvperf host (QEMU TCG plugin + host service).  Defined once, here; the
+ * guest driver and the TCG plugin include this file, pyhost/abi.py mirrors
+ * it and tests/test_abi.py parses this file and compares.
+ *
+ * It follows the KVM paravirtual perf interface (Zhang Yanmin, v2, 2010):
+ * KVM_PERF_OP with the operations OPEN, ENABLE, DISABLE, CLOSE, READ, a
+ * parameter block {attr_addr, guest_event_addr, id}, a guest_perf_attr and a
+ * guest_perf_event {count, overflows} that the host keeps up to date.
+ *
+ * Transport.  TCG gives a plugin no register access (QEMU 7.2), so a
+ * hypercall is not vmcall: the guest kernel fills its per-CPU
+ * struct pvperf_hcall in RAM and then executes exactly one marker store,
+ *
+ *     movl $PVPERF_DOORBELL_MAGIC, (%rax)      bytes c7 00 50 56 50 46
+ *
+ * with %rax pointing at that block.  The plugin recognises those bytes at
+ * translation time, and the memory callback of the store yields the guest
+ * physical address of the block.  The host reads the block once, validates
+ * it, acts, writes ->ret, and only then lets the vCPU continue.  The store
+ * must run at a kernel-half address: user mode can never issue a hypercall.
+ *
+ * Index spaces (named once; code uses these names):
+ *   event id   - chosen by the guest, unique per guest, < PVPERF_MAX_EVENT_ID
+ *   vcpu index - QEMU's cpu_index of the vCPU that executed the store
+ *   gpa        - guest physical address (offset into the guest RAM file)
+ */
+#ifndef PVPERF_ABI_H
+#define PVPERF_ABI_H
+
+#include <linux/types.h>
+
+#define PVPERF_ABI_VERSION		1
+
+/* The marker store and the value it writes into pvperf_hcall.doorbell. */
+#define PVPERF_DOORBELL_MAGIC		0x46505650	/* "PVPF" */
+#define PVPERF_DOORBELL_INSN_LEN	6
+#define PVPERF_DOORBELL_INSN_BYTES	{ 0xc7, 0x00, 0x50, 0x56, 0x50, 0x46 }
+
+/* Hypercall number (seed: KVM_PERF_OP) and its operations. */
+#define PVPERF_HC_PERF_OP		3
+#define PVPERF_OP_OPEN			1
+#define PVPERF_OP_CLOSE			2
+#define PVPERF_OP_ENABLE		3
+#define PVPERF_OP_DISABLE		4
+#define PVPERF_OP_READ			5
+/* Extensions (not in the seed): versioned by PVPERF_ABI_VERSION. */
+#define PVPERF_OP_PROBE			0x100	/* ret = PVPERF_ABI_VERSION */
+#define PVPERF_OP_FAULT			0x101	/* args: fault ip, PVPERF_MODE_* */
+
+/* Execution modes, also the counter split the plugin keeps per vCPU. */
+#define PVPERF_MODE_KERNEL		0
+#define PVPERF_MODE_USER		1
+
+/* Limits the host enforces (seed: per-guest event limit). */
+#define PVPERF_MAX_EVENTS		256	/* open at once per guest */
+#define PVPERF_MAX_EVENT_ID		65536
+
+/* Flags of guest_perf_attr.flags: our own bit numbers, not a C bitfield. */
+#define PVPERF_ATTR_EXCLUDE_USER	(1ULL << 0)
+#define PVPERF_ATTR_EXCLUDE_KERNEL	(1ULL << 1)
+#define PVPERF_ATTR_EXCLUDE_HV		(1ULL << 2)
+#define PVPERF_ATTR_EXCLUDE_IDLE	(1ULL << 3)
+#define PVPERF_ATTR_FREQ		(1ULL << 4)
+#define PVPERF_ATTR_PRECISE_SHIFT	5		/* 2 bits: precise_ip */
+#define PVPERF_ATTR_PRECISE_MASK	(3ULL << 5)
+#define PVPERF_ATTR_EXCLUDE_GUEST	(1ULL << 7)
+#define PVPERF_ATTR_EXCLUDE_HOST	(1ULL << 8)
+#define PVPERF_ATTR_KNOWN		((1ULL << 9) - 1)
+
+/* Per-CPU hypercall block; 64-byte aligned so it never straddles a page. */
+struct pvperf_hcall {
+	__u32 doorbell;		/* the marker store writes the magic here */
+	__u32 nr;		/* PVPERF_HC_PERF_OP */
+	__u32 op;		/* PVPERF_OP_* */
+	__u32 __pad0;
+	__u64 args[3];		/* OPEN: gpa of param; others: event id */
+	__s64 ret;		/* host: 0 / value, or a negative errno */
+	__u64 __reserved[2];
+};
+
+/* Seed: guest_perf_attr, with explicit padding so every side agrees. */
+struct pvperf_guest_perf_attr {
+	__u32 type;
+	__u32 __pad0;
+	__u64 config;
+	__u64 sample_period;
+	__u64 sample_type;
+	__u64 read_format;
+	__u64 flags;		/* PVPERF_ATTR_* */
+	__u32 bp_type;
+	__u32 __pad1;
+	__u64 bp_addr;
+	__u64 bp_len;
+};
+
+/* Seed: guest_perf_event, written by the host; 8-byte aligned. */
+struct pvperf_guest_perf_event {
+	__u64 count;
+	__u32 overflows;	/* host increments; guest cmpxchg's to 0 */
+	__u32 __pad0;
+};
+
+/* Seed: guest_perf_event_param, the OPEN parameter block. */
+struct pvperf_guest_perf_param {
+	__u64 attr_addr;	/* gpa of struct pvperf_guest_perf_attr */
+	__u64 guest_event_addr;	/* gpa of struct pvperf_guest_perf_event */
+	__u32 id;		/* event id */
+	__u32 __pad0;
+};
+
+#define PVPERF_ABI_ASSERT(c, m) _Static_assert(c, m)
+PVPERF_ABI_ASSERT(sizeof(struct pvperf_hcall) == 64, "pvperf_hcall size");
+PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_hcall, op) == 8, "op");
+PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_hcall, args) == 16, "args");
+PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_hcall, ret) == 40, "ret");
+PVPERF_ABI_ASSERT(sizeof(struct pvperf_guest_perf_attr) == 72, "attr size");
+PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_guest_perf_attr, flags) == 40,
+		  "attr flags");
+PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_guest_perf_attr, bp_addr) == 56,
+		  "attr bp_addr");
+PVPERF_ABI_ASSERT(sizeof(struct pvperf_guest_perf_event) == 16, "event size");
+PVPERF_ABI_ASSERT(sizeof(struct pvperf_guest_perf_param) == 24, "param size");
+PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_guest_perf_param, id) == 16,
+		  "param id");
+
+#endif /* PVPERF_ABI_H */

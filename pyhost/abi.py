@@ -1,0 +1,153 @@
+"""Python mirror of guest_kernel_patch/pvperf_abi.h (the guest<->host ABI).
+
+The C header is the definition; tests/test_abi.py parses it and checks every
+constant and struct layout here against it.  Hypercall and operation numbers
+appear as literals only in the header and in this file.
+
+Index spaces (the same names as in the header):
+  event id    chosen by the guest, unique per guest, < MAX_EVENT_ID
+  vcpu index  QEMU's cpu_index of the vCPU that executed the doorbell store
+  gpa         guest physical address (== offset into the guest RAM file)
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+ABI_VERSION = 1
+
+DOORBELL_MAGIC = 0x46505650
+DOORBELL_INSN_BYTES = bytes([0xC7, 0x00, 0x50, 0x56, 0x50, 0x46])
+
+HC_PERF_OP = 3
+OP_OPEN = 1
+OP_CLOSE = 2
+OP_ENABLE = 3
+OP_DISABLE = 4
+OP_READ = 5
+OP_PROBE = 0x100
+OP_FAULT = 0x101
+
+OP_NAMES = {OP_OPEN: "OPEN", OP_CLOSE: "CLOSE", OP_ENABLE: "ENABLE",
+            OP_DISABLE: "DISABLE", OP_READ: "READ", OP_PROBE: "PROBE",
+            OP_FAULT: "FAULT"}
+
+MODE_KERNEL = 0
+MODE_USER = 1
+
+MAX_EVENTS = 256
+MAX_EVENT_ID = 65536
+
+ATTR_EXCLUDE_USER = 1 << 0
+ATTR_EXCLUDE_KERNEL = 1 << 1
+ATTR_EXCLUDE_HV = 1 << 2
+ATTR_EXCLUDE_IDLE = 1 << 3
+ATTR_FREQ = 1 << 4
+ATTR_PRECISE_SHIFT = 5
+ATTR_PRECISE_MASK = 3 << 5
+ATTR_EXCLUDE_GUEST = 1 << 7
+ATTR_EXCLUDE_HOST = 1 << 8
+ATTR_KNOWN = (1 << 9) - 1
+
+# Kernel-half start on x86_64 (4-level paging): the doorbell must run here.
+KERNEL_HALF_START = 0xFFFF800000000000
+
+# struct pvperf_hcall: doorbell, nr, op, pad, args[3], ret, reserved[2]
+HCALL = struct.Struct("<IIII3Qq2Q")
+HCALL_OFFSET_OP = 8
+HCALL_OFFSET_ARGS = 16
+HCALL_OFFSET_RET = 40
+# struct pvperf_guest_perf_attr
+ATTR = struct.Struct("<IIQQQQQIIQQ")
+ATTR_OFFSET_FLAGS = 40
+ATTR_OFFSET_BP_ADDR = 56
+# struct pvperf_guest_perf_event: count, overflows, pad
+GUEST_EVENT = struct.Struct("<QII")
+# struct pvperf_guest_perf_param: attr_addr, guest_event_addr, id, pad
+PARAM = struct.Struct("<QQII")
+PARAM_OFFSET_ID = 16
+
+assert HCALL.size == 64
+assert ATTR.size == 72
+assert GUEST_EVENT.size == 16
+assert PARAM.size == 24
+
+STRUCT_SIZES = {
+    "pvperf_hcall": HCALL.size,
+    "pvperf_guest_perf_attr": ATTR.size,
+    "pvperf_guest_perf_event": GUEST_EVENT.size,
+    "pvperf_guest_perf_param": PARAM.size,
+}
+STRUCT_OFFSETS = {
+    ("pvperf_hcall", "op"): HCALL_OFFSET_OP,
+    ("pvperf_hcall", "args"): HCALL_OFFSET_ARGS,
+    ("pvperf_hcall", "ret"): HCALL_OFFSET_RET,
+    ("pvperf_guest_perf_attr", "flags"): ATTR_OFFSET_FLAGS,
+    ("pvperf_guest_perf_attr", "bp_addr"): ATTR_OFFSET_BP_ADDR,
+    ("pvperf_guest_perf_param", "id"): PARAM_OFFSET_ID,
+}
+
+
+@dataclass(frozen=True)
+class HcallBlock:
+    """A private, already-unpacked copy of one struct pvperf_hcall."""
+    doorbell: int
+    nr: int
+    op: int
+    args: tuple[int, int, int]
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> "HcallBlock":
+        f = HCALL.unpack(raw)
+        return cls(doorbell=f[0], nr=f[1], op=f[2], args=tuple(f[4:7]))
+
+
+@dataclass(frozen=True)
+class GuestPerfAttr:
+    """A private copy of struct pvperf_guest_perf_attr."""
+    type: int
+    config: int
+    sample_period: int
+    sample_type: int
+    read_format: int
+    flags: int
+    bp_type: int
+    bp_addr: int
+    bp_len: int
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> "GuestPerfAttr":
+        f = ATTR.unpack(raw)
+        return cls(type=f[0], config=f[2], sample_period=f[3],
+                   sample_type=f[4], read_format=f[5], flags=f[6],
+                   bp_type=f[7], bp_addr=f[9], bp_len=f[10])
+
+    def pack(self) -> bytes:
+        return ATTR.pack(self.type, 0, self.config, self.sample_period,
+                         self.sample_type, self.read_format, self.flags,
+                         self.bp_type, 0, self.bp_addr, self.bp_len)
+
+
+@dataclass(frozen=True)
+class GuestPerfParam:
+    """A private copy of struct pvperf_guest_perf_param."""
+    attr_gpa: int
+    guest_event_gpa: int
+    event_id: int
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> "GuestPerfParam":
+        attr_gpa, event_gpa, event_id, _ = PARAM.unpack(raw)
+        return cls(attr_gpa=attr_gpa, guest_event_gpa=event_gpa,
+                   event_id=event_id)
+
+    def pack(self) -> bytes:
+        return PARAM.pack(self.attr_gpa, self.guest_event_gpa,
+                          self.event_id, 0)
+
+
+def pack_hcall(nr: int, op: int, args=(0, 0, 0), ret: int = 0,
+               doorbell: int = DOORBELL_MAGIC) -> bytes:
+    """Build a struct pvperf_hcall image (tests and fuzzers use it)."""
+    a = tuple(args) + (0,) * (3 - len(args))
+    return HCALL.pack(doorbell, nr, op, 0, *a, ret, 0, 0)

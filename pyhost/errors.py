@@ -1,0 +1,66 @@
+"""One exception root for pvperf.
+
+    PvperfError                 anything pvperf reports to a user
+     +-- SetupError             a missing tool or artifact (QEMU, plugin, image)
+     +-- ImageError             building the guest image failed
+     +-- VMError                the VM could not be started or driven
+     |    +-- GuestPanicError   the guest kernel panicked
+     |    +-- GuestTimeoutError the guest did not answer in time
+     |    +-- GuestStatusError  the guest finished without reporting a status
+     +-- ServiceError           the paravirtual PMU service failed
+
+Every error carries three parts so the CLI can print one line,
+"pvperf: <what failed>: <cause> — <what to do>", and an optional wrapped
+exception in ``.exc`` (shown only with --debug).
+"""
+from __future__ import annotations
+
+
+class PvperfError(Exception):
+    """Root of every error pvperf reports."""
+
+    def __init__(self, what: str, cause: str = "", hint: str = "",
+                 exc: BaseException | None = None, details: str = ""):
+        self.what = what
+        self.cause = cause
+        self.hint = hint
+        self.exc = exc
+        # Extra lines shown under the one-line message (e.g. console tail).
+        self.details = details
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        text = self.what
+        if self.cause:
+            text += f": {self.cause}"
+        if self.hint:
+            text += f" \u2014 {self.hint}"
+        return text
+
+
+class SetupError(PvperfError):
+    """A required tool or built artifact is missing."""
+
+
+class ImageError(PvperfError):
+    """Building or finding the guest image failed."""
+
+
+class VMError(PvperfError):
+    """Starting or driving the VM failed."""
+
+
+class GuestPanicError(VMError):
+    """The guest kernel panicked."""
+
+
+class GuestTimeoutError(VMError):
+    """The guest did not reach a state in time."""
+
+
+class GuestStatusError(VMError):
+    """The guest stopped without reporting an exit status."""
+
+
+class ServiceError(PvperfError):
+    """The paravirtual PMU service failed."""

@@ -1,0 +1,72 @@
+"""Bounds-checked access to guest physical memory.
+
+Guest RAM is a memory-backend-file shared with QEMU; on the pc machine with
+at most 3 GiB of RAM, the file offset of a byte equals its guest physical
+address (gpa).  Every access a guest can steer is checked here: inside RAM,
+aligned, and never straddling the end.  Out-of-range input raises
+``GuestMemoryError`` (the hypercall backend turns it into -EFAULT).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+
+# pc machine: RAM above this is remapped at 4 GiB (we never go there).
+PC_LOWMEM_LIMIT = 3 << 30
+
+
+class GuestMemoryError(ValueError):
+    """A guest-supplied address or size is not acceptable."""
+
+
+class GuestMemory:
+    """Guest RAM seen through a buffer (an mmap of the RAM file in real use)."""
+
+    def __init__(self, buf, size: int | None = None):
+        self._buf = memoryview(buf)
+        self.size = len(self._buf) if size is None else size
+        if self.size > PC_LOWMEM_LIMIT:
+            raise GuestMemoryError("guest RAM above 3 GiB is not supported")
+        self._mmap = None
+        self._fd = None
+
+    @classmethod
+    def open_file(cls, path: str) -> "GuestMemory":
+        """Map the guest RAM file read-write, shared with QEMU."""
+        fd = os.open(path, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            mm = mmap.mmap(fd, size, mmap.MAP_SHARED,
+                           mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        mem = cls(mm, size)
+        mem._mmap, mem._fd = mm, fd
+        return mem
+
+    def close(self) -> None:
+        self._buf.release()
+        if self._mmap is not None:
+            self._mmap.close()
+            os.close(self._fd)
+            self._mmap = self._fd = None
+
+    def check(self, gpa: int, size: int, align: int = 1) -> None:
+        """Raise unless [gpa, gpa+size) lies in RAM and gpa is aligned."""
+        if size <= 0 or gpa < 0:
+            raise GuestMemoryError(f"bad range gpa={gpa:#x} size={size}")
+        if gpa % align:
+            raise GuestMemoryError(f"gpa {gpa:#x} not {align}-byte aligned")
+        if gpa + size > self.size:
+            raise GuestMemoryError(f"gpa {gpa:#x}+{size} outside guest RAM "
+                                   f"({self.size:#x} bytes)")
+
+    def read(self, gpa: int, size: int, align: int = 1) -> bytes:
+        """Return a private copy of guest memory (read once, then validate)."""
+        self.check(gpa, size, align)
+        return bytes(self._buf[gpa:gpa + size])
+
+    def write(self, gpa: int, data: bytes, align: int = 1) -> None:
+        self.check(gpa, len(data), align)
+        self._buf[gpa:gpa + len(data)] = data

@@ -1,0 +1,175 @@
+"""The paravirtual perf backend: serves the seed's KVM_PERF_OP hypercalls.
+
+The guest is untrusted.  For every hypercall this module reads the guest's
+structures once into private copies (``abi.*.unpack``), validates every
+field with its own errno, acts on the PMU model, and writes back only to
+the hypercall block's ``ret`` and to the guest_perf_event the guest
+registered at OPEN.  Log lines a guest can trigger are rate-limited per vCPU.
+
+Operations (see guest_kernel_patch/README.md for the table):
+  PROBE              ret = ABI version
+  OPEN    args[0]    gpa of pvperf_guest_perf_param -> 0 / -errno
+  ENABLE  args[0]    event id -> 0 / -errno
+  DISABLE args[0]    event id -> 0, guest_perf_event.count synced
+  READ    args[0]    event id -> 0, guest_perf_event.count synced
+  CLOSE   args[0]    event id -> 0 / -errno
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import abi
+from . import plugin_protocol as proto
+from .guestmem import GuestMemory, GuestMemoryError
+from .pmu import Pmu, PmuError, PmuEvent
+
+log = logging.getLogger("pvperf.hypercall")
+
+
+class RateLimiter:
+    """At most ``burst`` messages per ``interval`` seconds per key."""
+
+    def __init__(self, burst: int = 10, interval: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.burst, self.interval, self.clock = burst, interval, clock
+        self._window: dict[int, tuple[float, int]] = {}
+        self.suppressed = 0
+
+    def allow(self, key: int) -> bool:
+        now = self.clock()
+        start, n = self._window.get(key, (now, 0))
+        if now - start >= self.interval:
+            start, n = now, 0
+        self._window[key] = (start, n + 1)
+        if n < self.burst:
+            return True
+        self.suppressed += 1
+        return False
+
+
+@dataclass
+class BackendStats:
+    calls: int = 0
+    errors: int = 0
+    by_op: dict[str, int] = field(default_factory=dict)
+
+
+class PerfBackend:
+    """Validates and executes hypercalls against a Pmu and guest memory."""
+
+    def __init__(self, memory: GuestMemory, pmu: Pmu | None = None,
+                 max_vcpus: int = 64, limiter: RateLimiter | None = None):
+        self.memory = memory
+        self.pmu = pmu or Pmu()
+        self.max_vcpus = max_vcpus
+        self.limiter = limiter or RateLimiter()
+        self.stats = BackendStats()
+        # Serialises the PMU model: one thread per vCPU connection calls in.
+        self.lock = threading.Lock()
+
+    def handle(self, msg: proto.HcallMessage) -> int:
+        """Serve one hypercall; returns the reply flags for the plugin."""
+        with self.lock:
+            ret = self._serve(msg)
+            if ret is not None:
+                self._write_ret(msg.block_gpa, ret)
+            counting = self.pmu.counting_needed()
+        return proto.REPLY_COUNTING if counting else 0
+
+    # -- validation ---------------------------------------------------------
+
+    def _serve(self, msg: proto.HcallMessage) -> int | None:
+        """Return the value for ->ret, or None if the block is unusable."""
+        self.stats.calls += 1
+        if msg.insn_vaddr < abi.KERNEL_HALF_START:
+            self._complain(msg.vcpu, "doorbell from user mode at "
+                           f"{msg.insn_vaddr:#x} ignored")
+            return None
+        if msg.vcpu >= self.max_vcpus or len(msg.counters) != proto.NR_COUNTERS:
+            self._complain(msg.vcpu, "message from unknown vcpu ignored")
+            return None
+        try:
+            block = abi.HcallBlock.unpack(
+                self.memory.read(msg.block_gpa, abi.HCALL.size, align=64))
+        except GuestMemoryError as e:
+            self._complain(msg.vcpu, f"bad hypercall block: {e}")
+            return None
+        try:
+            return self._dispatch(msg, block)
+        except (PmuError, GuestMemoryError) as e:
+            err = e.errno if isinstance(e, PmuError) else errno.EFAULT
+            reason = e.reason if isinstance(e, PmuError) else str(e)
+            self.stats.errors += 1
+            self._complain(msg.vcpu, f"{abi.OP_NAMES.get(block.op, block.op)}"
+                           f": {reason} (-{errno.errorcode.get(err, err)})")
+            return -err
+
+    def _dispatch(self, msg: proto.HcallMessage, block: abi.HcallBlock) -> int:
+        if block.nr != abi.HC_PERF_OP:
+            raise PmuError(errno.ENOSYS, f"unknown hypercall nr {block.nr}")
+        handler = self._ops.get(block.op)
+        if handler is None:
+            raise PmuError(errno.EINVAL, f"unknown operation {block.op:#x}")
+        name = abi.OP_NAMES[block.op]
+        self.stats.by_op[name] = self.stats.by_op.get(name, 0) + 1
+        return handler(self, msg, block.args)
+
+    def _complain(self, vcpu: int, text: str) -> None:
+        if self.limiter.allow(vcpu):
+            log.warning("vcpu %d: %s", vcpu, text)
+
+    def _write_ret(self, block_gpa: int, ret: int) -> None:
+        self.memory.write(block_gpa + abi.HCALL_OFFSET_RET,
+                          ret.to_bytes(8, "little", signed=True), align=8)
+
+    def _sync_count(self, event: PmuEvent, value: int) -> None:
+        """Write guest_perf_event.count; overflows is left to the guest.
+
+        Like a hardware counter the value wraps at 64 bits (raw snapshots
+        are never trusted to be monotonic)."""
+        value &= (1 << 64) - 1
+        self.memory.write(event.guest_event_gpa, value.to_bytes(8, "little"),
+                          align=8)
+
+    # -- operations ---------------------------------------------------------
+
+    def _probe(self, msg, args) -> int:
+        return abi.ABI_VERSION
+
+    def _open(self, msg, args) -> int:
+        param = abi.GuestPerfParam.unpack(
+            self.memory.read(args[0], abi.PARAM.size, align=8))
+        attr = abi.GuestPerfAttr.unpack(
+            self.memory.read(param.attr_gpa, abi.ATTR.size, align=8))
+        self.memory.check(param.guest_event_gpa, abi.GUEST_EVENT.size, 8)
+        event = self.pmu.open(param.event_id, attr, param.guest_event_gpa)
+        self.memory.write(event.guest_event_gpa,
+                          abi.GUEST_EVENT.pack(0, 0, 0), align=8)
+        return 0
+
+    def _enable(self, msg, args) -> int:
+        self.pmu.enable(args[0], msg.vcpu, msg.counters)
+        return 0
+
+    def _disable(self, msg, args) -> int:
+        event = self.pmu.disable(args[0], msg.vcpu, msg.counters)
+        self._sync_count(event, event.value())
+        return 0
+
+    def _read(self, msg, args) -> int:
+        event = self.pmu.get(args[0])
+        self._sync_count(event, event.value(msg.counters, msg.vcpu))
+        return 0
+
+    def _close(self, msg, args) -> int:
+        self.pmu.close(args[0], msg.vcpu, msg.counters)
+        return 0
+
+    _ops = {abi.OP_PROBE: _probe, abi.OP_OPEN: _open, abi.OP_ENABLE: _enable,
+            abi.OP_DISABLE: _disable, abi.OP_READ: _read,
+            abi.OP_CLOSE: _close}

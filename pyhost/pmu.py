@@ -1,0 +1,285 @@
+"""The paravirtual PMU's programming model.
+
+The TCG plugin keeps raw, monotonic per-vCPU counters (see
+plugin_protocol: CTR_*), exact at every hypercall.  This module turns them
+into perf events: which raw counters an event sums (by its encoding and its
+exclude_user / exclude_kernel bits), what a value means (the cycle cost
+model), and each event's state (open, running on a vCPU, accumulated).
+
+Index spaces: *event id* (guest-chosen, see abi), *vcpu index* (QEMU
+cpu_index), *raw counter index* (plugin_protocol.CTR_*).
+
+Models.  Every source of events is a ``CountingModel``; the PMU core reaches
+them only through that interface and checks each at registration (like
+KVM's kvm_pmu_ops), so a model with a missing op fails at start-up.
+
+Cost model (documented in docs/events.md and shown by ``pvperf events``):
+  cycles       = 1 cycle per retired instruction (a deterministic in-order
+                 core at the declared 1 GHz; later models add penalties)
+  ref-cycles   = a virtual reference clock at the same declared 1 GHz
+  bus-cycles   = a virtual bus clock at 100 MHz (cycles / 10)
+"""
+from __future__ import annotations
+
+import errno
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from . import abi
+from . import plugin_protocol as proto
+
+# perf_event_attr.type values (include/uapi/linux/perf_event.h).
+PERF_TYPE_HARDWARE = 0
+PERF_TYPE_HW_CACHE = 3
+PERF_TYPE_RAW = 4
+
+# PERF_TYPE_HARDWARE configs.
+HW_CPU_CYCLES = 0
+HW_INSTRUCTIONS = 1
+HW_BRANCH_INSTRUCTIONS = 4
+HW_BUS_CYCLES = 6
+HW_REF_CPU_CYCLES = 9
+
+# Bits of a raw x86 encoding we accept: event select and unit mask.
+RAW_EVENT_MASK = 0xFFFF
+
+DECLARED_CORE_HZ = 1_000_000_000
+DECLARED_BUS_HZ = 100_000_000
+COUNTERS_PER_VCPU = 8
+
+
+class PmuError(Exception):
+    """An operation the guest asked for fails with ``-errno``."""
+
+    def __init__(self, err: int, reason: str):
+        super().__init__(reason)
+        self.errno = err
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class EventDef:
+    """One countable event: its encodings, raw counters and scale."""
+    name: str
+    hw_config: int | None          # PERF_TYPE_HARDWARE config, if any
+    raw_configs: tuple[int, ...]   # x86 event|umask<<8 encodings
+    kernel_counter: int            # raw counter index for kernel mode
+    user_counter: int              # raw counter index for user mode
+    scale_num: int = 1
+    scale_den: int = 1
+    doc: str = ""
+
+    def scale(self, raw_total: int) -> int:
+        return raw_total * self.scale_num // self.scale_den
+
+
+class CountingModel(ABC):
+    """A source of events for the PMU core.
+
+    Mandatory ops: ``name`` and ``events()``.  Optional: ``reset()``.
+    """
+
+    name: str = ""
+
+    @abstractmethod
+    def events(self) -> Iterable[EventDef]:
+        """The events this model counts."""
+
+    def reset(self) -> None:  # optional op
+        """Forget model state (a new VM)."""
+
+
+class RetirementModel(CountingModel):
+    """Retired instructions and branches, and the clocks derived from them."""
+
+    name = "retirement"
+
+    def events(self) -> Iterable[EventDef]:
+        insn = (proto.CTR_INSN_KERNEL, proto.CTR_INSN_USER)
+        br = (proto.CTR_BRANCH_KERNEL, proto.CTR_BRANCH_USER)
+        return (
+            EventDef("instructions", HW_INSTRUCTIONS, (0x00C0,), *insn,
+                     doc="retired guest instructions (exact)"),
+            EventDef("branch-instructions", HW_BRANCH_INSTRUCTIONS,
+                     (0x00C4,), *br,
+                     doc="retired branches: jcc, jmp, call, ret, loop, "
+                         "int/iret/syscall family"),
+            EventDef("cpu-cycles", HW_CPU_CYCLES, (0x003C,), *insn,
+                     doc="cost model: 1 cycle per retired instruction at "
+                         "a declared 1 GHz"),
+            EventDef("ref-cycles", HW_REF_CPU_CYCLES, (0x0300,), *insn,
+                     doc="virtual reference clock at 1 GHz"),
+            EventDef("bus-cycles", HW_BUS_CYCLES, (0x013C,), *insn,
+                     scale_den=DECLARED_CORE_HZ // DECLARED_BUS_HZ,
+                     doc="virtual bus clock at 100 MHz"),
+        )
+
+
+MANDATORY_OPS = ("name", "events")
+
+
+def check_model(model: CountingModel) -> None:
+    """Fail at registration if a model lacks a mandatory op."""
+    for op in MANDATORY_OPS:
+        if not getattr(model, op, None):
+            raise TypeError(f"counting model {model!r} lacks {op!r}")
+
+
+@dataclass
+class PmuEvent:
+    """State of one open event."""
+    event_id: int
+    attr: abi.GuestPerfAttr
+    spec: EventDef
+    guest_event_gpa: int
+    counters: tuple[int, ...]       # raw counter indices summed
+    running_on: int | None = None   # vcpu index while enabled
+    start: int = 0                  # raw sum at enable
+    total: int = 0                  # raw sum accumulated while enabled
+
+    def raw_sum(self, snapshot: tuple[int, ...]) -> int:
+        return sum(snapshot[i] for i in self.counters)
+
+    def value(self, snapshot: tuple[int, ...] | None = None,
+              vcpu: int | None = None) -> int:
+        """The event's count; live if it runs on ``vcpu`` (its snapshot)."""
+        raw = self.total
+        if self.running_on is not None and vcpu == self.running_on \
+                and snapshot is not None:
+            raw += self.raw_sum(snapshot) - self.start
+        return self.spec.scale(raw)
+
+
+@dataclass
+class Pmu:
+    """The PMU core: event table, per-vCPU running sets, model registry."""
+    models: list[CountingModel] = field(default_factory=list)
+    max_events: int = abi.MAX_EVENTS
+    counters_per_vcpu: int = COUNTERS_PER_VCPU
+
+    def __post_init__(self):
+        self._by_hw: dict[int, EventDef] = {}
+        self._by_raw: dict[int, EventDef] = {}
+        self.events: dict[int, PmuEvent] = {}
+        self._running: dict[int, set[int]] = {}
+        models, self.models = self.models or [RetirementModel()], []
+        for m in models:
+            self.register(m)
+
+    def register(self, model: CountingModel) -> None:
+        check_model(model)
+        for ev in model.events():
+            if ev.hw_config is not None:
+                if ev.hw_config in self._by_hw:
+                    raise ValueError(f"duplicate hardware event {ev.name}")
+                self._by_hw[ev.hw_config] = ev
+            for raw in ev.raw_configs:
+                if raw in self._by_raw:
+                    raise ValueError(f"duplicate raw encoding {raw:#x}")
+                self._by_raw[raw] = ev
+        self.models.append(model)
+
+    def event_defs(self) -> list[EventDef]:
+        seen = {id(e): e for e in list(self._by_hw.values())
+                + list(self._by_raw.values())}
+        return sorted(seen.values(), key=lambda e: e.name)
+
+    # -- attr decoding -------------------------------------------------------
+
+    def lookup(self, attr: abi.GuestPerfAttr) -> EventDef:
+        """The event an attr names, or PmuError(-ENOENT) so perf falls back."""
+        if attr.type == PERF_TYPE_HARDWARE:
+            ev = self._by_hw.get(attr.config)
+        elif attr.type == PERF_TYPE_RAW:
+            if attr.config & ~RAW_EVENT_MASK:
+                raise PmuError(errno.EINVAL,
+                               f"raw config {attr.config:#x} sets bits "
+                               "beyond event/umask")
+            ev = self._by_raw.get(attr.config)
+        elif attr.type == PERF_TYPE_HW_CACHE:
+            ev = None
+        else:
+            raise PmuError(errno.ENOENT, f"attr type {attr.type} not ours")
+        if ev is None:
+            raise PmuError(errno.ENOENT, f"event type={attr.type} "
+                           f"config={attr.config:#x} not counted")
+        return ev
+
+    def _modes(self, attr: abi.GuestPerfAttr, ev: EventDef) -> tuple[int, ...]:
+        if attr.flags & ~abi.ATTR_KNOWN:
+            raise PmuError(errno.EINVAL, f"unknown attr flags {attr.flags:#x}")
+        if attr.sample_period or attr.flags & abi.ATTR_FREQ:
+            raise PmuError(errno.EOPNOTSUPP, "sampling is not supported yet")
+        if attr.bp_type or attr.bp_addr or attr.bp_len:
+            raise PmuError(errno.EINVAL, "breakpoint fields set")
+        counters = []
+        if not attr.flags & abi.ATTR_EXCLUDE_KERNEL:
+            counters.append(ev.kernel_counter)
+        if not attr.flags & abi.ATTR_EXCLUDE_USER:
+            counters.append(ev.user_counter)
+        if not counters:
+            raise PmuError(errno.EINVAL, "both user and kernel excluded")
+        return tuple(counters)
+
+    # -- operations (one per hypercall) -------------------------------------
+
+    def open(self, event_id: int, attr: abi.GuestPerfAttr,
+             guest_event_gpa: int) -> PmuEvent:
+        if not 0 <= event_id < abi.MAX_EVENT_ID:
+            raise PmuError(errno.EINVAL, f"event id {event_id} out of range")
+        if event_id in self.events:
+            raise PmuError(errno.EEXIST, f"event id {event_id} already open")
+        if len(self.events) >= self.max_events:
+            raise PmuError(errno.ENOSPC,
+                           f"{self.max_events} events already open")
+        ev = self.lookup(attr)
+        event = PmuEvent(event_id, attr, ev, guest_event_gpa,
+                         self._modes(attr, ev))
+        self.events[event_id] = event
+        return event
+
+    def get(self, event_id: int) -> PmuEvent:
+        try:
+            return self.events[event_id]
+        except KeyError:
+            raise PmuError(errno.ENOENT,
+                           f"event id {event_id} is not open") from None
+
+    def enable(self, event_id: int, vcpu: int,
+               snapshot: tuple[int, ...]) -> PmuEvent:
+        event = self.get(event_id)
+        if event.running_on is not None:
+            raise PmuError(errno.EBUSY, f"event {event_id} already running "
+                           f"on vcpu {event.running_on}")
+        running = self._running.setdefault(vcpu, set())
+        if len(running) >= self.counters_per_vcpu:
+            raise PmuError(errno.EBUSY, f"vcpu {vcpu}: all "
+                           f"{self.counters_per_vcpu} counters in use")
+        event.running_on, event.start = vcpu, event.raw_sum(snapshot)
+        running.add(event_id)
+        return event
+
+    def disable(self, event_id: int, vcpu: int,
+                snapshot: tuple[int, ...]) -> PmuEvent:
+        event = self.get(event_id)
+        if event.running_on is None:
+            return event
+        if event.running_on != vcpu:
+            raise PmuError(errno.EINVAL, f"event {event_id} runs on vcpu "
+                           f"{event.running_on}, not {vcpu}")
+        event.total += event.raw_sum(snapshot) - event.start
+        self._running[vcpu].discard(event_id)
+        event.running_on = None
+        return event
+
+    def close(self, event_id: int, vcpu: int,
+              snapshot: tuple[int, ...]) -> None:
+        event = self.get(event_id)
+        if event.running_on is not None:
+            self._running[event.running_on].discard(event_id)
+        del self.events[event_id]
+
+    def counting_needed(self) -> bool:
+        """Whether the plugin must instrument (any event open)."""
+        return bool(self.events)

@@ -1,0 +1,9 @@
+#!/bin/sh
+# The main job: set everything up, boot the default image and show perf stat
+# of a sample workload counted by the paravirtual PMU.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+"$top/scripts/setup.sh"
+cd "$top/tests/guest_programs"
+echo "\$ pvperf run -- perf stat -e instructions,branches,cycles ./loop 1000000" >&2
+exec "$top/.venv/bin/pvperf" run -- perf stat -e instructions,branches,cycles ./loop 1000000

@@ -1,0 +1,75 @@
+"""Shared fixtures and the VM-test policy.
+
+VM tests boot a real guest with qemu-system-x86_64; they skip loudly when
+the prerequisites are missing, naming the variable that overrides it.
+  PVPERF_SKIP_VM=1   skip every VM test
+  PVPERF_SLOW=1      run the long opt-in tests too
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PROGRAMS = REPO / "tests" / "guest_programs"
+
+
+def _vm_skip_reason() -> str | None:
+    if os.environ.get("PVPERF_SKIP_VM") == "1":
+        return "PVPERF_SKIP_VM=1 is set"
+    if shutil.which("qemu-system-x86_64") is None:
+        return "qemu-system-x86_64 missing (run scripts/setup.sh)"
+    from pyhost import image
+    if image.image_status("default") is None:
+        return ("guest image not built (run scripts/setup.sh or "
+                "`pvperf image build`); set PVPERF_SKIP_VM=1 to skip")
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    vm_reason = None
+    checked = False
+    for item in items:
+        if "vm" in item.keywords:
+            if not checked:
+                vm_reason, checked = _vm_skip_reason(), True
+            if vm_reason:
+                item.add_marker(pytest.mark.skip(reason=vm_reason))
+        if "slow" in item.keywords and os.environ.get("PVPERF_SLOW") != "1":
+            item.add_marker(pytest.mark.skip(
+                reason="long opt-in test: set PVPERF_SLOW=1"))
+
+
+def pvperf_cmd() -> list[str]:
+    exe = REPO / ".venv" / "bin" / "pvperf"
+    return [str(exe)] if exe.exists() else ["python3", "-m", "pyhost.cli"]
+
+
+def run_pvperf(args, cwd=None, timeout=300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(pvperf_cmd() + list(args), cwd=cwd, timeout=timeout,
+                          capture_output=True, text=True, **kw)
+
+
+def leftovers() -> list[str]:
+    """pvperf files in /dev/shm and /tmp, and QEMU processes we started."""
+    found = [str(p) for p in Path("/dev/shm").glob("pvperf-*")]
+    found += [str(p) for p in Path("/tmp").glob("pvperf-*")]
+    ps = subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*org.pvperf"],
+                        capture_output=True, text=True)
+    found += [f"qemu pid {p}" for p in ps.stdout.split()]
+    return found
+
+
+def valgrind_irefs(argv: list[str]) -> int:
+    """valgrind's instruction count (Ir) for a host run of argv."""
+    out = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
+                          "--cachegrind-out-file=/dev/null", *argv],
+                         capture_output=True, text=True, check=True).stderr
+    for line in out.splitlines():
+        if "I   refs:" in line or "I refs:" in line:
+            return int(line.split(":")[1].strip().replace(",", ""))
+    raise AssertionError(f"no I refs in valgrind output:\n{out}")

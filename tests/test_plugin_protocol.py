@@ -1,0 +1,56 @@
+"""qemu_plugin/pvperf_proto.h and pyhost/plugin_protocol.py agree."""
+import re
+import subprocess
+
+import pytest
+
+from pyhost import plugin_protocol as proto
+
+from conftest import REPO
+
+HEADER = REPO / "qemu_plugin" / "pvperf_proto.h"
+
+
+def defines():
+    return {m.group(1): m.group(2) for m in re.finditer(
+        r"^#define\s+(PVPERF_\w+)\s+(\S+)", HEADER.read_text(), re.M)}
+
+
+@pytest.mark.parametrize("macro,attr", [
+    ("PVPERF_PROTO_HCALL_MAGIC", "HCALL_MAGIC"),
+    ("PVPERF_PROTO_REPLY_MAGIC", "REPLY_MAGIC"),
+    ("PVPERF_CTR_INSN_KERNEL", "CTR_INSN_KERNEL"),
+    ("PVPERF_CTR_INSN_USER", "CTR_INSN_USER"),
+    ("PVPERF_CTR_BRANCH_KERNEL", "CTR_BRANCH_KERNEL"),
+    ("PVPERF_CTR_BRANCH_USER", "CTR_BRANCH_USER"),
+    ("PVPERF_NR_COUNTERS", "NR_COUNTERS"),
+    ("PVPERF_PROTO_TIMEOUT_MS", "TIMEOUT_MS"),
+])
+def test_constants(macro, attr):
+    assert int(defines()[macro], 0) == getattr(proto, attr)
+
+
+def test_reply_flag():
+    assert "(1U << 0)" in HEADER.read_text()
+    assert proto.REPLY_COUNTING == 1
+
+
+def test_message_sizes_match_c(tmp_path):
+    src = tmp_path / "p.c"
+    src.write_text(f'#include <stdio.h>\n#include "{HEADER}"\n'
+                   'int main(void){printf("%zu %zu\\n",'
+                   'sizeof(struct pvperf_proto_hcall),'
+                   'sizeof(struct pvperf_proto_reply));return 0;}\n')
+    subprocess.run(["gcc", "-o", tmp_path / "p", src], check=True)
+    out = subprocess.run([tmp_path / "p"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert [int(x) for x in out] == [proto.HCALL_MSG.size, proto.REPLY_MSG.size]
+
+
+def test_roundtrip_and_errors():
+    msg = proto.HcallMessage(1, 0x1000, 0xFFFFFFFF81000000, (1, 2, 3, 4))
+    assert proto.HcallMessage.unpack(msg.pack()) == msg
+    with pytest.raises(proto.ProtocolError):
+        proto.HcallMessage.unpack(b"\0" * 10)
+    with pytest.raises(proto.ProtocolError):
+        proto.HcallMessage.unpack(b"\0" * proto.HCALL_MSG.size)
