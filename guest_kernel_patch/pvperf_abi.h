@@ -49,6 +49,14 @@
 /* Extensions (not in the seed): versioned by PVPERF_ABI_VERSION. */
 #define PVPERF_OP_PROBE			0x100	/* ret = PVPERF_ABI_VERSION */
 #define PVPERF_OP_FAULT			0x101	/* args: fault ip, PVPERF_MODE_* */
+/*
+ * Freeze and thaw every event of the calling vCPU at one instruction, like
+ * x86's PERF_GLOBAL_CTRL in pmu_disable/pmu_enable: ENABLE/DISABLE issued
+ * while frozen take effect at the thaw/freeze point, so the members of a
+ * group start and stop on the same instruction.
+ */
+#define PVPERF_OP_PMU_DISABLE		0x102
+#define PVPERF_OP_PMU_ENABLE		0x103
 
 /* Execution modes, also the counter split the plugin keeps per vCPU. */
 #define PVPERF_MODE_KERNEL		0

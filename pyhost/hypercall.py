@@ -13,6 +13,7 @@ Operations (see guest_kernel_patch/README.md for the table):
   DISABLE args[0]    event id -> 0, guest_perf_event.count synced
   READ    args[0]    event id -> 0, guest_perf_event.count synced
   CLOSE   args[0]    event id -> 0 / -errno
+  PMU_DISABLE / PMU_ENABLE   freeze / thaw every event of the calling vCPU
 """
 from __future__ import annotations
 
@@ -170,6 +171,15 @@ class PerfBackend:
         self.pmu.close(args[0], msg.vcpu, msg.counters)
         return 0
 
+    def _pmu_disable(self, msg, args) -> int:
+        self.pmu.pmu_disable(msg.vcpu, msg.counters)
+        return 0
+
+    def _pmu_enable(self, msg, args) -> int:
+        self.pmu.pmu_enable(msg.vcpu, msg.counters)
+        return 0
+
     _ops = {abi.OP_PROBE: _probe, abi.OP_OPEN: _open, abi.OP_ENABLE: _enable,
             abi.OP_DISABLE: _disable, abi.OP_READ: _read,
-            abi.OP_CLOSE: _close}
+            abi.OP_CLOSE: _close, abi.OP_PMU_DISABLE: _pmu_disable,
+            abi.OP_PMU_ENABLE: _pmu_enable}

@@ -135,17 +135,24 @@ class PmuEvent:
     guest_event_gpa: int
     counters: tuple[int, ...]       # raw counter indices summed
     running_on: int | None = None   # vcpu index while enabled
-    start: int = 0                  # raw sum at enable
-    total: int = 0                  # raw sum accumulated while enabled
+    start: int | None = None        # raw sum when counting (re)started;
+                                    # None while stopped or frozen
+    total: int = 0                  # raw sum accumulated so far
 
     def raw_sum(self, snapshot: tuple[int, ...]) -> int:
         return sum(snapshot[i] for i in self.counters)
 
+    def settle(self, snapshot: tuple[int, ...]) -> None:
+        """Stop accumulating at ``snapshot``."""
+        if self.start is not None:
+            self.total += self.raw_sum(snapshot) - self.start
+            self.start = None
+
     def value(self, snapshot: tuple[int, ...] | None = None,
               vcpu: int | None = None) -> int:
-        """The event's count; live if it runs on ``vcpu`` (its snapshot)."""
+        """The event's count; live if it counts on ``vcpu`` (its snapshot)."""
         raw = self.total
-        if self.running_on is not None and vcpu == self.running_on \
+        if self.start is not None and vcpu == self.running_on \
                 and snapshot is not None:
             raw += self.raw_sum(snapshot) - self.start
         return self.spec.scale(raw)
@@ -163,6 +170,8 @@ class Pmu:
         self._by_raw: dict[int, EventDef] = {}
         self.events: dict[int, PmuEvent] = {}
         self._running: dict[int, set[int]] = {}
+        # vCPUs whose PMU is globally disabled (PMU_DISABLE .. PMU_ENABLE).
+        self._frozen: set[int] = set()
         models, self.models = self.models or [RetirementModel()], []
         for m in models:
             self.register(m)
@@ -256,7 +265,9 @@ class Pmu:
         if len(running) >= self.counters_per_vcpu:
             raise PmuError(errno.EBUSY, f"vcpu {vcpu}: all "
                            f"{self.counters_per_vcpu} counters in use")
-        event.running_on, event.start = vcpu, event.raw_sum(snapshot)
+        event.running_on = vcpu
+        if vcpu not in self._frozen:
+            event.start = event.raw_sum(snapshot)
         running.add(event_id)
         return event
 
@@ -268,7 +279,7 @@ class Pmu:
         if event.running_on != vcpu:
             raise PmuError(errno.EINVAL, f"event {event_id} runs on vcpu "
                            f"{event.running_on}, not {vcpu}")
-        event.total += event.raw_sum(snapshot) - event.start
+        event.settle(snapshot)
         self._running[vcpu].discard(event_id)
         event.running_on = None
         return event
@@ -279,6 +290,23 @@ class Pmu:
         if event.running_on is not None:
             self._running[event.running_on].discard(event_id)
         del self.events[event_id]
+
+    def pmu_disable(self, vcpu: int, snapshot: tuple[int, ...]) -> None:
+        """Freeze every event running on ``vcpu`` at this instruction."""
+        if vcpu in self._frozen:
+            return
+        self._frozen.add(vcpu)
+        for event_id in self._running.get(vcpu, ()):
+            self.events[event_id].settle(snapshot)
+
+    def pmu_enable(self, vcpu: int, snapshot: tuple[int, ...]) -> None:
+        """Thaw: every event running on ``vcpu`` restarts here, together."""
+        if vcpu not in self._frozen:
+            return
+        self._frozen.discard(vcpu)
+        for event_id in self._running.get(vcpu, ()):
+            event = self.events[event_id]
+            event.start = event.raw_sum(snapshot)
 
     def counting_needed(self) -> bool:
         """Whether the plugin must instrument (any event open)."""

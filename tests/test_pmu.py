@@ -156,3 +156,32 @@ def test_model_registration_is_checked_at_start_up():
             return (EventDef("x", 1, (), 0, 1),)
     with pytest.raises(ValueError):
         Pmu(models=[RetirementModel(), Dup()])
+
+
+def test_group_started_inside_a_freeze_counts_from_one_instruction():
+    """perf_pmu_disable(); add x3; perf_pmu_enable(): like x86's global
+    control, all members start and stop at the same instruction."""
+    pmu = Pmu()
+    flags = (abi.ATTR_EXCLUDE_KERNEL, abi.ATTR_EXCLUDE_USER, 0)
+    for i, fl in enumerate(flags):
+        pmu.open(i, attr(flags=fl), 0x1000 + 16 * i)
+    pmu.pmu_disable(0, snap(ik=100, iu=100))
+    for i, k in enumerate((110, 120, 130)):      # kernel runs between adds
+        pmu.enable(i, 0, snap(ik=k, iu=100))
+    pmu.pmu_enable(0, snap(ik=140, iu=100))
+    pmu.pmu_disable(0, snap(ik=200, iu=1100))
+    vals = [pmu.disable(i, 0, snap(ik=300 + i, iu=1100)).value()
+            for i in range(3)]
+    pmu.pmu_enable(0, snap(ik=400, iu=1100))
+    assert vals == [1000, 60, 1060]
+    assert vals[0] + vals[1] == vals[2]
+
+
+def test_read_while_frozen_returns_settled_total():
+    pmu = Pmu()
+    ev = pmu.open(1, attr(), 0x1000)
+    pmu.enable(1, 0, snap(iu=10))
+    pmu.pmu_disable(0, snap(iu=30))
+    assert ev.value(snap(iu=99), vcpu=0) == 20
+    pmu.pmu_enable(0, snap(iu=100))
+    assert ev.value(snap(iu=105), vcpu=0) == 25
