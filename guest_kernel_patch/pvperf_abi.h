@@ -63,7 +63,7 @@
 #define PVPERF_MODE_USER		1
 
 /* Limits the host enforces (seed: per-guest event limit). */
-#define PVPERF_MAX_EVENTS		256	/* open at once per guest */
+#define PVPERF_MAX_EVENTS		4096	/* open at once per guest */
 #define PVPERF_MAX_EVENT_ID		65536
 
 /* Flags of guest_perf_attr.flags: our own bit numbers, not a C bitfield. */

@@ -218,7 +218,8 @@ class Pmu:
     def _modes(self, attr: abi.GuestPerfAttr, ev: EventDef) -> tuple[int, ...]:
         if attr.flags & ~abi.ATTR_KNOWN:
             raise PmuError(errno.EINVAL, f"unknown attr flags {attr.flags:#x}")
-        if attr.sample_period or attr.flags & abi.ATTR_FREQ:
+        # perf stat may set freq with a zero period: only a period samples.
+        if attr.sample_period:
             raise PmuError(errno.EOPNOTSUPP, "sampling is not supported yet")
         if attr.bp_type or attr.bp_addr or attr.bp_len:
             raise PmuError(errno.EINVAL, "breakpoint fields set")

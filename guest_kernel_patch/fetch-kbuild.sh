@@ -1,0 +1,111 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# fetch-kbuild.sh - make a Debian kernel build tree for out-of-tree modules
+# without installing anything: download linux-headers-KVER, its -common
+# package and linux-kbuild-X.Y with `apt-get download`, unpack them with
+# `dpkg -x` under the cache, and point the absolute paths in them (the
+# headers Makefile's `include /usr/src/...`, the lib/modules build and
+# source symlinks) at the unpacked copies.
+#
+#   fetch-kbuild.sh          make sure the tree exists; print its KDIR
+#   fetch-kbuild.sh --kver   print the KVER that would be used
+#
+# KVER defaults to what linux-image-amd64 depends on, the same resolution
+# the images/ builder uses for the guest kernel, so the module's vermagic
+# matches the booted image.  Override with KVER=6.1.0-NN-amd64.
+# The tree lives in ${XDG_CACHE_HOME:-~/.cache}/pvperf/kbuild/KVER/root.
+# Idempotent: a finished tree is reused without touching apt (the .debs
+# are not kept).
+set -eu
+
+die() {
+	echo "fetch-kbuild.sh: $*" >&2
+	exit 1
+}
+
+# The first "Depends:" of package $1 that matches the sed pattern $2.
+depends_on() {
+	apt-cache depends "$1" 2>/dev/null |
+		sed -n "s/^ *Depends: \($2\)\$/\1/p" | head -n 1
+}
+
+resolve_kver() {
+	[ -n "${KVER:-}" ] && { echo "$KVER"; return; }
+	img=$(depends_on linux-image-amd64 'linux-image-[0-9].*')
+	[ -n "$img" ] || die "cannot resolve linux-image-amd64 with apt-cache" \
+		"(run apt-get update, or set KVER=6.1.0-NN-amd64)"
+	echo "${img#linux-image-}"
+}
+
+kver=$(resolve_kver)
+if [ "${1:-}" = "--kver" ]; then
+	echo "$kver"
+	exit 0
+fi
+
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/pvperf/kbuild
+top=$cache/$kver
+root=$top/root
+kdir=$root/usr/src/linux-headers-$kver
+stamp=$root/.pvperf-kbuild-ready
+
+if [ -e "$stamp" ]; then
+	echo "$kdir"
+	exit 0
+fi
+
+mkdir -p "$cache"
+# Serialise concurrent builds (the images/ builder may run one too).
+exec 9>"$cache/.lock"
+flock 9
+if [ -e "$stamp" ]; then
+	echo "$kdir"
+	exit 0
+fi
+
+headers=linux-headers-$kver
+common=$(depends_on "$headers" 'linux-headers-.*-common')
+kbuild=$(depends_on "$headers" 'linux-kbuild-.*')
+[ -n "$common" ] && [ -n "$kbuild" ] ||
+	die "cannot resolve the dependencies of $headers with apt-cache" \
+		"(run apt-get update; is KVER=$kver right?)"
+
+tmp=$top/tmp.$$
+trap 'rm -rf "$tmp"' EXIT
+rm -rf "$tmp"
+mkdir -p "$tmp/debs" "$tmp/root"
+# As root, apt drops to _apt to download and warns that _apt cannot write
+# into a directory under root's home: download as root instead.
+(cd "$tmp/debs" &&
+	apt-get download -q -o APT::Sandbox::User=root \
+		"$headers" "$common" "$kbuild" >&2) ||
+	die "apt-get download $headers $common $kbuild failed"
+for deb in "$tmp"/debs/*.deb; do
+	dpkg -x "$deb" "$tmp/root"
+done
+
+# Absolute paths inside the packages name the installed locations; make
+# them name the final unpacked tree instead.
+hdr_mk=$tmp/root/usr/src/$headers/Makefile
+grep -q '^include /usr/src/' "$hdr_mk" ||
+	die "$hdr_mk has no 'include /usr/src/...' line: package layout changed"
+sed -i "s|^include /usr/src/|include $root/usr/src/|" "$hdr_mk"
+find "$tmp/root" -type l | while read -r link; do
+	target=$(readlink "$link")
+	case "$target" in
+	/*)	[ -e "$tmp/root$target" ] && ln -sfn "$root$target" "$link" ;;
+	esac
+done
+
+# The headers' .kernelvariables sets CC to gcc-12 (or whatever built the
+# kernel): it must be on the host, as must libelf for objtool.
+cc=$(sed -n 's/^CC = .*\$(CROSS_COMPILE)\(gcc-[0-9]*\)$/\1/p' \
+	"$tmp/root/usr/src/$headers/.kernelvariables")
+[ -z "$cc" ] || command -v "$cc" >/dev/null ||
+	die "$headers builds with $cc: apt-get install $cc"
+
+touch "$tmp/root/.pvperf-kbuild-ready"
+rm -rf "$root"
+mv "$tmp/root" "$root"
+echo "$kdir"

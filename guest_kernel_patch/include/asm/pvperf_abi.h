@@ -1,0 +1,1 @@
+../../pvperf_abi.h
