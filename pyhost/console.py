@@ -1,0 +1,90 @@
+"""The guest's serial console, driven with pexpect.
+
+QEMU runs under pexpect with the serial port on its stdio (a pty).  The
+console is for people (``pvperf shell``, ``--console``) and for diagnosis:
+the last lines are kept for error messages and a kernel panic is detected.
+Exit status and readiness never come from here (see vm: control port).
+"""
+from __future__ import annotations
+
+import collections
+import re
+import sys
+
+import pexpect
+
+PANIC_RE = re.compile(rb"Kernel panic - not syncing[^\r\n]*")
+READY_TEXT = "pvperf: ready"
+
+
+class ConsoleLog:
+    """A file-like sink for pexpect that keeps the last ``keep`` lines."""
+
+    def __init__(self, keep: int = 40, echo=None):
+        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
+        self._partial = ""
+        self.echo = echo
+
+    def write(self, data) -> None:
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) \
+            else data
+        if self.echo is not None:
+            self.echo.write(text)
+            self.echo.flush()
+        text = (self._partial + text).replace("\r", "")
+        *full, self._partial = text.split("\n")
+        self.lines.extend(full)
+
+    def flush(self) -> None:
+        pass
+
+    def tail(self, n: int = 15) -> str:
+        lines = list(self.lines)[-n:]
+        if self._partial:
+            lines.append(self._partial)
+        return "\n".join(lines)
+
+
+class Console:
+    """pexpect around the QEMU process whose stdio is the serial port."""
+
+    def __init__(self, child: pexpect.spawn, log: ConsoleLog):
+        self.child = child
+        self.log = log
+        self.panic: str | None = None
+
+    @classmethod
+    def spawn(cls, argv: list[str], echo: bool = False,
+              preexec_fn=None) -> "Console":
+        log = ConsoleLog(echo=sys.stderr if echo else None)
+        child = pexpect.spawn(argv[0], argv[1:], timeout=None,
+                              preexec_fn=preexec_fn, echo=False,
+                              dimensions=(50, 200))
+        child.logfile_read = log
+        return cls(child, log)
+
+    async def watch(self) -> None:
+        """Consume console output until EOF; remember a kernel panic."""
+        while True:
+            i = await self.child.expect([PANIC_RE, pexpect.EOF],
+                                        timeout=None, async_=True)
+            if i == 1:
+                return
+            if self.panic is None:
+                self.panic = self.child.after.decode("utf-8", "replace")
+
+    def alive(self) -> bool:
+        return self.child.isalive()
+
+    def terminate(self) -> None:
+        """Stop QEMU for good and reap it."""
+        if self.child.isalive():
+            self.child.terminate(force=True)
+        try:
+            self.child.wait()
+        except pexpect.ExceptionPexpect:
+            pass
+        self.child.close(force=True)
+
+    def exit_status(self) -> int | None:
+        return self.child.exitstatus

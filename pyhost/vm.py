@@ -1,0 +1,416 @@
+"""The VM launcher: qemu-system-x86_64 under TCG, driven to a result.
+
+What it sets up, and how each piece is cleaned up:
+
+  guest RAM   /dev/shm/pvperf-<pid>-<rand>, a memory-backend-file shared
+              with the host service; unlinked as soon as QEMU (and the
+              plugin) have mapped it, so even a SIGKILL leaves nothing.
+  sockets     QMP and the three virtio-serial ports live in the abstract
+              unix namespace: nothing on disk.
+  QEMU        spawned under pexpect (its stdio is the serial console) with
+              PR_SET_PDEATHSIG, so it dies with us; terminate()+wait() in
+              ``finally``.
+  service     the paravirtual PMU service's threads, stopped in ``finally``.
+
+Control channel (images/README.md): the guest writes ``READY`` and then
+``EXIT <status>`` to the virtio-serial port org.pvperf.control; the
+command's stdout and stderr come over org.pvperf.stdout / .stderr.  The
+console is never parsed for status.
+
+Runstate:  IDLE -> STARTING -> RUNNING -> STOPPING -> IDLE
+           (any failure during a session returns to IDLE via STOPPING)
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import enum
+import functools
+import glob
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import qmp
+from .console import Console
+from .errors import (GuestPanicError, GuestStatusError, GuestTimeoutError,
+                     SetupError, VMError)
+from .guestmem import GuestMemory
+from .hypercall import PerfBackend
+from .image import GuestImage
+from .service import PluginService, abstract_name
+
+log = logging.getLogger("pvperf.vm")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PLUGIN_PATH = REPO_ROOT / "qemu_plugin" / "pvperf.so"
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "pvperf-"
+PORTS = ("control", "stdout", "stderr")
+BOOT_TIMEOUT = 60.0
+POWEROFF_TIMEOUT = 15.0
+MAX_MEM_MB = 3072
+
+
+class Runstate(enum.Enum):
+    IDLE = "idle"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+
+
+def require(*states: Runstate):
+    """Decorator: the method may only run in one of ``states``."""
+    def deco(fn):
+        @functools.wraps(fn)
+        async def wrapper(self, *a, **kw):
+            if self.runstate not in states:
+                raise VMError(f"VM.{fn.__name__}",
+                              f"not allowed while {self.runstate.value}")
+            return await fn(self, *a, **kw)
+        return wrapper
+    return deco
+
+
+@dataclass
+class VMConfig:
+    image: GuestImage
+    mode: str = "run"                  # "run" or "shell"
+    command: str = ""                  # shell command line (run mode)
+    smp: int = 1
+    mem_mb: int = 1024
+    share: Path | None = None
+    pmu: bool = True
+    timeout: float | None = None       # command timeout (run mode)
+    boot_timeout: float = BOOT_TIMEOUT
+    echo_console: bool = False
+    plugin_options: dict[str, str] = field(default_factory=dict)
+    qemu: str = "qemu-system-x86_64"
+
+
+def find_qemu(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise SetupError(f"{name} not found", "QEMU is not installed",
+                         "run scripts/setup.sh (apt-get install "
+                         "qemu-system-x86)")
+    return path
+
+
+def _set_pdeathsig() -> None:
+    """In the QEMU child: die when the pvperf process dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def sweep_stale_shm() -> list[str]:
+    """Remove RAM files of pvperf processes that no longer exist."""
+    removed = []
+    for path in glob.glob(str(SHM_DIR / (SHM_PREFIX + "*"))):
+        try:
+            pid = int(Path(path).name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(path)
+    return removed
+
+
+def _qemu_escape(value: str) -> str:
+    """QEMU option values escape ',' as ',,'."""
+    return value.replace(",", ",,")
+
+
+class VM:
+    """One guest run.  Use ``async with VM(config) as vm`` or ``run()``."""
+
+    def __init__(self, config: VMConfig):
+        self.config = config
+        self.runstate = Runstate.IDLE
+        self.transitions: list[Runstate] = [Runstate.IDLE]
+        tag = f"{os.getpid()}-{os.urandom(4).hex()}"
+        self.ram_path = SHM_DIR / f"{SHM_PREFIX}{tag}"
+        self._sock_names = {p: abstract_name(p) for p in (*PORTS, "qmp")}
+        self.console: Console | None = None
+        self.qmp = None
+        self.memory: GuestMemory | None = None
+        self.service: PluginService | None = None
+        self.backend: PerfBackend | None = None
+        self._ports: dict[str, tuple] = {}
+        self._tasks: list[asyncio.Task] = []
+        self.status: int | None = None
+        self.ready_at: float | None = None
+        self.started_at: float | None = None
+
+    # -- state ---------------------------------------------------------------
+
+    def _set_state(self, state: Runstate) -> None:
+        self.runstate = state
+        self.transitions.append(state)
+
+    # -- command line --------------------------------------------------------
+
+    def qemu_argv(self) -> list[str]:
+        c = self.config
+        append = ["console=ttyS0", "quiet", "panic=-1",
+                  f"pvperf.mode={c.mode}"]
+        argv = [find_qemu(c.qemu), "-nodefaults", "-no-user-config",
+                "-machine", "pc,accel=tcg,memory-backend=ram",
+                "-cpu", "max", "-smp", str(c.smp), "-m", f"{c.mem_mb}M",
+                "-object", f"memory-backend-file,id=ram,size={c.mem_mb}M,"
+                           f"mem-path={self.ram_path},share=on",
+                "-display", "none", "-serial", "stdio", "-no-reboot",
+                "-kernel", str(c.image.vmlinux),
+                "-initrd", str(c.image.initramfs)]
+        argv += self._chardev("qmp") + ["-mon", "chardev=qmp,mode=control"]
+        argv += ["-device", "virtio-serial-pci,id=vser"]
+        for port in PORTS:
+            argv += self._chardev(port)
+            argv += ["-device", f"virtserialport,bus=vser.0,chardev={port},"
+                                f"name=org.pvperf.{port}"]
+        if c.share is not None:
+            append.append("pvperf.share=1")
+            argv += ["-fsdev", f"local,id=host,security_model=none,"
+                               f"path={_qemu_escape(str(c.share))}",
+                     "-device", "virtio-9p-pci,fsdev=host,"
+                                "mount_tag=pvperf-host"]
+        if c.mode == "run":
+            argv += ["-fw_cfg", "name=opt/org.pvperf/cmd,string="
+                     + _qemu_escape(c.command)]
+        if c.pmu:
+            append.append("pvperf.pmu=1")
+            argv += ["-plugin", self._plugin_arg()]
+        argv += ["-append", " ".join(append)]
+        return argv
+
+    def _chardev(self, port: str) -> list[str]:
+        return ["-chardev", f"socket,id={port},path={self._sock_names[port]},"
+                            "abstract=on,server=on,wait=off"]
+
+    def _plugin_arg(self) -> str:
+        if not PLUGIN_PATH.exists():
+            raise SetupError("TCG plugin not built", f"{PLUGIN_PATH} missing",
+                             "run `make -C qemu_plugin` or scripts/setup.sh, "
+                             "or use --no-pmu")
+        opts = {"sock": self.service.plugin_address,
+                "ram": str(self.ram_path), **self.config.plugin_options}
+        return ",".join([str(PLUGIN_PATH)] +
+                        [f"{k}={_qemu_escape(v)}" for k, v in opts.items()])
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def __aenter__(self) -> "VM":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    @require(Runstate.IDLE)
+    async def start(self) -> None:
+        """Launch QEMU and connect every channel; on failure clean up."""
+        self._set_state(Runstate.STARTING)
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+        self._set_state(Runstate.RUNNING)
+
+    async def _start(self) -> None:
+        c = self.config
+        if not 64 <= c.mem_mb <= MAX_MEM_MB:
+            raise VMError("bad --mem", f"{c.mem_mb} MiB",
+                          f"use 64M..{MAX_MEM_MB}M")
+        sweep_stale_shm()
+        self._create_ram()
+        if c.pmu:
+            self.memory = GuestMemory.open_file(str(self.ram_path))
+            self.backend = PerfBackend(self.memory, max_vcpus=c.smp)
+            self.service = PluginService(self.backend)
+            self.service.start()
+        argv = self.qemu_argv()
+        log.debug("qemu: %s", " ".join(argv))
+        self.started_at = time.monotonic()
+        self.console = Console.spawn(argv, echo=c.echo_console,
+                                     preexec_fn=_set_pdeathsig)
+        if c.mode == "run":
+            self._tasks.append(asyncio.create_task(self.console.watch()))
+        self.qmp = await qmp.connect(self._sock_names["qmp"], timeout=10,
+                                     alive=self.console.alive)
+        # QEMU and the plugin have the RAM file mapped by now.
+        self._unlink_ram()
+        for port in PORTS:
+            self._ports[port] = await asyncio.open_unix_connection(
+                "\0" + self._sock_names[port])
+
+    def _create_ram(self) -> None:
+        fd = os.open(self.ram_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, self.config.mem_mb << 20)
+        finally:
+            os.close(fd)
+
+    def _unlink_ram(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.ram_path)
+
+    async def stop(self) -> None:
+        """Tear everything down; safe to call in any state, twice."""
+        if self.runstate is Runstate.IDLE:
+            return
+        self._set_state(Runstate.STOPPING)
+        try:
+            await self._teardown()
+        finally:
+            self._set_state(Runstate.IDLE)
+
+    async def _teardown(self) -> None:
+        await qmp.close(self.qmp)
+        self.qmp = None
+        for _, writer in self._ports.values():
+            writer.close()
+        self._ports.clear()
+        if self.console is not None:
+            self.console.terminate()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self.service is not None:
+            self.service.stop()
+        if self.memory is not None:
+            self.memory.close()
+            self.memory = None
+        self._unlink_ram()
+
+    # -- running -------------------------------------------------------------
+
+    @require(Runstate.RUNNING)
+    async def wait_ready(self) -> None:
+        """Wait for READY on the control port (boot finished)."""
+        line = await self._control_line(self.config.boot_timeout, "boot")
+        if line != "READY":
+            raise GuestStatusError("guest boot", f"unexpected control "
+                                   f"message {line!r}",
+                                   "the image's /init is out of date: "
+                                   "run `pvperf image build --force`")
+        self.ready_at = time.monotonic()
+
+    @require(Runstate.RUNNING)
+    async def wait_exit(self, timeout: float | None) -> int:
+        """Wait for ``EXIT <status>``, then for QEMU to power off."""
+        line = await self._control_line(timeout, "command")
+        parts = line.split()
+        if len(parts) != 2 or parts[0] != "EXIT" or not parts[1].isdigit():
+            raise GuestStatusError("guest command", f"bad status {line!r}",
+                                   "VM did not return status")
+        self.status = int(parts[1])
+        await self._wait_poweroff()
+        return self.status
+
+    async def _control_line(self, timeout: float | None, what: str) -> str:
+        reader, _ = self._ports["control"]
+        try:
+            raw = await asyncio.wait_for(self._readline_or_death(reader),
+                                         timeout)
+        except asyncio.TimeoutError:
+            raise GuestTimeoutError(f"guest {what}",
+                                    f"no answer within {timeout:g} s",
+                                    "raise --timeout or look at the console "
+                                    "lines below",
+                                    details=self.console.log.tail()) from None
+        if not raw:
+            self._raise_died(what)
+        return raw.decode("utf-8", "replace").strip()
+
+    async def _readline_or_death(self, reader) -> bytes:
+        """readline() that also returns b'' when QEMU exits first."""
+        read = asyncio.ensure_future(reader.readline())
+        while not read.done():
+            await asyncio.wait([read], timeout=0.1)
+            if not read.done() and not self.console.alive():
+                # Let a last message arrive before giving up.
+                await asyncio.wait([read], timeout=0.5)
+                if not read.done():
+                    read.cancel()
+                    return b""
+        return read.result()
+
+    def _raise_died(self, what: str):
+        tail = self.console.log.tail()
+        if self.console.panic or "Kernel panic" in tail:
+            raise GuestPanicError(f"guest {what}",
+                                  self.console.panic or "kernel panic",
+                                  "see the console lines below",
+                                  details=tail)
+        raise GuestStatusError(f"guest {what}",
+                               "VM did not return status (QEMU exited "
+                               f"with {self.console.exit_status()})",
+                               "see the console lines below", details=tail)
+
+    async def _wait_poweroff(self) -> None:
+        deadline = time.monotonic() + POWEROFF_TIMEOUT
+        while self.console.alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+    async def pump_output(self, stdout, stderr) -> list[asyncio.Task]:
+        """Stream the command's stdout/stderr ports to host file objects."""
+        tasks = [asyncio.create_task(self._pump(self._ports[p][0], f))
+                 for p, f in (("stdout", stdout), ("stderr", stderr))]
+        self._tasks.extend(tasks)
+        return tasks
+
+    @staticmethod
+    async def _pump(reader, out) -> None:
+        while True:
+            chunk = await reader.read(65536)
+            if not chunk:
+                return
+            out.write(chunk)
+            out.flush()
+
+
+async def run_command(config: VMConfig, stdout=None, stderr=None) -> int:
+    """Boot, run ``config.command`` in the guest, return its exit status."""
+    stdout = stdout or sys.stdout.buffer
+    stderr = stderr or sys.stderr.buffer
+    async with VM(config) as vm:
+        pumps = await vm.pump_output(stdout, stderr)
+        await vm.wait_ready()
+        status = await vm.wait_exit(config.timeout)
+        # QEMU has exited: the port sockets are at EOF; drain them.
+        await asyncio.wait(pumps, timeout=5)
+        return status
+
+
+async def run_shell(config: VMConfig) -> int:
+    """Boot and hand the serial console to the user until the guest stops.
+
+    Ctrl-] leaves the console (and stops the VM); Ctrl-C goes to the guest.
+    """
+    async with VM(config) as vm:
+        loop = asyncio.get_running_loop()
+        # interact() blocks; run it in a thread so QMP and the ports live on.
+        session = loop.run_in_executor(None, functools.partial(
+            vm.console.child.interact, escape_character=chr(29)))
+        try:
+            await vm.wait_ready()
+        except BaseException:
+            vm.console.terminate()
+            await asyncio.wait([session], timeout=5)
+            raise
+        await session
+        try:
+            return await vm.wait_exit(POWEROFF_TIMEOUT)
+        except GuestStatusError:
+            return 0

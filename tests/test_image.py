@@ -1,0 +1,510 @@
+"""Unit tests for pyhost/image.py: the pure pieces (newc writer/reader,
+bzImage extractor, ELF readers, module dependencies, cache key), with no
+network and no VM.  One optional test boots the cached image; it runs only
+with PVPERF_IMAGE_BOOT_TEST=1 (it needs a built image and takes ~5 s)."""
+from __future__ import annotations
+
+import gzip
+import json
+import lzma
+import os
+import shutil
+import stat
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pyhost import image
+from pyhost.image import (CpioWriter, ModuleDB, extract_vmlinux, pvh_entry,
+                          read_modinfo, read_newc)
+
+# ---------------------------------------------------------------------------
+# tiny ELF64 builders
+
+
+def make_elf(sections: dict[str, bytes] | None = None,
+             notes: list[tuple[bytes, int, bytes]] | None = None,
+             load_vaddr: int = 0xFFFFFFFF81000000) -> bytes:
+    """An ELF64 LE file with the given sections (plus .shstrtab), a PT_LOAD
+    at ``load_vaddr`` and one PT_NOTE holding ``notes``."""
+    def pad4(b: bytes) -> bytes:
+        return b + b"\0" * (-len(b) % 4)
+
+    note_blob = b"".join(
+        struct.pack("<III", len(name) + 1, len(desc), ntype)
+        + pad4(name + b"\0") + pad4(desc)
+        for name, ntype, desc in (notes or []))
+    sections = dict(sections or {})
+    names = list(sections) + [".shstrtab"]
+    shstrtab = b"\0" + b"".join(n.encode() + b"\0" for n in names)
+    sections[".shstrtab"] = shstrtab
+    phnum = 2
+    body_off = 64 + 56 * phnum
+    body = bytearray(note_blob)
+    offsets = {}
+    for n in names:
+        offsets[n] = body_off + len(body)
+        body += sections[n]
+    shoff = body_off + len(body)
+    ehdr = (b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
+            + struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, 0, 64, shoff, 0, 64,
+                          56, phnum, 64, len(names) + 1, len(names)))
+    phdrs = struct.pack("<IIQQQQQQ", 1, 5, 0, load_vaddr, 0, 0, 0, 0x1000)
+    phdrs += struct.pack("<IIQQQQQQ", 4, 4, body_off, 0, 0, len(note_blob),
+                         len(note_blob), 4)
+    shdrs = b"\0" * 64
+    name_off = 1
+    for n in names:
+        shdrs += struct.pack("<IIQQQQIIQQ", name_off, 3 if n == ".shstrtab"
+                             else 1, 0, 0, offsets[n], len(sections[n]),
+                             0, 0, 1, 0)
+        name_off += len(n) + 1
+    return bytes(ehdr + phdrs + body + shdrs)
+
+
+def make_ko(name: str, depends: list[str] = (), extra: list[str] = ()) -> bytes:
+    info = [f"name={name}", f"depends={','.join(depends)}",
+            "license=GPL", *extra]
+    return make_elf({".modinfo": b"\0".join(s.encode() for s in info) + b"\0",
+                     ".text": b"\xc3"})
+
+
+PVH_ELF = make_elf(notes=[(b"Linux", 6, b"6.1.0"),
+                          (b"Xen", 18, struct.pack("<I", 0x1000850))])
+
+
+# ---------------------------------------------------------------------------
+# newc cpio
+
+
+def build_sample_archive(tmp_path: Path) -> bytes:
+    src = tmp_path / "big.bin"
+    src.write_bytes(bytes(range(256)) * 41 + b"xyz")      # odd size
+    out = tmp_path / "a.cpio"
+    with open(out, "wb") as f:
+        w = CpioWriter(f)
+        w.add_dir("bin")
+        w.add_file("bin/busybox", src, 0o755)
+        w.add_symlink("bin/sh", "busybox")
+        w.add_file("init", b"#!/bin/sh\n", 0o755)
+        w.add_dir("dev")
+        w.add_device("dev/console", 5, 1, 0o600)
+        w.add_file("etc-empty", b"")
+        w.close()
+    return out.read_bytes()
+
+
+def test_cpio_roundtrip(tmp_path):
+    data = build_sample_archive(tmp_path)
+    assert len(data) % 4 == 0
+    entries = {e.name: e for e in read_newc(data)}
+    assert list(entries) == ["bin", "bin/busybox", "bin/sh", "init", "dev",
+                             "dev/console", "etc-empty"]
+    assert all(e.uid == 0 and e.gid == 0 for e in entries.values())
+    assert stat.S_ISDIR(entries["bin"].mode)
+    bb = entries["bin/busybox"]
+    assert stat.S_ISREG(bb.mode) and stat.S_IMODE(bb.mode) == 0o755
+    assert bb.data == (tmp_path / "big.bin").read_bytes()
+    assert stat.S_ISLNK(entries["bin/sh"].mode)
+    assert entries["bin/sh"].data == b"busybox"
+    con = entries["dev/console"]
+    assert stat.S_ISCHR(con.mode) and con.rdev == (5, 1)
+    assert entries["etc-empty"].data == b""
+
+
+@pytest.mark.skipif(not shutil.which("cpio"), reason="GNU cpio not installed")
+def test_cpio_readable_by_gnu_cpio(tmp_path):
+    data = build_sample_archive(tmp_path)
+    proc = subprocess.run(["cpio", "-t", "--quiet"], input=data,
+                          capture_output=True, check=True)
+    assert proc.stdout.decode().split() == [
+        "bin", "bin/busybox", "bin/sh", "init", "dev", "dev/console",
+        "etc-empty"]
+    listing = subprocess.run(["cpio", "-tv", "--quiet", "--numeric-uid-gid"],
+                             input=data, capture_output=True,
+                             check=True).stdout.decode()
+    assert "0        0" in listing.splitlines()[1].replace("  ", "  ")
+
+
+def test_cpio_add_tree_keeps_modes_and_links(tmp_path):
+    root = tmp_path / "root"
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "usr" / "bin" / "tool").write_bytes(b"\x7fELF")
+    os.chmod(root / "usr" / "bin" / "tool", 0o750)
+    (root / "bin").mkdir()
+    os.symlink("../usr/bin/tool", root / "bin" / "tool")
+    out = tmp_path / "t.cpio"
+    with open(out, "wb") as f:
+        w = CpioWriter(f)
+        w.add_tree(root)
+        w.close()
+    entries = read_newc(out.read_bytes())
+    names = [e.name for e in entries]
+    assert sorted(names) == ["bin", "bin/tool", "usr", "usr/bin",
+                             "usr/bin/tool"]
+    by = {e.name: e for e in entries}
+    assert stat.S_IMODE(by["usr/bin/tool"].mode) == 0o750
+    assert by["bin/tool"].data == b"../usr/bin/tool"
+    # parents always precede children
+    for i, n in enumerate(names):
+        if "/" in n:
+            assert names.index(n.rsplit("/", 1)[0]) < i
+
+
+def test_cpio_rejects_escaping_names(tmp_path):
+    with open(tmp_path / "x", "wb") as f:
+        w = CpioWriter(f)
+        with pytest.raises(ValueError):
+            w.add_file("../etc/passwd", b"")
+
+
+# ---------------------------------------------------------------------------
+# bzImage -> vmlinux
+
+
+def fake_bzimage(payload: bytes, header: bool = True) -> bytes:
+    """Setup area (2 sectors) + protected-mode code containing a decoy
+    XZ magic, then the payload and trailing bytes, like a real bzImage."""
+    setup = bytearray(1024)
+    pm = bytearray(b"\x90" * 64 + bytes.fromhex("fd377a585a00") + b"junk" * 4)
+    if header:
+        setup[0x1F1] = 1                              # setup_sects
+        setup[0x202:0x206] = b"HdrS"
+        struct.pack_into("<H", setup, 0x206, 0x020F)
+        struct.pack_into("<I", setup, 0x248, len(pm))  # payload_offset
+        struct.pack_into("<I", setup, 0x24C, len(payload))
+    return bytes(setup + pm + payload + b"\xff" * 37)
+
+
+@pytest.mark.parametrize("header", [True, False])
+def test_extract_vmlinux_xz(header):
+    xz = lzma.compress(PVH_ELF, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32,
+                       filters=[{"id": lzma.FILTER_X86},
+                                {"id": lzma.FILTER_LZMA2}])
+    blob = fake_bzimage(xz + struct.pack("<I", len(PVH_ELF)), header)
+    assert extract_vmlinux(blob) == PVH_ELF
+
+
+def test_extract_vmlinux_gzip():
+    assert extract_vmlinux(fake_bzimage(gzip.compress(PVH_ELF))) == PVH_ELF
+
+
+def test_extract_vmlinux_rejects_non_elf():
+    blob = fake_bzimage(lzma.compress(b"not an elf" * 10,
+                                      format=lzma.FORMAT_XZ))
+    with pytest.raises(ValueError, match="ELF"):
+        extract_vmlinux(blob)
+
+
+def test_pvh_entry_and_banner():
+    assert pvh_entry(PVH_ELF) == 0x1000850
+    assert pvh_entry(make_elf(notes=[(b"Linux", 6, b"x")])) is None
+    with pytest.raises(ValueError):
+        pvh_entry(b"MZ" + b"\0" * 100)
+    assert image.kernel_banner(b"\0Linux version 6.1.0-56-amd64 (x) #1\n\0") \
+        == "Linux version 6.1.0-56-amd64 (x) #1"
+    assert image._first_load_vaddr(PVH_ELF) == 0xFFFFFFFF81000000
+
+
+def test_read_modinfo():
+    info = read_modinfo(make_ko("9p", ["netfs", "9pnet"],
+                                ["parmtype=ksym_perf_event_overflow:ulong",
+                                 "parmtype=debug:int"]))
+    assert info["name"] == ["9p"]
+    assert info["depends"] == ["netfs,9pnet"]
+    assert image._ksym_params(make_ko("pvperf", [], [
+        "parmtype=ksym_perf_event_overflow:ulong",
+        "parmtype=debug:int"])) == ["perf_event_overflow"]
+
+
+# ---------------------------------------------------------------------------
+# module dependencies
+
+MODULES_DEP = """\
+kernel/fs/9p/9p.ko: kernel/fs/fscache/fscache.ko kernel/fs/netfs/netfs.ko kernel/net/9p/9pnet.ko
+kernel/fs/fscache/fscache.ko: kernel/fs/netfs/netfs.ko
+kernel/fs/netfs/netfs.ko:
+kernel/net/9p/9pnet.ko:
+kernel/net/9p/9pnet_virtio.ko: kernel/net/9p/9pnet.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
+kernel/drivers/virtio/virtio.ko: kernel/drivers/virtio/virtio_ring.ko
+kernel/drivers/virtio/virtio_ring.ko:
+kernel/drivers/char/virtio_console.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
+kernel/drivers/firmware/qemu-fw-cfg.ko:
+"""
+
+
+def assert_deps_first(order, db):
+    for i, name in enumerate(order):
+        for dep in db.deps(name):
+            if dep in db.paths:
+                assert order.index(dep) < i, (dep, name)
+
+
+def test_modules_dep_load_order():
+    db = ModuleDB.from_modules_dep(MODULES_DEP, ["kernel/fs/9p/builtin.ko"])
+    order = db.load_order(["virtio_console", "qemu_fw_cfg", "9pnet_virtio",
+                           "9p", "builtin"])
+    assert sorted(order) == sorted(["virtio_ring", "virtio", "virtio_console",
+                                    "qemu_fw_cfg", "9pnet", "9pnet_virtio",
+                                    "netfs", "fscache", "9p"])
+    assert len(order) == len(set(order))
+    assert_deps_first(order, db)
+    assert "qemu_fw_cfg" in db.paths           # '-' in file name -> '_'
+
+
+def test_modules_dep_missing_and_cycle():
+    db = ModuleDB.from_modules_dep(MODULES_DEP)
+    with pytest.raises(KeyError):
+        db.load_order(["virtio_net"])
+    cyc = ModuleDB.from_modules_dep("a.ko: b.ko\nb.ko: a.ko\n")
+    with pytest.raises(ValueError, match="cycle"):
+        cyc.load_order(["a"])
+
+
+def test_modules_dep_text_roundtrip():
+    db = ModuleDB.from_modules_dep(MODULES_DEP)
+    order = db.load_order(["9p", "virtio_console"])
+    text = db.modules_dep_text(order)
+    again = ModuleDB.from_modules_dep(text)
+    again_order = again.load_order(["9p", "virtio_console"])
+    assert sorted(again_order) == sorted(order)
+    assert_deps_first(again_order, db)
+    assert_deps_first(order, again)
+    # depmod style: the module loaded first is listed last
+    line = next(l for l in text.splitlines() if l.startswith("kernel/fs/9p/9p.ko"))
+    assert line.split()[-1] in ("kernel/fs/netfs/netfs.ko",
+                                "kernel/net/9p/9pnet.ko")
+
+
+def test_module_tree_without_modules_dep(tmp_path):
+    """Debian's packages ship no modules.dep: read .modinfo instead."""
+    moddir = tmp_path / "lib" / "modules" / "6.1.0-test"
+    kos = {"drivers/virtio/virtio_ring.ko": ("virtio_ring", []),
+           "drivers/virtio/virtio.ko": ("virtio", ["virtio_ring"]),
+           "drivers/virtio/virtio_pci.ko": ("virtio_pci", ["virtio",
+                                                           "virtio_ring"]),
+           "fs/9p/9p.ko": ("9p", ["9pnet"]),
+           "net/9p/9pnet.ko": ("9pnet", []),
+           "lib/crc32c_generic.ko": ("crc32c_generic", []),
+           "fs/ext4/ext4.ko": ("ext4", [])}
+    for rel, (name, deps) in kos.items():
+        p = moddir / "kernel" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        extra = ["softdep=pre: crc32c_generic post: nothere"] \
+            if name == "9p" else []
+        p.write_bytes(make_ko(name, deps, extra))
+    (moddir / "modules.builtin").write_text("kernel/drivers/virtio/virtio_anchor.ko\n")
+    db = ModuleDB.from_tree(moddir)
+    order = db.load_order(["virtio_pci", "9p", "virtio_anchor"])
+    assert sorted(order) == ["9p", "9pnet", "crc32c_generic", "virtio",
+                             "virtio_pci", "virtio_ring"]
+    assert_deps_first(order, db)
+    assert "ext4" not in order
+
+
+# ---------------------------------------------------------------------------
+# apt parsing, System.map
+
+
+def test_apt_parsing():
+    recs = image.parse_apt_records(
+        "Package: linux-image-amd64\nVersion: 6.1.192-2\n"
+        "Depends: linux-image-6.1.0-56-amd64 (= 6.1.192-2)\n\n"
+        "Package: busybox-static\nVersion: 1:1.35.0-4\nDescription: x\n"
+        " continued\n")
+    assert [r["Package"] for r in recs] == ["linux-image-amd64",
+                                            "busybox-static"]
+    assert image.kernel_from_depends(recs[0]["Depends"]) == (
+        "linux-image-6.1.0-56-amd64", "6.1.192-2")
+    assert image.kernel_from_depends(
+        "kmod, linux-image-6.1.0-9-amd64-unsigned | linux-image-6.1.0-9-amd64"
+    ) == ("linux-image-6.1.0-9-amd64-unsigned", None)
+    assert image.kernel_from_depends("kmod, linux-base (>= 4.3~)") is None
+    assert image._deb_filename("busybox-static", "1:1.35") == \
+        "busybox-static_1%3a1.35_"
+
+
+def test_system_map_from_kallsyms():
+    text = ("ffffffff81000100 T second\n"
+            "ffffffff81000000 T _text\n"
+            "ffffffffc0200000 t virtio_init\t[virtio]\n"
+            "0000000000000000 A fixed_percpu_data\n")
+    assert image.system_map_from_kallsyms(text) == (
+        "0000000000000000 A fixed_percpu_data\n"
+        "ffffffff81000000 T _text\n"
+        "ffffffff81000100 T second\n")
+
+
+# ---------------------------------------------------------------------------
+# cache key
+
+
+@pytest.fixture
+def fake_inputs(tmp_path, monkeypatch):
+    """gather_inputs() against a temporary recipe and fake host tools."""
+    recipes = tmp_path / "images"
+    d = recipes / "default"
+    d.mkdir(parents=True)
+    (d / "recipe.json").write_text(json.dumps({
+        "kernel": {"package": "linux-image-amd64"},
+        "busybox": {"package": "busybox-static"},
+        "perf": {"package": "linux-perf"},
+        "modules": ["9p"]}))
+    (d / "init").write_text("#!/bin/sh\n")
+    perf = tmp_path / "perf"
+    perf.write_bytes(b"\x7fELF perf")
+    lib = tmp_path / "libc.so.6"
+    lib.write_bytes(b"\x7fELF libc")
+    versions = {"linux-image-6.1.0-56-amd64": "6.1.192-2",
+                "busybox-static": "1:1.35.0-4"}
+    monkeypatch.setattr(image, "recipe_dir", lambda name: recipes / name)
+    monkeypatch.setattr(image, "resolve_packages", lambda meta, others: (
+        "linux-image-6.1.0-56-amd64", dict(versions)))
+    monkeypatch.setattr(image, "find_perf_binary", lambda r: (perf, "6.1.187-1"))
+    monkeypatch.setattr(image, "ldd_libraries", lambda b: [
+        ("/lib/x86_64-linux-gnu/libc.so.6", lib)])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    class Ctx:
+        pass
+    ctx = Ctx()
+    ctx.recipe, ctx.perf, ctx.lib, ctx.versions = d, perf, lib, versions
+    ctx.tmp = tmp_path
+    ctx.hash = lambda driver=None: image.gather_inputs("default", driver).hash
+    return ctx
+
+
+def test_cache_key_stable(fake_inputs):
+    assert fake_inputs.hash() == fake_inputs.hash()
+
+
+def test_cache_key_recipe_change(fake_inputs):
+    before = fake_inputs.hash()
+    (fake_inputs.recipe / "init").write_text("#!/bin/sh\necho changed\n")
+    assert fake_inputs.hash() != before
+    before = fake_inputs.hash()
+    (fake_inputs.recipe / "overlay").mkdir()
+    (fake_inputs.recipe / "overlay" / "motd").write_text("hi\n")
+    assert fake_inputs.hash() != before
+
+
+def test_cache_key_package_version_change(fake_inputs):
+    before = fake_inputs.hash()
+    fake_inputs.versions["busybox-static"] = "1:1.36.0-1"
+    assert fake_inputs.hash() != before
+
+
+def test_cache_key_driver_change(fake_inputs):
+    ko = fake_inputs.tmp / "pvperf.ko"
+    ko.write_bytes(make_ko("pvperf"))
+    without, with_ko = fake_inputs.hash(None), fake_inputs.hash(ko)
+    assert without != with_ko
+    ko.write_bytes(make_ko("pvperf", extra=["parmtype=x:int"]))
+    assert fake_inputs.hash(ko) not in (without, with_ko)
+    with pytest.raises(image.ImageError, match="PMU driver"):
+        fake_inputs.hash(fake_inputs.tmp / "missing.ko")
+
+
+def test_cache_key_host_perf_change(fake_inputs):
+    before = fake_inputs.hash()
+    fake_inputs.lib.write_bytes(b"\x7fELF libc, a longer new version")
+    assert fake_inputs.hash() != before
+
+
+def test_cache_key_builder_change(fake_inputs, monkeypatch):
+    before = fake_inputs.hash()
+    monkeypatch.setattr(image, "_sha256_file", lambda p, _real=image._sha256_file:
+                        "0" * 64 if Path(p) == Path(image.__file__) else _real(p))
+    assert fake_inputs.hash() != before
+
+
+def test_image_status_without_image(fake_inputs):
+    assert image.image_status("default", driver_ko=None) is None
+
+
+# ---------------------------------------------------------------------------
+# recipe and /init
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_default_recipe_loads():
+    r = image.load_recipe("default")
+    assert r.init.is_file()
+    assert "virtio_console" in r.modules and "9p" in r.modules
+
+
+def test_init_mentions_contract_names():
+    init = (REPO / "images" / "default" / "init").read_text()
+    for word in ("org.pvperf.control", "org.pvperf.stdout",
+                 "org.pvperf.stderr", "opt/org.pvperf/cmd", "pvperf-host",
+                 "pvperf.mode=", "pvperf.share=", "pvperf.pmu=",
+                 "poweroff -f", "perf_event_paranoid", "kptr_restrict",
+                 "/lib/modules/pvperf/pvperf.ko", image.GUEST_MODULE_LIST):
+        assert word in init, word
+
+
+def test_init_parses_with_busybox():
+    bb = image.image_dir("default") / "root" / "bin" / "busybox"
+    if not bb.exists():
+        pytest.skip(f"no built image with busybox at {bb} "
+                    "(run python3 -m pyhost.image build)")
+    subprocess.run([str(bb), "sh", "-n",
+                    str(REPO / "images" / "default" / "init")], check=True)
+
+
+@pytest.mark.skipif(os.environ.get("PVPERF_IMAGE_BOOT_TEST") != "1",
+                    reason="boots the cached image; set PVPERF_IMAGE_BOOT_TEST=1")
+def test_cached_image_boots(tmp_path):
+    img = image.image_status("default")
+    if img is None:
+        pytest.skip("image missing or out of date: python3 -m pyhost.image build")
+    kallsyms, perf_version = image.smoke_boot(img.vmlinux, img.initramfs,
+                                              tmp_path)
+    assert " T _text" in kallsyms
+    assert perf_version.startswith("perf version")
+
+
+def test_driver_only_update_reuses_image(fake_inputs):
+    """A changed driver swaps the .ko in the cached tree and rewrites the
+    cpio, without unpacking or booting anything; stale build dirs go."""
+    inputs = image.gather_inputs("default", None)
+    final = image.image_dir("default")
+    (final / "root" / "bin").mkdir(parents=True)
+    (final / "root" / "init").write_text("#!/bin/sh\n")
+    os.symlink("busybox", final / "root" / "bin" / "sh")
+    (final / "vmlinux").write_bytes(PVH_ELF)
+    (final / "System.map").write_text("ffffffff81000000 T _text\n")
+    (final / "initramfs.cpio").write_bytes(b"")
+    (final / "manifest.json").write_text(json.dumps({
+        "kernel_version": "6.1.0-test", "input_hash": inputs.hash,
+        "base_hash": inputs.base_hash}))
+    stale = final.parent / ".build-default-stale"
+    stale.mkdir()
+    assert image.image_status("default", driver_ko=None) is not None
+
+    ko = fake_inputs.tmp / "pvperf.ko"
+    ko.write_bytes(make_ko("pvperf", extra=[
+        "parmtype=ksym_perf_event_overflow:ulong"]))
+    assert image.image_status("default", driver_ko=ko) is None
+    steps = []
+    img = image.build_image("default", driver_ko=ko,
+                            progress=lambda i, n, m: steps.append(i))
+    assert 3 not in steps and 8 not in steps          # no unpack, no boot
+    assert not stale.exists()
+    assert img.kernel_version == "6.1.0-test"
+    assert image.image_status("default", driver_ko=ko) == img
+    entries = {e.name: e for e in read_newc(img.initramfs.read_bytes())}
+    assert entries[image.GUEST_DRIVER_PATH].data == ko.read_bytes()
+    assert entries[image.GUEST_DRIVER_KSYMS].data == b"perf_event_overflow\n"
+    assert entries["bin/sh"].data == b"busybox"
+    assert "dev/console" in entries
+    assert (img.root / image.GUEST_DRIVER_PATH).read_bytes() == ko.read_bytes()
+
+    img = image.build_image("default", driver_ko=None, progress=None)
+    names = {e.name for e in read_newc(img.initramfs.read_bytes())}
+    assert image.GUEST_DRIVER_PATH not in names
+    assert "lib/modules/pvperf" not in names
