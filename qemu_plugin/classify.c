@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * classify.c - decode a translation block's instructions with capstone
+ * (4.0.2, Debian 12) and say, per instruction, whether it is a branch,
+ * whether it accesses data memory, and whether it may fault.  Runs at
+ * translation time only; never on an exec or memory callback.
+ *
+ * Branches (PVPERF_CTR_BRANCH_*), conditional ones counted taken or not:
+ *   jcc, jmp (direct, indirect, far), call (all forms), ret/retf,
+ *   loop/loope/loopne, jcxz/jecxz/jrcxz, iret*, int/int1/int3/into,
+ *   syscall/sysret/sysenter/sysexit.
+ * That is capstone's groups JUMP, CALL, RET, IRET, INT and
+ * BRANCH_RELATIVE (loop* is only in the last one) plus the syscall family
+ * by id, since capstone files sysret/sysexit under IRET and syscall/
+ * sysenter under INT but we do not want to depend on that.
+ *
+ * Phantoms.  QEMU 7.2's x86 translator (target/i386/tcg/translate.c,
+ * advance_pc) aborts an instruction that is not the first of its TB and
+ * straddles the end of the TB's first page: siglongjmp(s->jmpbuf, 2)
+ * removes its TCG ops and ends the TB before it.  But translator_loop had
+ * already called plugin_gen_insn_start for it, so the plugin still sees it
+ * as the TB's last instruction, with only the bytes read so far.  It never
+ * runs as part of this TB (it starts the next one); counting it would
+ * over-count by one per execution.  We recognise it: the last instruction
+ * of a TB of two or more, starting in the last 15 bytes of the first page,
+ * whose bytes do not decode to an instruction of exactly that length.
+ * (A real instruction capstone 4 cannot decode, in that very place, would
+ * be taken for a phantom: one instruction under-counted per execution.)
+ *
+ * Decoding mode.  The plugin API does not tell the CPU mode.  Kernel-half
+ * code is 64-bit.  Elsewhere (firmware, 32-bit compat processes) we try
+ * 64-, 32- and 16-bit decoding and keep the first mode in which every
+ * instruction decodes to exactly the length QEMU translated; if none
+ * does, every instruction is a segment boundary and nothing is a branch
+ * (exact instruction counts, branches under-counted: a candid FIXME).
+ */
+#include <glib.h>
+#include <capstone/capstone.h>
+#include <string.h>
+
+#include "pvperf.h"
+
+#define X86_MAX_INSN_LEN 15
+#define GUEST_PAGE_SIZE 4096
+
+enum { MODE_64, MODE_32, MODE_16, N_MODES };
+
+static const cs_mode cs_modes[N_MODES] = { CS_MODE_64, CS_MODE_32, CS_MODE_16 };
+
+/*
+ * Capstone handles are not thread-safe and translation runs concurrently
+ * on MTTCG vCPU threads, so each thread opens its own, lazily.  They are
+ * reclaimed at process exit (see plugin_exit for why not earlier).
+ */
+struct cs_thread {
+	bool tried[N_MODES];
+	csh handle[N_MODES];
+	cs_insn *insn[N_MODES];
+};
+static __thread struct cs_thread cs_tls;
+
+static bool cs_get(int mode, csh *h, cs_insn **ci)
+{
+	struct cs_thread *t = &cs_tls;
+
+	if (!t->tried[mode]) {
+		t->tried[mode] = true;
+		if (cs_open(CS_ARCH_X86, cs_modes[mode], &t->handle[mode]) != CS_ERR_OK)
+			return false;
+		cs_option(t->handle[mode], CS_OPT_DETAIL, CS_OPT_ON);
+		t->insn[mode] = cs_malloc(t->handle[mode]);
+	}
+	*h = t->handle[mode];
+	*ci = t->insn[mode];
+	return *ci != NULL;
+}
+
+static bool in_list(unsigned id, const unsigned *list, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (list[i] == id)
+			return true;
+	}
+	return false;
+}
+
+static bool in_group(const cs_detail *d, unsigned group)
+{
+	for (unsigned i = 0; i < d->groups_count; i++) {
+		if (d->groups[i] == group)
+			return true;
+	}
+	return false;
+}
+
+static bool is_stack_reg(unsigned reg)
+{
+	return reg == X86_REG_RSP || reg == X86_REG_ESP || reg == X86_REG_SP;
+}
+
+static bool uses_stack(const cs_detail *d)
+{
+	for (unsigned i = 0; i < d->regs_read_count; i++) {
+		if (is_stack_reg(d->regs_read[i]))
+			return true;
+	}
+	for (unsigned i = 0; i < d->regs_write_count; i++) {
+		if (is_stack_reg(d->regs_write[i]))
+			return true;
+	}
+	return false;
+}
+
+static const unsigned syscall_family[] = {
+	X86_INS_SYSCALL, X86_INS_SYSRET, X86_INS_SYSENTER, X86_INS_SYSEXIT,
+};
+
+static bool is_branch(const cs_insn *ci)
+{
+	static const unsigned groups[] = {
+		X86_GRP_JUMP, X86_GRP_CALL, X86_GRP_RET, X86_GRP_IRET,
+		X86_GRP_INT, X86_GRP_BRANCH_RELATIVE,
+	};
+
+	for (size_t i = 0; i < G_N_ELEMENTS(groups); i++) {
+		if (in_group(ci->detail, groups[i]))
+			return true;
+	}
+	return in_list(ci->id, syscall_family, G_N_ELEMENTS(syscall_family));
+}
+
+/* Memory accessed without a memory operand, or with no rsp in capstone's
+ * implicit registers (enter, iret*, retf, int* push on the stack). */
+static const unsigned implicit_mem[] = {
+	X86_INS_PUSH, X86_INS_POP, X86_INS_PUSHF, X86_INS_PUSHFD,
+	X86_INS_PUSHFQ, X86_INS_POPF, X86_INS_POPFD, X86_INS_POPFQ,
+	X86_INS_PUSHAL, X86_INS_PUSHAW, X86_INS_POPAL, X86_INS_POPAW,
+	X86_INS_CALL, X86_INS_LCALL, X86_INS_RET, X86_INS_RETF,
+	X86_INS_RETFQ, X86_INS_ENTER, X86_INS_LEAVE, X86_INS_IRET,
+	X86_INS_IRETD, X86_INS_IRETQ, X86_INS_INT, X86_INS_INT1,
+	X86_INS_INT3, X86_INS_INTO, X86_INS_XLATB, X86_INS_MONITOR,
+	X86_INS_MASKMOVQ, X86_INS_MASKMOVDQU, X86_INS_VMASKMOVDQU,
+	X86_INS_MOVSB, X86_INS_MOVSW, X86_INS_MOVSD, X86_INS_MOVSQ,
+	X86_INS_STOSB, X86_INS_STOSW, X86_INS_STOSD, X86_INS_STOSQ,
+	X86_INS_LODSB, X86_INS_LODSW, X86_INS_LODSD, X86_INS_LODSQ,
+	X86_INS_CMPSB, X86_INS_CMPSW, X86_INS_CMPSD, X86_INS_CMPSQ,
+	X86_INS_SCASB, X86_INS_SCASW, X86_INS_SCASD, X86_INS_SCASQ,
+	X86_INS_INSB, X86_INS_INSW, X86_INS_INSD,
+	X86_INS_OUTSB, X86_INS_OUTSW, X86_INS_OUTSD,
+};
+
+static bool has_mem_operand(const cs_insn *ci)
+{
+	const cs_x86 *x = &ci->detail->x86;
+
+	/* lea and the multi-byte nops have a memory operand but no access. */
+	if (ci->id == X86_INS_LEA || ci->id == X86_INS_NOP)
+		return false;
+	for (unsigned i = 0; i < x->op_count; i++) {
+		if (x->operands[i].type == X86_OP_MEM)
+			return true;
+	}
+	return false;
+}
+
+static bool accesses_memory(const cs_insn *ci)
+{
+	return has_mem_operand(ci) || uses_stack(ci->detail) ||
+	       in_list(ci->id, implicit_mem, G_N_ELEMENTS(implicit_mem));
+}
+
+/* Faults other than on a data access; each ends a segment so that an
+ * uncorrected fault of this kind costs at most one instruction. */
+static const unsigned may_trap_ids[] = {
+	X86_INS_DIV, X86_INS_IDIV, X86_INS_UD0, X86_INS_UD2, X86_INS_UD2B,
+	X86_INS_RDMSR, X86_INS_WRMSR, X86_INS_RDPMC, X86_INS_RDTSC,
+	X86_INS_RDTSCP, X86_INS_IN, X86_INS_OUT, X86_INS_XGETBV,
+	X86_INS_XSETBV, X86_INS_BOUND,
+};
+
+static bool may_trap(const cs_insn *ci)
+{
+	const cs_detail *d = ci->detail;
+
+	return in_group(d, X86_GRP_INT) || in_group(d, X86_GRP_IRET) ||
+	       in_group(d, X86_GRP_PRIVILEGE) || in_group(d, X86_GRP_VM) ||
+	       in_list(ci->id, syscall_family, G_N_ELEMENTS(syscall_family)) ||
+	       in_list(ci->id, may_trap_ids, G_N_ELEMENTS(may_trap_ids));
+}
+
+/* Decode one instruction; true if capstone agrees with QEMU's length. */
+static bool decode(int mode, const struct cls_insn *in, uint8_t *flags)
+{
+	const uint8_t *code = in->bytes;
+	size_t size = in->len;
+	uint64_t addr = in->vaddr;
+	cs_insn *ci;
+	csh h;
+
+	if (!cs_get(mode, &h, &ci) || !cs_disasm_iter(h, &code, &size, &addr, ci))
+		return false;
+	if (ci->size != in->len)
+		return false;
+	*flags = 0;
+	if (is_branch(ci))
+		*flags |= CLS_BRANCH;
+	if (accesses_memory(ci))
+		*flags |= CLS_MEM;
+	if ((*flags & CLS_MEM) || may_trap(ci))
+		*flags |= CLS_BOUNDARY;
+	return true;
+}
+
+static bool decode_all(int mode, const struct cls_insn *insn, size_t n,
+		       uint8_t *cls)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!decode(mode, &insn[i], &cls[i]))
+			return false;
+	}
+	return true;
+}
+
+static bool may_be_phantom(const struct cls_insn *insn, size_t n)
+{
+	const struct cls_insn *last = &insn[n - 1];
+	uint64_t page = insn[0].vaddr & ~(uint64_t)(GUEST_PAGE_SIZE - 1);
+
+	return n >= 2 && last->vaddr >= page &&
+	       last->vaddr - page < GUEST_PAGE_SIZE &&
+	       last->vaddr - page > GUEST_PAGE_SIZE - X86_MAX_INSN_LEN;
+}
+
+void classify_tb(const struct cls_insn *insn, size_t n, uint8_t *cls)
+{
+	bool suspect = may_be_phantom(insn, n);
+	size_t sure = suspect ? n - 1 : n;
+	int last_mode = vaddr_is_kernel(insn[0].vaddr) ? MODE_64 : MODE_16;
+
+	for (int mode = MODE_64; mode <= last_mode; mode++) {
+		if (decode_all(mode, insn, sure, cls)) {
+			if (suspect && !decode(mode, &insn[n - 1], &cls[n - 1]))
+				cls[n - 1] = CLS_PHANTOM;
+			return;
+		}
+	}
+	memset(cls, CLS_BOUNDARY, n);
+}

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * pvperf.h - internal interfaces of the pvperf TCG plugin (not an ABI: the
+ * ABIs are guest_kernel_patch/pvperf_abi.h and pvperf_proto.h).
+ *
+ *   pvperf.c    version, options, state, callback registration, the
+ *               counting on/off switch (qemu_plugin_reset), exit, install
+ *   classify.c  capstone decode at translation: branch / memory / may-fault
+ *   count.c     exact retired instructions and branches by segments, and
+ *               the page-fault correction (PVPERF_OP_FAULT)
+ *   hcall.c     the doorbell: hypercall detection, dispatch, service socket
+ *
+ * Index spaces (as in pvperf_abi.h): "vcpu" is QEMU's cpu_index, "gpa" a
+ * guest physical address (== offset into the RAM file, see hcall.c),
+ * "vaddr" a guest virtual address.  Counters are indexed by PVPERF_CTR_*.
+ *
+ * Contexts: translation (tb_trans) runs on any vCPU thread, concurrently
+ * on several under MTTCG; exec/mem callbacks run on the vCPU thread that
+ * executes the code; flush and reset callbacks run in an exclusive section
+ * (every vCPU stopped); plugin_exit runs in whatever thread calls exit(),
+ * which may be a vCPU thread while other vCPUs still run (isa-debug-exit).
+ */
+#ifndef PVPERF_PLUGIN_H
+#define PVPERF_PLUGIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <qemu-plugin.h>
+
+#include "pvperf_abi.h"
+#include "pvperf_proto.h"
+
+/* x86_64 canonical kernel half; user space can never execute there. */
+#define PVPERF_KERNEL_HALF	0xffff800000000000ULL
+
+/* The pc machine keeps gpa == RAM file offset only below its 3 GiB hole
+ * (q35: 2 GiB when RAM > 2.75 GiB); pvperf supports RAM up to 2 GiB. */
+#define PVPERF_MAX_RAM		(2ULL << 30)
+
+static inline bool vaddr_is_kernel(uint64_t vaddr)
+{
+	return vaddr >= PVPERF_KERNEL_HALF;
+}
+
+static inline unsigned ctr_insn(bool kernel)
+{
+	return kernel ? PVPERF_CTR_INSN_KERNEL : PVPERF_CTR_INSN_USER;
+}
+
+static inline unsigned ctr_branch(bool kernel)
+{
+	return kernel ? PVPERF_CTR_BRANCH_KERNEL : PVPERF_CTR_BRANCH_USER;
+}
+
+/* Per-vCPU slot; one cache line each so vCPU threads never share a line. */
+struct pvperf_vcpu {
+	/*
+	 * Raw counters.  Only this vCPU's thread touches them: the inline ops
+	 * and exec callbacks of the code it runs, the FAULT handler and the
+	 * doorbell callback (both run on this thread, inside its own
+	 * execution).  No atomics needed; plugin_exit reads them racily, for
+	 * the verbose report only.
+	 */
+	uint64_t ctr[PVPERF_NR_COUNTERS];
+	int fd;			/* service connection or -1; vCPU thread only */
+	unsigned log_budget;	/* guest-triggerable log lines left */
+} __attribute__((aligned(64)));
+
+struct pvperf_state {
+	qemu_plugin_id_t id;
+	/* Options, set at install and read-only afterwards. */
+	const char *sock_path;	/* NULL: no service */
+	const char *ram_path;	/* NULL: hypercalls are not handled */
+	uint64_t ram_size;
+	bool count_at_start;
+	bool verbose;
+	/* Guest RAM (MAP_SHARED) or NULL; see hcall.c for its lifetime. */
+	uint8_t *ram;
+	struct pvperf_vcpu *vcpu;	/* [n_vcpus], never reallocated */
+	unsigned n_vcpus;		/* qemu_plugin_n_max_vcpus() */
+	bool use_inline;		/* one vCPU: inline adds are exact */
+};
+
+extern struct pvperf_state pv;
+
+/* pvperf.c */
+bool pvperf_counting(void);
+void pvperf_request_counting(bool on);
+void pvperf_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void pvperf_guest_log(unsigned vcpu, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* classify.c: per-insn flags computed at translation. */
+enum {
+	CLS_BRANCH	= 1 << 0,	/* a retired branch (see classify.c) */
+	CLS_MEM		= 1 << 1,	/* accesses data memory: may page-fault */
+	CLS_BOUNDARY	= 1 << 2,	/* may fault: last insn of a segment */
+	CLS_PHANTOM	= 1 << 3,	/* not executed: see classify.c */
+};
+
+struct cls_insn {
+	const uint8_t *bytes;
+	size_t len;
+	uint64_t vaddr;
+};
+
+void classify_tb(const struct cls_insn *insn, size_t n, uint8_t *cls);
+
+/* count.c */
+void count_init(void);
+void count_tb(struct qemu_plugin_tb *tb, size_t n);
+int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode);
+void count_flush(void);
+
+/* hcall.c */
+int hcall_init(void);
+void hcall_tb(struct qemu_plugin_tb *tb, size_t n);
+void hcall_vcpu_exit(unsigned vcpu);
+void hcall_exit(void);
+
+/* A tiny bump allocator for udata that lives as long as the TBs (count.c). */
+void *arena_alloc(size_t size);
+
+#endif /* PVPERF_PLUGIN_H */

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * classify_test.c - unit test of classify.c, natively (no QEMU): which
+ * x86 instructions count as branches, access memory, or end a segment,
+ * and the phantom last instruction of QEMU 7.2 TBs.
+ *
+ *   make -C qemu_plugin check
+ */
+#include <glib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pvperf.h"
+
+/* Link stubs: classify.c needs nothing else from the plugin. */
+struct pvperf_state pv;
+
+#define B CLS_BRANCH
+#define M CLS_MEM
+#define X CLS_BOUNDARY
+
+struct expect {
+	const char *name;
+	uint8_t bytes[15];
+	size_t len;
+	uint8_t cls;
+};
+
+static const struct expect cases[] = {
+	{ "add %rcx,%rdx",	{ 0x48, 0x01, 0xca }, 3, 0 },
+	{ "lea (%rsp),%rax",	{ 0x48, 0x8d, 0x04, 0x24 }, 4, 0 },
+	{ "nopw 0(%rax,%rax)",	{ 0x66, 0x0f, 0x1f, 0x44, 0, 0 }, 6, 0 },
+	{ "mov %rsp,%rbp",	{ 0x48, 0x89, 0xe5 }, 3, 0 },
+	{ "mov (%rsi),%rbx",	{ 0x48, 0x8b, 0x1e }, 3, M | X },
+	{ "doorbell",		{ 0xc7, 0x00, 0x50, 0x56, 0x50, 0x46 }, 6, M | X },
+	{ "push %rbx",		{ 0x53 }, 1, M | X },
+	{ "pop %rbx",		{ 0x5b }, 1, M | X },
+	{ "pushfq",		{ 0x9c }, 1, M | X },
+	{ "enter $8,$0",	{ 0xc8, 8, 0, 0 }, 4, M | X },
+	{ "leave",		{ 0xc9 }, 1, M | X },
+	{ "rep movsb",		{ 0xf3, 0xa4 }, 2, M | X },
+	{ "stosq",		{ 0x48, 0xab }, 2, M | X },
+	{ "xlat",		{ 0xd7 }, 1, M | X },
+	{ "lock cmpxchg16b",	{ 0xf0, 0x48, 0x0f, 0xc7, 0x0e }, 5, M | X },
+	{ "xsave (%rax)",	{ 0x0f, 0xae, 0x20 }, 3, M | X },
+	{ "div %rcx",		{ 0x48, 0xf7, 0xf1 }, 3, X },
+	{ "ud2",		{ 0x0f, 0x0b }, 2, X },
+	{ "rdmsr",		{ 0x0f, 0x32 }, 2, X },
+	{ "hlt",		{ 0xf4 }, 1, X },
+	{ "jne .",		{ 0x75, 0xfe }, 2, B },
+	{ "jmp .",		{ 0xeb, 0xfe }, 2, B },
+	{ "jmp *%rax",		{ 0xff, 0xe0 }, 2, B },
+	{ "jmp *(%rax)",	{ 0xff, 0x20 }, 2, B | M | X },
+	{ "loop .",		{ 0xe2, 0xfe }, 2, B },
+	{ "jrcxz .",		{ 0xe3, 0xfe }, 2, B },
+	{ "call rel32",		{ 0xe8, 0, 0, 0, 0 }, 5, B | M | X },
+	{ "call *(%rax)",	{ 0xff, 0x10 }, 2, B | M | X },
+	{ "ret",		{ 0xc3 }, 1, B | M | X },
+	{ "lret",		{ 0xcb }, 1, B | M | X },
+	{ "iretq",		{ 0x48, 0xcf }, 2, B | M | X },
+	{ "int $0x80",		{ 0xcd, 0x80 }, 2, B | M | X },
+	{ "int3",		{ 0xcc }, 1, B | M | X },
+	{ "syscall",		{ 0x0f, 0x05 }, 2, B | X },
+	{ "sysretq",		{ 0x48, 0x0f, 0x07 }, 3, B | X },
+	{ "sysenter",		{ 0x0f, 0x34 }, 2, B | X },
+};
+
+static int check(const char *what, uint8_t got, uint8_t want)
+{
+	if (got == want)
+		return 0;
+	printf("FAIL %s: cls 0x%x, want 0x%x\n", what, got, want);
+	return 1;
+}
+
+/* Each case alone, as a one-insn kernel-half TB. */
+static int test_cases(void)
+{
+	int fails = 0;
+
+	for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+		struct cls_insn in = { cases[i].bytes, cases[i].len,
+				       PVPERF_KERNEL_HALF + 0x1000 };
+		uint8_t cls;
+
+		classify_tb(&in, 1, &cls);
+		fails += check(cases[i].name, cls, cases[i].cls);
+	}
+	return fails;
+}
+
+/*
+ * A TB whose last "instruction" starts 5 bytes before the page end and
+ * carries only 3 of movabs's 10 bytes: QEMU aborted it (phantom).  The
+ * same bytes as a TB's only instruction are a real (page-crossing) one;
+ * and a complete last instruction near the page end is real.
+ */
+static int test_phantom(void)
+{
+	static const uint8_t add[] = { 0x48, 0x01, 0xca };
+	static const uint8_t movabs3[] = { 0x48, 0xb8, 0x88 };
+	static const uint8_t ret[] = { 0xc3 };
+	uint64_t page = PVPERF_KERNEL_HALF + 0x5000;
+	struct cls_insn tb[2] = {
+		{ add, sizeof(add), page + 4096 - 8 },
+		{ movabs3, sizeof(movabs3), page + 4096 - 5 },
+	};
+	uint8_t cls[2];
+	int fails = 0;
+
+	classify_tb(tb, 2, cls);
+	fails += check("phantom", cls[1], CLS_PHANTOM);
+	classify_tb(&tb[1], 1, cls);
+	fails += check("first insn never phantom", cls[0], CLS_BOUNDARY);
+	tb[1].bytes = ret;
+	tb[1].len = sizeof(ret);
+	classify_tb(tb, 2, cls);
+	fails += check("complete last insn", cls[1], B | M | X);
+	return fails;
+}
+
+/* 32-bit user code: 0x40 is "inc %eax", a REX prefix in 64-bit mode. */
+static int test_mode_fallback(void)
+{
+	static const uint8_t inc[] = { 0x40 };
+	static const uint8_t push[] = { 0x50 };
+	struct cls_insn tb[2] = {
+		{ inc, 1, 0x8048000 }, { push, 1, 0x8048001 },
+	};
+	uint8_t cls[2];
+	int fails = 0;
+
+	classify_tb(tb, 2, cls);
+	fails += check("32-bit inc", cls[0], 0);
+	fails += check("32-bit push", cls[1], M | X);
+	return fails;
+}
+
+int main(void)
+{
+	int fails = test_cases() + test_phantom() + test_mode_fallback();
+	size_t total = G_N_ELEMENTS(cases) + 3 + 2;
+
+	printf("%zu passed, %d failed\n", total - fails, fails);
+	return fails ? 1 : 0;
+}
