@@ -4,6 +4,7 @@
   pvperf shell [options]                  interactive guest shell
   pvperf image build [--force]            build or refresh the guest image
   pvperf events                           events the paravirtual PMU counts
+  pvperf profile [options] -- CMD         host profile of QEMU + guest
 
 Errors print one line, "pvperf: <what failed>: <cause> — <what to do>";
 tracebacks only with --debug.
@@ -159,6 +160,14 @@ def main(argv=None) -> None:
         if e.details:
             click.echo("--- last console lines ---\n" + e.details, err=True)
         sys.exit(2)
+
+
+def _register_profile() -> None:
+    from .profile_cli import profile
+    cli.add_command(profile)
+
+
+_register_profile()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,293 @@
+"""Symbolizers for the three spaces of a system-wide profile.
+
+  guest kernel  the image's System.map (core kernel, from /proc/kallsyms of
+                a test boot; the PVH-booted vmlinux is not relocated, so
+                its addresses hold in every boot) plus module symbols
+                (``[module]`` lines of /proc/kallsyms captured in the
+                profiled run itself, because module load addresses vary)
+  guest user    ELF files (pyelftools .symtab, else .dynsym) found in the
+                image's root/ tree or in the host directory shared at
+                /mnt/host, placed by the guest's /proc/PID/maps of the
+                profiled process, or, for static executables without a
+                maps snapshot, by their own load addresses; a candidate is
+                accepted only if its bytes at that address equal the code
+                bytes the plugin recorded for the TB, so two processes
+                using one user vaddr for different code are told apart
+  emulator      qemu-system-x86_64 and its libraries: .symtab if present,
+                else .dynsym.  Debian strips QEMU and ships no dbgsym in
+                the default archive: .dynsym names ~10k exported functions;
+                static functions get ``<dso>!fn@0xADDR``, their start taken
+                from the .eh_frame_hdr search table (one entry per
+                function), so samples still group per function.
+
+Addresses: "guestpc" is a guest virtual address, "elf_vaddr" an address
+in an ELF file's own link-time space, "dso_offset" what perf prints for a
+sample in a mapped file (the ELF vaddr for PIE and shared objects).
+"""
+from __future__ import annotations
+
+import bisect
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+GUEST_SHARE_MOUNT = "/mnt/host"
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    start: int
+    size: int          # 0: unknown (extends to the next symbol)
+    dso: str = ""
+
+
+class SymbolTable:
+    """Address-sorted symbols; lookup finds the one containing an address."""
+
+    def __init__(self, symbols: list[Symbol], limit: int = 1 << 20):
+        self._syms = sorted(symbols, key=lambda s: (s.start, -s.size))
+        self._starts = [s.start for s in self._syms]
+        self._limit = limit     # max extent of a size-0 symbol
+
+    def __len__(self) -> int:
+        return len(self._syms)
+
+    def lookup(self, address: int) -> Symbol | None:
+        i = bisect.bisect_right(self._starts, address) - 1
+        while i >= 0:
+            sym = self._syms[i]
+            if sym.size and address < sym.start + sym.size:
+                return sym
+            if not sym.size:
+                nxt = self._starts[i + 1] if i + 1 < len(self._starts) \
+                    else sym.start + self._limit
+                return sym if address < min(nxt, sym.start + self._limit) \
+                    else None
+            # a sized symbol that ends before address: maybe an enclosing
+            # one starts earlier at the same place; stop at the first miss
+            return None
+        return None
+
+
+# -- guest kernel ----------------------------------------------------------------
+
+KERNEL_TEXT_TYPES = set("tTwW")
+
+
+def parse_kallsyms(text: str, dso: str = "[kernel]") -> list[Symbol]:
+    """System.map or /proc/kallsyms lines: 'ADDR TYPE NAME [MODULE]'."""
+    syms = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 3 or parts[1] not in KERNEL_TEXT_TYPES:
+            continue
+        try:
+            start = int(parts[0], 16)
+        except ValueError:
+            continue
+        if not start:
+            continue
+        module = parts[3].strip("[]") if len(parts) > 3 else ""
+        syms.append(Symbol(parts[2], start, 0, f"[{module}]" if module
+                           else dso))
+    return syms
+
+
+def kernel_symbols(system_map: str, module_kallsyms: str = "") -> SymbolTable:
+    syms = parse_kallsyms(system_map)
+    syms += [s for s in parse_kallsyms(module_kallsyms) if s.dso != "[kernel]"]
+    return SymbolTable(syms, limit=64 * 1024)
+
+
+# -- ELF files -------------------------------------------------------------------
+
+class ElfImage:
+    """One ELF file: its function symbols and its loadable bytes."""
+
+    def __init__(self, path: Path, function_starts: bool = False):
+        self.path = Path(path)
+        self.name = self.path.name
+        with open(self.path, "rb") as f:
+            self.data = f.read()
+        elf = ELFFile(_BytesFile(self.data))
+        self.is_static_exec = elf.header.e_type == "ET_EXEC"
+        self.loads = [(s.header.p_vaddr, s.header.p_offset, s.header.p_filesz)
+                      for s in elf.iter_segments()
+                      if s.header.p_type == "PT_LOAD"]
+        syms = self._function_symbols(elf)
+        if function_starts:
+            named = {s.start for s in syms}
+            syms += [Symbol(f"{self.name}!fn@{a:#x}", a, 0, self.name)
+                     for a in _eh_frame_function_starts(elf) if a not in named]
+        self.symbols = SymbolTable(syms, limit=256 * 1024)
+
+    def _function_symbols(self, elf) -> list[Symbol]:
+        for section in (".symtab", ".dynsym"):
+            sec = elf.get_section_by_name(section)
+            if sec is None:
+                continue
+            syms = [Symbol(s.name, s["st_value"], s["st_size"], self.name)
+                    for s in sec.iter_symbols()
+                    if s["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC")
+                    and s["st_value"] and s.name]
+            if syms:
+                return syms
+        return []
+
+    def elf_vaddr_to_offset(self, elf_vaddr: int) -> int | None:
+        for vaddr, offset, filesz in self.loads:
+            if vaddr <= elf_vaddr < vaddr + filesz:
+                return elf_vaddr - vaddr + offset
+        return None
+
+    def offset_to_elf_vaddr(self, offset: int) -> int | None:
+        for vaddr, seg_off, filesz in self.loads:
+            if seg_off <= offset < seg_off + filesz:
+                return offset - seg_off + vaddr
+        return None
+
+    def bytes_at_offset(self, offset: int, n: int) -> bytes:
+        return self.data[offset:offset + n]
+
+
+class _BytesFile:
+    """A minimal seekable file over bytes for pyelftools."""
+
+    def __init__(self, data: bytes):
+        import io
+        self._io = io.BytesIO(data)
+
+    def __getattr__(self, name):
+        return getattr(self._io, name)
+
+
+def _eh_frame_function_starts(elf) -> list[int]:
+    """Function start addresses from .eh_frame_hdr's sorted search table
+    (encoding DW_EH_PE_datarel|sdata4, what GNU ld writes)."""
+    hdr = elf.get_section_by_name(".eh_frame_hdr")
+    if hdr is None:
+        return []
+    data, base = hdr.data(), hdr["sh_addr"]
+    if len(data) < 12 or data[0] != 1 or data[3] != 0x3B or data[2] != 0x03:
+        return []
+    count = struct.unpack_from("<I", data, 8)[0]
+    table = struct.unpack_from(f"<{2 * count}i", data, 12)
+    return [base + table[2 * i] for i in range(count)]
+
+
+# -- guest user space ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Mapping:
+    """One executable line of a guest /proc/PID/maps."""
+    start: int
+    end: int
+    offset: int
+    path: str
+
+    @classmethod
+    def parse_maps(cls, text: str) -> list["Mapping"]:
+        out = []
+        for line in text.splitlines():
+            parts = line.split(None, 5)
+            if len(parts) < 6 or "x" not in parts[1] or \
+                    not parts[5].startswith("/"):
+                continue
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            out.append(cls(lo, hi, int(parts[2], 16), parts[5].strip()))
+        return out
+
+
+class GuestUserSymbols:
+    """guestpc + code bytes -> (ELF, symbol) for guest user space."""
+
+    def __init__(self, image_root: Path | None, share: Path | None,
+                 mappings: list[Mapping] = (), extra_elves: list[Path] = ()):
+        self.image_root = image_root
+        self.share = share
+        self.mappings = list(mappings)
+        self._elves: dict[str, ElfImage | None] = {}
+        self.candidates = [p for p in (self._host_path(m.path)
+                                       for m in self.mappings) if p]
+        self.candidates += [Path(p) for p in extra_elves]
+
+    def _host_path(self, guest_path: str) -> Path | None:
+        if self.share is not None and (guest_path == GUEST_SHARE_MOUNT or
+                                       guest_path.startswith(
+                                           GUEST_SHARE_MOUNT + "/")):
+            return self.share / guest_path[len(GUEST_SHARE_MOUNT):].lstrip("/")
+        if self.image_root is not None:
+            return self.image_root / guest_path.lstrip("/")
+        return None
+
+    def elf(self, host_path: Path) -> ElfImage | None:
+        key = str(host_path)
+        if key not in self._elves:
+            try:
+                self._elves[key] = ElfImage(host_path)
+            except (OSError, ELFError, ValueError):
+                self._elves[key] = None
+        return self._elves[key]
+
+    def guestpc_to_symbol(self, guestpc: int, code: bytes
+                          ) -> tuple[Symbol, ElfImage] | None:
+        probe = code[:16]
+        for m in self.mappings:
+            if not m.start <= guestpc < m.end:
+                continue
+            host = self._host_path(m.path)
+            img = self.elf(host) if host else None
+            if img is None:
+                continue
+            offset = guestpc - m.start + m.offset
+            if probe and img.bytes_at_offset(offset, len(probe)) != probe:
+                continue
+            elf_vaddr = img.offset_to_elf_vaddr(offset)
+            sym = img.symbols.lookup(elf_vaddr) if elf_vaddr is not None \
+                else None
+            if sym:
+                return sym, img
+        return self._static_candidates(guestpc, probe)
+
+    def _static_candidates(self, guestpc: int, probe: bytes):
+        for host in self.candidates:
+            img = self.elf(host)
+            if img is None or not img.is_static_exec:
+                continue
+            offset = img.elf_vaddr_to_offset(guestpc)
+            if offset is None or (probe and img.bytes_at_offset(
+                    offset, len(probe)) != probe):
+                continue
+            sym = img.symbols.lookup(guestpc)
+            if sym:
+                return sym, img
+        return None
+
+
+# -- emulator ---------------------------------------------------------------------
+
+class HostSymbols:
+    """Host DSOs (QEMU, its libraries, the plugin) by path, loaded lazily."""
+
+    def __init__(self):
+        self._images: dict[str, ElfImage | None] = {}
+
+    def image(self, path: str) -> ElfImage | None:
+        if path not in self._images:
+            try:
+                self._images[path] = ElfImage(Path(path),
+                                              function_starts=True)
+            except (OSError, ELFError, ValueError):
+                self._images[path] = None
+        return self._images[path]
+
+    def dso_offset_to_name(self, path: str, dso_offset: int) -> str:
+        img = self.image(path)
+        sym = img.symbols.lookup(dso_offset) if img else None
+        if sym is not None:
+            return sym.name
+        return f"{Path(path).name}!{dso_offset:#x}"
