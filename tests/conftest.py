@@ -65,11 +65,12 @@ def leftovers() -> list[str]:
 
 
 def valgrind_irefs(argv: list[str]) -> int:
-    """valgrind's instruction count (Ir) for a host run of argv."""
+    """valgrind's instruction count (Ir) for a host run of argv, summed
+    over every process it forks (valgrind follows fork)."""
     out = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
                           "--cachegrind-out-file=/dev/null", *argv],
                          capture_output=True, text=True, check=True).stderr
-    for line in out.splitlines():
-        if "I   refs:" in line or "I refs:" in line:
-            return int(line.split(":")[1].strip().replace(",", ""))
-    raise AssertionError(f"no I refs in valgrind output:\n{out}")
+    refs = [int(line.split(":")[1].strip().replace(",", ""))
+            for line in out.splitlines() if "I   refs:" in line]
+    assert refs, f"no I refs in valgrind output:\n{out}"
+    return sum(refs)
