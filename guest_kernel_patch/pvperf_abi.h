@@ -32,7 +32,7 @@
 
 #include <linux/types.h>
 
-#define PVPERF_ABI_VERSION		1
+#define PVPERF_ABI_VERSION		2	/* 2: sampling */
 
 /* The marker store and the value it writes into pvperf_hcall.doorbell. */
 #define PVPERF_DOORBELL_MAGIC		0x46505650	/* "PVPF" */
@@ -57,6 +57,25 @@
  */
 #define PVPERF_OP_PMU_DISABLE		0x102
 #define PVPERF_OP_PMU_ENABLE		0x103
+/*
+ * Sampling (ABI v2).  An event OPENed with attr.sample_period != 0 samples:
+ * the host counts the period down and, at the exact guest instruction that
+ * makes it overflow, writes a struct pvperf_sample into the calling vCPU's
+ * sample buffer, increments guest_perf_event.overflows and injects an NMI
+ * (for PVPERF_ATTR_BUFFERED events only once the buffer holds
+ * buffer's watermark records, like PEBS/perfmon2 sampling buffers).
+ *
+ * SET_PERIOD  args: event id, new period.  Restarts the countdown from the
+ *             next instruction (perf core's hwc->sample_period changed:
+ *             frequency mode, PERF_EVENT_IOC_PERIOD).  The host clamps it
+ *             to at least PVPERF_MIN_PERIOD.
+ * SAMPLE_BUF  args: gpa of a struct pvperf_sample_buf (page aligned), its
+ *             size in bytes (a power of two, 4 KiB .. 1 MiB), the
+ *             watermark in records (1 .. capacity).  Per vCPU: the
+ *             calling vCPU's buffer.  gpa 0 unregisters.
+ */
+#define PVPERF_OP_SET_PERIOD		0x104
+#define PVPERF_OP_SAMPLE_BUF		0x105
 
 /* Execution modes, also the counter split the plugin keeps per vCPU. */
 #define PVPERF_MODE_KERNEL		0
@@ -76,7 +95,20 @@
 #define PVPERF_ATTR_PRECISE_MASK	(3ULL << 5)
 #define PVPERF_ATTR_EXCLUDE_GUEST	(1ULL << 7)
 #define PVPERF_ATTR_EXCLUDE_HOST	(1ULL << 8)
-#define PVPERF_ATTR_KNOWN		((1ULL << 9) - 1)
+/* ABI v2: see PVPERF_OP_SAMPLE_BUF. */
+#define PVPERF_ATTR_BUFFERED		(1ULL << 9)	/* NMI at the watermark */
+/*
+ * Randomized periods (perfmon2's reset randomization): each re-arm adds a
+ * pseudo-random value in [0, 2^bits - 1] to the period; bits 0 = off.
+ */
+#define PVPERF_ATTR_RANDOM_SHIFT	10		/* 5 bits: log2(mask+1) */
+#define PVPERF_ATTR_RANDOM_MASK		(31ULL << 10)
+#define PVPERF_ATTR_KNOWN		((1ULL << 15) - 1)
+
+/* Smallest period the host programs (x86's limit_period analogue). */
+#define PVPERF_MIN_PERIOD		128
+#define PVPERF_SAMPLE_BUF_MIN		4096
+#define PVPERF_SAMPLE_BUF_MAX		(1 << 20)
 
 /* Per-CPU hypercall block; 64-byte aligned so it never straddles a page. */
 struct pvperf_hcall {
@@ -107,7 +139,8 @@ struct pvperf_guest_perf_attr {
 /* Seed: guest_perf_event, written by the host; 8-byte aligned. */
 struct pvperf_guest_perf_event {
 	__u64 count;
-	__u32 overflows;	/* host increments; guest cmpxchg's to 0 */
+	__u32 overflows;	/* host increments (mod 2^32); the guest only
+				 * reads it (differences), so no race */
 	__u32 __pad0;
 };
 
@@ -117,6 +150,37 @@ struct pvperf_guest_perf_param {
 	__u64 guest_event_addr;	/* gpa of struct pvperf_guest_perf_event */
 	__u32 id;		/* event id */
 	__u32 __pad0;
+};
+
+/*
+ * ABI v2: one sample, written by the host at the overflow.  ip is the
+ * instruction whose retirement made the counter reach its period (exact,
+ * not where the NMI lands); mode says which half it ran in.
+ */
+struct pvperf_sample {
+	__u32 event_id;
+	__u32 mode;		/* PVPERF_MODE_* */
+	__u64 ip;		/* guest virtual address of that instruction */
+	__u64 data_addr;	/* 0 for now */
+	__u64 period;		/* the period that elapsed */
+};
+
+/*
+ * ABI v2: the per-vCPU sample buffer, a ring of records after a 64-byte
+ * header.  The host writes record head % capacity and then advances head;
+ * the guest consumes up to head and advances tail.  A record that finds
+ * the ring full is dropped and counted in lost.  Both indices run freely
+ * (mod 2^32).
+ */
+struct pvperf_sample_buf {
+	__u32 head;		/* host: records written */
+	__u32 tail;		/* guest: records consumed */
+	__u32 lost;		/* host: records dropped, ring full */
+	__u32 nmis;		/* host: NMIs injected since registration
+				 * (an injected NMI reaches every vCPU: each
+				 * claims one per increment, see the driver) */
+	__u64 __reserved[6];
+	struct pvperf_sample rec[];	/* (size - 64) / 32 of them */
 };
 
 #define PVPERF_ABI_ASSERT(c, m) _Static_assert(c, m)
@@ -133,5 +197,11 @@ PVPERF_ABI_ASSERT(sizeof(struct pvperf_guest_perf_event) == 16, "event size");
 PVPERF_ABI_ASSERT(sizeof(struct pvperf_guest_perf_param) == 24, "param size");
 PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_guest_perf_param, id) == 16,
 		  "param id");
+
+PVPERF_ABI_ASSERT(sizeof(struct pvperf_sample) == 32, "sample size");
+PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_sample, ip) == 8, "sample ip");
+PVPERF_ABI_ASSERT(sizeof(struct pvperf_sample_buf) == 64, "sample buf header");
+PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_sample_buf, lost) == 8,
+		  "sample buf lost");
 
 #endif /* PVPERF_ABI_H */

@@ -17,8 +17,17 @@
  * ones it cannot, and that goes back to perf unchanged (perf falls back to
  * another event only on ENOENT, ENXIO and ENODEV).
  *
- * Counting only, for now: sampling needs the host's NMI and
- * perf_event_overflow(), see the FIXME in pvperf_event_init().
+ * Sampling (ABI v2): the host records the exact instruction at which a
+ * sampling event's period runs out into this CPU's sample ring (struct
+ * pvperf_sample_buf) and injects an NMI; the NMI handler delivers the
+ * records with perf_event_overflow(), the sample's ip being the recorded
+ * one.  "Buffered" events (no callchain, no register or stack dumps, not
+ * frequency mode) get an NMI only when the ring reaches its watermark,
+ * like PEBS; the ring is also drained when an event is deleted (context
+ * switch) or read, so records are attributed to the task that ran.
+ * perf_event_overflow() is not exported in 6.1: the module takes its
+ * address as the parameter ksym_perf_event_overflow (the guest's /init
+ * fills it from /proc/kallsyms); the in-tree build calls it directly.
  *
  * The same file is the out-of-tree module (guest_kernel_patch/ in pvperf)
  * and arch/x86/events/pvperf/pvperf_pmu.c in the in-tree patch, which
@@ -34,13 +43,17 @@
 #include <linux/idr.h>
 #include <linux/init.h>
 #include <linux/kernel.h>
+#include <linux/gfp.h>
 #include <linux/module.h>
+#include <linux/moduleparam.h>
 #include <linux/percpu.h>
 #include <linux/perf_event.h>
 #include <linux/slab.h>
 #include <linux/tracepoint.h>
+#include <asm/nmi.h>
 #include <asm/page.h>
 #include <asm/ptrace.h>
+#include <asm/segment.h>
 #include <asm/trap_pf.h>
 
 #include <asm/pvperf_abi.h>
@@ -77,7 +90,54 @@ struct pvperf_event {
 	struct pvperf_guest_perf_attr attr;
 	struct pvperf_guest_perf_param param;
 	u32 id;				/* event id, see pvperf_abi.h */
+	u64 programmed_period;		/* last period the host was given */
 };
+
+/*
+ * Sample rings: PVPERF_RING_ORDER pages per CPU, registered with the host
+ * by SAMPLE_BUF on that CPU.  Buffered events raise the NMI at half full.
+ */
+#define PVPERF_RING_ORDER	2
+/* Smallest period programmed for a frequency-mode event (see sync). */
+#define PVPERF_FREQ_MIN_PERIOD	10000
+#define PVPERF_RING_BYTES	(PAGE_SIZE << PVPERF_RING_ORDER)
+#define PVPERF_RING_CAPACITY	((PVPERF_RING_BYTES - \
+				  sizeof(struct pvperf_sample_buf)) / \
+				 sizeof(struct pvperf_sample))
+
+struct pvperf_cpu {
+	struct pvperf_sample_buf *ring;	/* written at init/exit only */
+	/*
+	 * Events added on this CPU, to find a record's event by id.  Written
+	 * by add()/del() (IRQs off), read by the NMI handler: WRITE_ONCE /
+	 * READ_ONCE, and del() drains before it clears its entry.
+	 */
+	struct perf_event *active[PVPERF_COUNTERS_PER_CPU];
+	u32 nmi_claimed;	/* NMIs claimed: compared with ring->nmis */
+	bool draining;		/* a drain runs on this CPU (no nesting) */
+};
+
+static DEFINE_PER_CPU(struct pvperf_cpu, pvperf_cpu);
+
+typedef int (*pvperf_overflow_fn)(struct perf_event *event,
+				  struct perf_sample_data *data,
+				  struct pt_regs *regs);
+
+/* perf_event_overflow(), or NULL: then sampling events are refused. */
+static pvperf_overflow_fn pvperf_overflow;
+
+#ifdef MODULE
+/* Filled by the guest's /init from /proc/kallsyms (images/README.md). */
+static unsigned long ksym_perf_event_overflow;
+module_param(ksym_perf_event_overflow, ulong, 0400);
+MODULE_PARM_DESC(ksym_perf_event_overflow,
+		 "address of perf_event_overflow (not exported in 6.1); 0: no sampling");
+#endif
+
+static bool buffered = true;
+module_param(buffered, bool, 0644);
+MODULE_PARM_DESC(buffered,
+		 "let events without callchains buffer samples (NMI at the watermark)");
 
 /*
  * The blocks of each CPU; written once at init, read in pvperf_hypercall().
@@ -120,7 +180,7 @@ static struct tracepoint *pvperf_tp_fault_kernel;
  * ->ret, which the host writes before the vCPU continues, after it.
  * Without a host the store is just a store and ->ret stays -ENOSYS.
  */
-static noinline s64 pvperf_hypercall(u32 op, u64 arg0, u64 arg1)
+static noinline s64 pvperf_hypercall(u32 op, u64 arg0, u64 arg1, u64 arg2)
 {
 	struct pvperf_hcall *hc;
 	unsigned long flags;
@@ -133,7 +193,7 @@ static noinline s64 pvperf_hypercall(u32 op, u64 arg0, u64 arg1)
 	hc->op = op;
 	hc->args[0] = arg0;
 	hc->args[1] = arg1;
-	hc->args[2] = 0;
+	hc->args[2] = arg2;
 	hc->ret = -ENOSYS;	/* the ABI's "no host" value */
 	asm volatile("movl %[magic], (%[block])"
 		     : /* no outputs: the host writes hc->ret */
@@ -148,15 +208,20 @@ static noinline s64 pvperf_hypercall(u32 op, u64 arg0, u64 arg1)
  * An operation whose result is 0 or a negative errno.  The host's value is
  * not trusted to be either: anything else becomes -EIO.
  */
-static int pvperf_op(u32 op, u64 arg0)
+static int pvperf_op3(u32 op, u64 arg0, u64 arg1, u64 arg2)
 {
-	s64 ret = pvperf_hypercall(op, arg0, 0);
+	s64 ret = pvperf_hypercall(op, arg0, arg1, arg2);
 
 	if (ret == 0 || (ret < 0 && ret >= -MAX_ERRNO))
 		return ret;
 	pr_warn_ratelimited("host returned %lld for op %u (arg %#llx)\n",
 			    ret, op, arg0);
 	return -EIO;
+}
+
+static int pvperf_op(u32 op, u64 arg0)
+{
+	return pvperf_op3(op, arg0, 0, 0);
 }
 
 static int pvperf_hcall_blocks_alloc(void)
@@ -191,6 +256,19 @@ static void pvperf_hcall_blocks_free(void)
  * Host events
  */
 
+/* Sample fields that need the registers or stack of the sampled moment. */
+#define PVPERF_UNBUFFERED_SAMPLE_TYPE	(PERF_SAMPLE_CALLCHAIN | \
+					 PERF_SAMPLE_REGS_USER | \
+					 PERF_SAMPLE_STACK_USER | \
+					 PERF_SAMPLE_REGS_INTR | \
+					 PERF_SAMPLE_BRANCH_STACK)
+
+static bool pvperf_buffered_ok(const struct perf_event_attr *attr)
+{
+	return READ_ONCE(buffered) && attr->sample_period && !attr->freq &&
+	       !(attr->sample_type & PVPERF_UNBUFFERED_SAMPLE_TYPE);
+}
+
 static u64 pvperf_attr_flags(const struct perf_event_attr *attr)
 {
 	u64 flags = 0;
@@ -211,15 +289,18 @@ static u64 pvperf_attr_flags(const struct perf_event_attr *attr)
 		flags |= PVPERF_ATTR_EXCLUDE_GUEST;
 	if (attr->exclude_host)
 		flags |= PVPERF_ATTR_EXCLUDE_HOST;
+	if (pvperf_buffered_ok(attr))
+		flags |= PVPERF_ATTR_BUFFERED;
 	return flags;
 }
 
 static void pvperf_fill_open(struct pvperf_event *pe,
-			     const struct perf_event_attr *attr)
+			     const struct perf_event_attr *attr, u64 period)
 {
 	pe->attr.type = attr->type;
 	pe->attr.config = attr->config;
-	pe->attr.sample_period = attr->sample_period;
+	pe->attr.sample_period = period;	/* hwc's: 1 in freq mode */
+	pe->programmed_period = period;
 	pe->attr.sample_type = attr->sample_type;
 	pe->attr.read_format = attr->read_format;
 	pe->attr.flags = pvperf_attr_flags(attr);
@@ -230,7 +311,8 @@ static void pvperf_fill_open(struct pvperf_event *pe,
 }
 
 /* Allocate an id and the shared memory, and OPEN the host event. */
-static struct pvperf_event *pvperf_host_open(const struct perf_event_attr *attr)
+static struct pvperf_event *pvperf_host_open(const struct perf_event_attr *attr,
+					     u64 period)
 {
 	struct pvperf_event *pe;
 	int id, err;
@@ -250,7 +332,7 @@ static struct pvperf_event *pvperf_host_open(const struct perf_event_attr *attr)
 		goto free_pe;
 	}
 	pe->id = id;
-	pvperf_fill_open(pe, attr);
+	pvperf_fill_open(pe, attr, period);
 
 	err = pvperf_op(PVPERF_OP_OPEN, __pa(&pe->param));
 	if (err) {
@@ -326,15 +408,13 @@ static int pvperf_event_init(struct perf_event *event)
 		return -ENOENT;
 	}
 
-	/*
-	 * FIXME: sampling.  The host will count the period down, record the
-	 * exact overflowing IP and inject an NMI; the handler then needs
-	 * perf_event_overflow(), which 6.1 does not export to modules (the
-	 * in-tree form can call it; the module must be handed its address).
-	 */
-	if (is_sampling_event(event)) {
-		pr_debug("sampling is not supported yet\n");
+	if (is_sampling_event(event) && !pvperf_overflow) {
+		pr_debug("sampling needs perf_event_overflow: load with ksym_perf_event_overflow=\n");
 		return -EOPNOTSUPP;
+	}
+	if (attr->precise_ip > 3) {
+		pr_debug("precise_ip %u > 3\n", attr->precise_ip);
+		return -EINVAL;
 	}
 	if (has_branch_stack(event)) {
 		pr_debug("branch stack sampling is not supported\n");
@@ -350,13 +430,17 @@ static int pvperf_event_init(struct perf_event *event)
 		return -EINVAL;
 	}
 
-	pe = pvperf_host_open(attr);
+	pe = pvperf_host_open(attr, !is_sampling_event(event) ? 0 :
+			      attr->freq ? max_t(u64, hwc->sample_period,
+						 PVPERF_FREQ_MIN_PERIOD) :
+			      hwc->sample_period);
 	if (IS_ERR(pe))
 		return PTR_ERR(pe);
 
 	event->pmu_private = pe;
 	event->destroy = pvperf_event_destroy;
 	hwc->idx = -1;		/* no rdpmc: perf_event_idx_default() */
+	hwc->last_period = pe->programmed_period ?: hwc->sample_period;
 	hwc->state = PERF_HES_STOPPED | PERF_HES_UPTODATE;
 	local64_set(&hwc->prev_count, 0);	/* a new host event counts from 0 */
 	return 0;
@@ -372,6 +456,40 @@ static void pvperf_event_update(struct perf_event *event)
 	local64_add(now - prev, &event->count);
 }
 
+/*
+ * perf core changed hwc->sample_period (frequency mode: perf_adjust_period
+ * on an overflow or a tick; PERF_EVENT_IOC_PERIOD): tell the host, which
+ * restarts the countdown with it.
+ */
+static void pvperf_sync_period(struct perf_event *event)
+{
+	struct pvperf_event *pe = event->pmu_private;
+	struct hw_perf_event *hwc = &event->hw;
+	u64 period = hwc->sample_period;
+	int err;
+
+	/*
+	 * Frequency mode starts at period 1 and relies on a fast interrupt
+	 * to grow it; our NMI takes a QMP round trip (~1 ms), so start
+	 * where a few thousand samples a second are likely.  last_period
+	 * then tells perf_adjust_period() what really elapsed.
+	 */
+	if (event->attr.freq)
+		period = max_t(u64, period, PVPERF_FREQ_MIN_PERIOD);
+	if (period == pe->programmed_period)
+		return;
+	err = pvperf_op3(PVPERF_OP_SET_PERIOD, pe->id, period, 0);
+	if (err) {
+		pr_warn_ratelimited("SET_PERIOD of event %u to %llu failed: %d\n",
+				    pe->id, period, err);
+		return;
+	}
+	pe->programmed_period = period;
+	hwc->last_period = period;
+}
+
+static unsigned int pvperf_drain(struct pt_regs *irq_regs);
+
 static void pvperf_event_start(struct perf_event *event, int flags)
 {
 	struct pvperf_event *pe = event->pmu_private;
@@ -383,6 +501,8 @@ static void pvperf_event_start(struct perf_event *event, int flags)
 	if (flags & PERF_EF_RELOAD)
 		WARN_ON_ONCE(!(hwc->state & PERF_HES_UPTODATE));
 	hwc->state = 0;
+	if (is_sampling_event(event))
+		pvperf_sync_period(event);
 
 	/*
 	 * Count before ENABLE (and DISABLE before uncounting in stop()), so
@@ -417,9 +537,17 @@ static void pvperf_event_stop(struct perf_event *event, int flags)
 
 static int pvperf_event_add(struct perf_event *event, int flags)
 {
+	struct pvperf_cpu *pc = this_cpu_ptr(&pvperf_cpu);
+	int i;
+
 	/* perf calls add() and del() on this CPU with IRQs disabled. */
 	if (__this_cpu_read(pvperf_nr_added) >= PVPERF_COUNTERS_PER_CPU)
 		return -EAGAIN;
+	for (i = 0; i < PVPERF_COUNTERS_PER_CPU && pc->active[i]; i++)
+		;
+	if (WARN_ON_ONCE(i == PVPERF_COUNTERS_PER_CPU))
+		return -EAGAIN;
+	WRITE_ONCE(pc->active[i], event);
 	__this_cpu_inc(pvperf_nr_added);
 
 	event->hw.state = PERF_HES_STOPPED | PERF_HES_UPTODATE;
@@ -430,7 +558,21 @@ static int pvperf_event_add(struct perf_event *event, int flags)
 
 static void pvperf_event_del(struct perf_event *event, int flags)
 {
+	struct pvperf_cpu *pc = this_cpu_ptr(&pvperf_cpu);
+	int i;
+
 	pvperf_event_stop(event, PERF_EF_UPDATE);
+	/*
+	 * DISABLE went through the vCPU's one connection after every overflow
+	 * the plugin sent before it, so the ring holds all of this event's
+	 * records: deliver them while the task they belong to is current.
+	 */
+	if (is_sampling_event(event))
+		pvperf_drain(NULL);
+	for (i = 0; i < PVPERF_COUNTERS_PER_CPU; i++) {
+		if (pc->active[i] == event)
+			WRITE_ONCE(pc->active[i], NULL);
+	}
 	__this_cpu_dec(pvperf_nr_added);
 }
 
@@ -445,6 +587,8 @@ static void pvperf_event_read(struct perf_event *event)
 		if (err)
 			pr_warn_ratelimited("READ of event %u failed: %d\n",
 					    pe->id, err);
+		if (is_sampling_event(event))
+			pvperf_drain(NULL);
 	}
 	pvperf_event_update(event);
 }
@@ -512,6 +656,217 @@ static int pvperf_commit_txn(struct pmu *pmu)
 static void pvperf_cancel_txn(struct pmu *pmu)
 {
 	pvperf_thaw();
+}
+
+/* ----------------------------------------------------------------------
+ * Samples: the per-CPU ring and the NMI handler
+ */
+
+static struct perf_event *pvperf_active_event(struct pvperf_cpu *pc, u32 id)
+{
+	int i;
+
+	for (i = 0; i < PVPERF_COUNTERS_PER_CPU; i++) {
+		struct perf_event *event = READ_ONCE(pc->active[i]);
+		struct pvperf_event *pe = event ? event->pmu_private : NULL;
+
+		if (pe && pe->id == id)
+			return event;
+	}
+	return NULL;
+}
+
+/*
+ * The registers a sample is reported with: those of the moment the NMI
+ * landed (so -g walks the real stack) if it interrupted the same mode,
+ * else the task's user registers for a user sample; always with the
+ * exact ip.  For a kernel ip they are not that instruction's registers,
+ * so X86_EFLAGS_FIXED is cleared and perf_callchain_kernel() unwinds the
+ * current stack from regs->sp instead of trusting them (perf_hw_regs()).
+ */
+static void pvperf_sample_regs(struct pt_regs *out,
+			       const struct pvperf_sample *rec,
+			       struct pt_regs *irq_regs)
+{
+	bool user = rec->mode == PVPERF_MODE_USER;
+
+	if (irq_regs && !!user_mode(irq_regs) == user)
+		*out = *irq_regs;
+	else if (user && current->mm)
+		*out = *task_pt_regs(current);
+	else
+		memset(out, 0, sizeof(*out));
+	out->ip = rec->ip;
+	if (user) {
+		out->cs = __USER_CS;
+		out->ss = __USER_DS;
+	} else {
+		out->cs = __KERNEL_CS;
+		out->ss = __KERNEL_DS;
+		out->flags &= ~X86_EFLAGS_FIXED;
+	}
+}
+
+static void pvperf_deliver(struct pvperf_cpu *pc, const struct pvperf_sample *rec,
+			   struct pt_regs *irq_regs)
+{
+	struct perf_event *event = pvperf_active_event(pc, rec->event_id);
+	struct hw_perf_event *hwc;
+	struct perf_sample_data data;
+	struct pt_regs regs;
+
+	if (!event)
+		return;		/* deleted meanwhile: the record is dropped */
+	hwc = &event->hw;
+	pvperf_sample_regs(&regs, rec, irq_regs);
+	perf_sample_data_init(&data, rec->data_addr,
+			      rec->period ? rec->period : hwc->last_period);
+	/* 1: throttled; perf core restarts the event from its tick. */
+	if (pvperf_overflow(event, &data, &regs)) {
+		if (!(hwc->state & PERF_HES_STOPPED))
+			pvperf_event_stop(event, 0);
+		return;
+	}
+	if (event->attr.freq && !(hwc->state & PERF_HES_STOPPED))
+		pvperf_sync_period(event);
+}
+
+/*
+ * Deliver every record in this CPU's ring.  Runs in the NMI handler
+ * (irq_regs = where the NMI landed) and from del()/read() with IRQs off
+ * (irq_regs NULL); `draining` keeps an NMI, or a read() that
+ * perf_event_overflow() makes for PERF_SAMPLE_READ, from nesting into a
+ * drain: the records it would have taken are left for the next one.
+ */
+static unsigned int pvperf_drain(struct pt_regs *irq_regs)
+{
+	struct pvperf_cpu *pc = this_cpu_ptr(&pvperf_cpu);
+	struct pvperf_sample_buf *ring = pc->ring;
+	unsigned int n = 0;
+	u32 head, tail;
+
+	if (!ring || pc->draining)
+		return 0;
+	pc->draining = true;
+	barrier();
+	head = smp_load_acquire(&ring->head);
+	tail = READ_ONCE(ring->tail);
+	if (head - tail > PVPERF_RING_CAPACITY) {
+		pr_warn_ratelimited("sample ring head %u tail %u: dropping\n",
+				    head, tail);
+		tail = head;
+	}
+	while (tail != head) {
+		struct pvperf_sample rec = ring->rec[tail % PVPERF_RING_CAPACITY];
+
+		tail++;
+		pvperf_deliver(pc, &rec, irq_regs);
+		n++;
+	}
+	smp_store_release(&ring->tail, tail);
+	barrier();
+	pc->draining = false;
+	return n;
+}
+
+/*
+ * QMP inject-nmi raises an NMI on every vCPU.  The host counts each one
+ * in every ring's ->nmis before injecting it, so this CPU claims exactly
+ * that many (and any NMI that found records), and never leaves one to
+ * the "NMI received for unknown reason" path; foreign NMIs stay NMI_DONE.
+ */
+static int pvperf_nmi_handler(unsigned int cmd, struct pt_regs *regs)
+{
+	struct pvperf_cpu *pc = this_cpu_ptr(&pvperf_cpu);
+	bool ours = false;
+
+	if (!pc->ring)
+		return NMI_DONE;
+	if (READ_ONCE(pc->ring->nmis) != pc->nmi_claimed) {
+		pc->nmi_claimed++;
+		ours = true;
+	}
+	if (pvperf_drain(regs))
+		ours = true;
+	return ours ? NMI_HANDLED : NMI_DONE;
+}
+
+/* on_each_cpu(): (un)register this CPU's ring with the host. */
+static void pvperf_ring_register_cpu(void *info)
+{
+	struct pvperf_cpu *pc = this_cpu_ptr(&pvperf_cpu);
+	atomic_t *failed = info;
+	int err;
+
+	err = pvperf_op3(PVPERF_OP_SAMPLE_BUF, __pa(pc->ring),
+			 PVPERF_RING_BYTES, PVPERF_RING_CAPACITY / 2);
+	if (err) {
+		pr_warn("cpu %d: SAMPLE_BUF failed: %d\n", smp_processor_id(), err);
+		atomic_inc(failed);
+	}
+}
+
+static void pvperf_ring_unregister_cpu(void *info)
+{
+	pvperf_op3(PVPERF_OP_SAMPLE_BUF, 0, 0, 0);
+}
+
+static void pvperf_rings_free(void)
+{
+	int cpu;
+
+	for_each_possible_cpu(cpu) {
+		struct pvperf_cpu *pc = per_cpu_ptr(&pvperf_cpu, cpu);
+
+		if (pc->ring)
+			free_pages((unsigned long)pc->ring, PVPERF_RING_ORDER);
+		pc->ring = NULL;
+	}
+}
+
+/*
+ * FIXME: CPU hotplug.  Rings are registered on the CPUs online at load;
+ * a CPU onlined later has none and its samples are lost (counted by the
+ * host).
+ */
+static int pvperf_rings_init(void)
+{
+	atomic_t failed = ATOMIC_INIT(0);
+	int cpu;
+
+	for_each_possible_cpu(cpu) {
+		struct page *page = alloc_pages_node(cpu_to_node(cpu),
+						     GFP_KERNEL | __GFP_ZERO,
+						     PVPERF_RING_ORDER);
+
+		if (!page) {
+			pvperf_rings_free();
+			return -ENOMEM;
+		}
+		per_cpu_ptr(&pvperf_cpu, cpu)->ring = page_address(page);
+	}
+	on_each_cpu(pvperf_ring_register_cpu, &failed, 1);
+	if (atomic_read(&failed)) {
+		on_each_cpu(pvperf_ring_unregister_cpu, NULL, 1);
+		pvperf_rings_free();
+		return -EIO;
+	}
+	return 0;
+}
+
+static void pvperf_rings_exit(void)
+{
+	on_each_cpu(pvperf_ring_unregister_cpu, NULL, 1);
+	pvperf_rings_free();
+}
+
+static void pvperf_find_overflow(void)
+{
+#ifdef MODULE
+	pvperf_overflow = (pvperf_overflow_fn)ksym_perf_event_overflow;
+#else
+	pvperf_overflow = perf_event_overflow;
+#endif
 }
 
 /* ----------------------------------------------------------------------
@@ -611,7 +966,7 @@ static void pvperf_fault_probe(void *data, unsigned long address,
 		return;
 	/* Nothing to do about a failure here: the count stays one high. */
 	pvperf_hypercall(PVPERF_OP_FAULT, regs->ip,
-			 user_mode(regs) ? PVPERF_MODE_USER : PVPERF_MODE_KERNEL);
+			 user_mode(regs) ? PVPERF_MODE_USER : PVPERF_MODE_KERNEL, 0);
 }
 
 /* Not exported to modules: find them by name. */
@@ -663,7 +1018,7 @@ static void pvperf_fault_probes_unregister(void)
 
 static int pvperf_probe_host(void)
 {
-	s64 ret = pvperf_hypercall(PVPERF_OP_PROBE, 0, 0);
+	s64 ret = pvperf_hypercall(PVPERF_OP_PROBE, 0, 0, 0);
 
 	if (ret == PVPERF_ABI_VERSION) {
 		pr_info("paravirtual PMU host interface v%d found\n",
@@ -689,21 +1044,36 @@ static int __init pvperf_init(void)
 	err = pvperf_probe_host();
 	if (err)
 		goto free_blocks;
-	err = pvperf_fault_probes_register();
+	pvperf_find_overflow();
+	err = pvperf_rings_init();
 	if (err)
 		goto free_blocks;
+	err = register_nmi_handler(NMI_LOCAL, pvperf_nmi_handler, 0, "pvperf");
+	if (err)
+		goto free_rings;
+	err = pvperf_fault_probes_register();
+	if (err)
+		goto unregister_nmi;
 	err = perf_pmu_register(&pvperf_pmu, "cpu", PERF_TYPE_RAW);
 	if (err) {
 		pr_err("cannot register PMU \"cpu\" as type %d: %d\n",
 		       PERF_TYPE_RAW, err);
 		goto unregister_probes;
 	}
-	pr_info("PMU \"cpu\" registered, %d counters per CPU, counting only\n",
-		PVPERF_COUNTERS_PER_CPU);
+	if (pvperf_overflow)
+		pr_info("PMU \"cpu\" registered, %d counters per CPU, sampling with exact IPs\n",
+			PVPERF_COUNTERS_PER_CPU);
+	else
+		pr_info("PMU \"cpu\" registered, %d counters per CPU, counting only (no ksym_perf_event_overflow)\n",
+			PVPERF_COUNTERS_PER_CPU);
 	return 0;
 
 unregister_probes:
 	pvperf_fault_probes_unregister();
+unregister_nmi:
+	unregister_nmi_handler(NMI_LOCAL, "pvperf");
+free_rings:
+	pvperf_rings_exit();
 free_blocks:
 	pvperf_hcall_blocks_free();
 	return err;
@@ -714,6 +1084,8 @@ static void __exit pvperf_exit(void)
 	/* No event is left: each holds a reference on this module. */
 	perf_pmu_unregister(&pvperf_pmu);
 	pvperf_fault_probes_unregister();
+	unregister_nmi_handler(NMI_LOCAL, "pvperf");
+	pvperf_rings_exit();
 	pvperf_hcall_blocks_free();
 	ida_destroy(&pvperf_ida);
 }

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-ABI_VERSION = 1
+ABI_VERSION = 2   # 2: sampling (SET_PERIOD, SAMPLE_BUF, sample records)
 
 DOORBELL_MAGIC = 0x46505650
 DOORBELL_INSN_BYTES = bytes([0xC7, 0x00, 0x50, 0x56, 0x50, 0x46])
@@ -29,11 +29,14 @@ OP_PROBE = 0x100
 OP_FAULT = 0x101
 OP_PMU_DISABLE = 0x102
 OP_PMU_ENABLE = 0x103
+OP_SET_PERIOD = 0x104
+OP_SAMPLE_BUF = 0x105
 
 OP_NAMES = {OP_OPEN: "OPEN", OP_CLOSE: "CLOSE", OP_ENABLE: "ENABLE",
             OP_DISABLE: "DISABLE", OP_READ: "READ", OP_PROBE: "PROBE",
             OP_FAULT: "FAULT", OP_PMU_DISABLE: "PMU_DISABLE",
-            OP_PMU_ENABLE: "PMU_ENABLE"}
+            OP_PMU_ENABLE: "PMU_ENABLE", OP_SET_PERIOD: "SET_PERIOD",
+            OP_SAMPLE_BUF: "SAMPLE_BUF"}
 
 MODE_KERNEL = 0
 MODE_USER = 1
@@ -50,7 +53,14 @@ ATTR_PRECISE_SHIFT = 5
 ATTR_PRECISE_MASK = 3 << 5
 ATTR_EXCLUDE_GUEST = 1 << 7
 ATTR_EXCLUDE_HOST = 1 << 8
-ATTR_KNOWN = (1 << 9) - 1
+ATTR_BUFFERED = 1 << 9
+ATTR_RANDOM_SHIFT = 10
+ATTR_RANDOM_MASK = 31 << 10
+ATTR_KNOWN = (1 << 15) - 1
+
+MIN_PERIOD = 128
+SAMPLE_BUF_MIN = 4096
+SAMPLE_BUF_MAX = 1 << 20
 
 # Kernel-half start on x86_64 (4-level paging): the doorbell must run here.
 KERNEL_HALF_START = 0xFFFF800000000000
@@ -70,16 +80,30 @@ GUEST_EVENT = struct.Struct("<QII")
 PARAM = struct.Struct("<QQII")
 PARAM_OFFSET_ID = 16
 
+# struct pvperf_sample: event_id, mode, ip, data_addr, period
+SAMPLE = struct.Struct("<IIQQQ")
+SAMPLE_OFFSET_IP = 8
+# struct pvperf_sample_buf header: head, tail, lost, nmis, reserved[6]
+SAMPLE_BUF = struct.Struct("<IIII6Q")
+SAMPLE_BUF_OFFSET_HEAD = 0
+SAMPLE_BUF_OFFSET_TAIL = 4
+SAMPLE_BUF_OFFSET_LOST = 8
+SAMPLE_BUF_OFFSET_NMIS = 12
+
 assert HCALL.size == 64
 assert ATTR.size == 72
 assert GUEST_EVENT.size == 16
 assert PARAM.size == 24
+assert SAMPLE.size == 32
+assert SAMPLE_BUF.size == 64
 
 STRUCT_SIZES = {
     "pvperf_hcall": HCALL.size,
     "pvperf_guest_perf_attr": ATTR.size,
     "pvperf_guest_perf_event": GUEST_EVENT.size,
     "pvperf_guest_perf_param": PARAM.size,
+    "pvperf_sample": SAMPLE.size,
+    "pvperf_sample_buf": SAMPLE_BUF.size,
 }
 STRUCT_OFFSETS = {
     ("pvperf_hcall", "op"): HCALL_OFFSET_OP,
@@ -88,6 +112,11 @@ STRUCT_OFFSETS = {
     ("pvperf_guest_perf_attr", "flags"): ATTR_OFFSET_FLAGS,
     ("pvperf_guest_perf_attr", "bp_addr"): ATTR_OFFSET_BP_ADDR,
     ("pvperf_guest_perf_param", "id"): PARAM_OFFSET_ID,
+    ("pvperf_sample", "ip"): SAMPLE_OFFSET_IP,
+    ("pvperf_sample_buf", "tail"): SAMPLE_BUF_OFFSET_TAIL,
+    ("pvperf_sample_buf", "lost"): SAMPLE_BUF_OFFSET_LOST,
+    ("pvperf_sample_buf", "nmis"): SAMPLE_BUF_OFFSET_NMIS,
+    ("pvperf_sample_buf", "rec"): SAMPLE_BUF.size,
 }
 
 

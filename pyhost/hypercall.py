@@ -14,6 +14,16 @@ Operations (see guest_kernel_patch/README.md for the table):
   READ    args[0]    event id -> 0, guest_perf_event.count synced
   CLOSE   args[0]    event id -> 0 / -errno
   PMU_DISABLE / PMU_ENABLE   freeze / thaw every event of the calling vCPU
+  SET_PERIOD  args   event id, period -> 0 / -errno (countdown restarts)
+  SAMPLE_BUF  args   gpa, size, watermark -> 0 / -errno (this vCPU's ring)
+
+Samples (``overflow``) arrive from the plugin between hypercalls: each is
+written as a struct pvperf_sample into the vCPU's ring, the event's
+guest_perf_event.overflows is incremented (the host is its only writer),
+and an NMI is requested through ``nmi`` (a thread-safe callable, see
+vm.NmiInjector) unless one is still outstanding: the guest has not yet
+consumed up to the head we notified.  Buffered events request one only
+when the ring holds ``watermark`` records.
 """
 from __future__ import annotations
 
@@ -60,27 +70,140 @@ class BackendStats:
     by_op: dict[str, int] = field(default_factory=dict)
 
 
+# An NMI not answered (ring tail not moved) within this long is re-sent.
+NMI_RETRY_S = 0.05
+U32 = (1 << 32) - 1
+
+
+@dataclass
+class SampleRing:
+    """The host's private view of one vCPU's struct pvperf_sample_buf."""
+    gpa: int
+    capacity: int          # records
+    watermark: int         # records (buffered events)
+    head: int = 0          # ours; never read back from the guest
+    lost: int = 0
+    notified: int | None = None    # head when we last asked for an NMI
+    notified_at: float = 0.0
+
+
+@dataclass
+class SampleStats:
+    samples: int = 0
+    lost: int = 0
+    stale: int = 0
+    nmis: int = 0
+
+
 class PerfBackend:
     """Validates and executes hypercalls against a Pmu and guest memory."""
 
     def __init__(self, memory: GuestMemory, pmu: Pmu | None = None,
-                 max_vcpus: int = 64, limiter: RateLimiter | None = None):
+                 max_vcpus: int = 64, limiter: RateLimiter | None = None,
+                 nmi: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.memory = memory
         self.pmu = pmu or Pmu()
         self.max_vcpus = max_vcpus
         self.limiter = limiter or RateLimiter()
         self.stats = BackendStats()
+        self.sample_stats = SampleStats()
+        self.rings: dict[int, SampleRing] = {}
+        self.nmi = nmi
+        self.clock = clock
         # Serialises the PMU model: one thread per vCPU connection calls in.
         self.lock = threading.Lock()
 
     def handle(self, msg: proto.HcallMessage) -> int:
         """Serve one hypercall; returns the reply flags for the plugin."""
+        return self.handle_reply(msg)[0]
+
+    def handle_reply(self, msg: proto.HcallMessage
+                     ) -> tuple[int, list[proto.Slot]]:
+        """Serve one hypercall: (reply flags, thresholds to arm)."""
         with self.lock:
             ret = self._serve(msg)
             if ret is not None:
                 self._write_ret(msg.block_gpa, ret)
-            counting = self.pmu.counting_needed()
-        return proto.REPLY_COUNTING if counting else 0
+            flags = proto.REPLY_COUNTING if self.pmu.counting_needed() else 0
+            if self.pmu.sampling_needed():
+                flags |= proto.REPLY_SAMPLING
+            slots = (self.pmu.slots(msg.vcpu) if msg.vcpu < self.max_vcpus
+                     else [])
+        return flags, slots
+
+    # -- samples ------------------------------------------------------------
+
+    def overflow(self, msg: proto.OverflowMessage) -> None:
+        """An overflow from the plugin (a service thread; no reply)."""
+        with self.lock:
+            if msg.vcpu >= self.max_vcpus or msg.mode not in (
+                    abi.MODE_KERNEL, abi.MODE_USER):
+                self._complain(msg.vcpu, "bad overflow message ignored")
+                return
+            event = self.pmu.overflow(msg.event_id, msg.vcpu, msg.threshold,
+                                      msg.next_threshold)
+            if event is None:
+                self.sample_stats.stale += 1
+                return
+            self.sample_stats.samples += 1
+            try:
+                self._bump_overflows(event)
+                self._record(msg, event)
+            except GuestMemoryError as e:
+                self._complain(msg.vcpu, f"sample not delivered: {e}")
+
+    def _bump_overflows(self, event: PmuEvent) -> None:
+        gpa = event.guest_event_gpa + 8
+        value = (int.from_bytes(self.memory.read(gpa, 4, align=4), "little")
+                 + 1) & U32
+        self.memory.write(gpa, value.to_bytes(4, "little"), align=4)
+
+    def _record(self, msg: proto.OverflowMessage, event: PmuEvent) -> None:
+        ring = self.rings.get(msg.vcpu)
+        if ring is None:
+            self.sample_stats.lost += 1
+            return
+        tail = int.from_bytes(self.memory.read(
+            ring.gpa + abi.SAMPLE_BUF_OFFSET_TAIL, 4, align=4), "little")
+        used = (ring.head - tail) & U32
+        if used >= ring.capacity:      # full, or a tail the guest garbled
+            ring.lost += 1
+            self.sample_stats.lost += 1
+            self.memory.write(ring.gpa + abi.SAMPLE_BUF_OFFSET_LOST,
+                              (ring.lost & U32).to_bytes(4, "little"), align=4)
+        else:
+            slot = ring.gpa + abi.SAMPLE_BUF.size + \
+                (ring.head % ring.capacity) * abi.SAMPLE.size
+            self.memory.write(slot, abi.SAMPLE.pack(
+                event.event_id, msg.mode, msg.ip, 0,
+                event.spec.scale(event.period)), align=8)
+            # Record first, then head: the guest reads head, then records.
+            ring.head = (ring.head + 1) & U32
+            self.memory.write(ring.gpa + abi.SAMPLE_BUF_OFFSET_HEAD,
+                              ring.head.to_bytes(4, "little"), align=4)
+            used += 1
+        if event.buffered and used < ring.watermark:
+            return
+        self._maybe_nmi(ring, tail)
+
+    def _maybe_nmi(self, ring: SampleRing, tail: int) -> None:
+        now = self.clock()
+        if ring.notified is not None and \
+                0 < (ring.notified - tail) & U32 <= ring.capacity and \
+                now - ring.notified_at < NMI_RETRY_S:
+            return          # the last NMI has not been answered yet
+        ring.notified, ring.notified_at = ring.head, now
+        self.sample_stats.nmis += 1
+        # inject-nmi reaches every vCPU: tell each ring's driver one more
+        # NMI is ours, before it can arrive (the driver claims one each).
+        for r in self.rings.values():
+            gpa = r.gpa + abi.SAMPLE_BUF_OFFSET_NMIS
+            n = int.from_bytes(self.memory.read(gpa, 4, align=4), "little")
+            self.memory.write(gpa, ((n + 1) & U32).to_bytes(4, "little"),
+                              align=4)
+        if self.nmi is not None:
+            self.nmi()
 
     # -- validation ---------------------------------------------------------
 
@@ -129,7 +252,7 @@ class PerfBackend:
                           ret.to_bytes(8, "little", signed=True), align=8)
 
     def _sync_count(self, event: PmuEvent, value: int) -> None:
-        """Write guest_perf_event.count; overflows is left to the guest.
+        """Write guest_perf_event.count (overflows: see _bump_overflows).
 
         Like a hardware counter the value wraps at 64 bits (raw snapshots
         are never trusted to be monotonic)."""
@@ -179,7 +302,29 @@ class PerfBackend:
         self.pmu.pmu_enable(msg.vcpu, msg.counters)
         return 0
 
+    def _set_period(self, msg, args) -> int:
+        self.pmu.set_period(args[0], msg.vcpu, args[1], msg.counters)
+        return 0
+
+    def _sample_buf(self, msg, args) -> int:
+        gpa, size, watermark = args
+        if gpa == 0:
+            self.rings.pop(msg.vcpu, None)
+            return 0
+        if size < abi.SAMPLE_BUF_MIN or size > abi.SAMPLE_BUF_MAX or \
+                size & (size - 1):
+            raise PmuError(errno.EINVAL, f"sample buffer size {size}")
+        self.memory.check(gpa, size, align=4096)
+        capacity = (size - abi.SAMPLE_BUF.size) // abi.SAMPLE.size
+        if not 1 <= watermark <= capacity:
+            raise PmuError(errno.EINVAL, f"watermark {watermark} not in "
+                           f"1..{capacity}")
+        self.memory.write(gpa, bytes(abi.SAMPLE_BUF.size), align=8)
+        self.rings[msg.vcpu] = SampleRing(gpa, capacity, watermark)
+        return 0
+
     _ops = {abi.OP_PROBE: _probe, abi.OP_OPEN: _open, abi.OP_ENABLE: _enable,
             abi.OP_DISABLE: _disable, abi.OP_READ: _read,
             abi.OP_CLOSE: _close, abi.OP_PMU_DISABLE: _pmu_disable,
-            abi.OP_PMU_ENABLE: _pmu_enable}
+            abi.OP_PMU_ENABLE: _pmu_enable, abi.OP_SET_PERIOD: _set_period,
+            abi.OP_SAMPLE_BUF: _sample_buf}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 HCALL_MAGIC = 0x51505650
 REPLY_MAGIC = 0x52505650
+OVERFLOW_MAGIC = 0x4F505650
 
 CTR_INSN_KERNEL = 0
 CTR_INSN_USER = 1
@@ -20,13 +21,21 @@ CTR_BRANCH_USER = 3
 NR_COUNTERS = 4
 
 REPLY_COUNTING = 1 << 0
+REPLY_SAMPLING = 1 << 1
+MAX_SLOTS = 8
+DISARMED = (1 << 64) - 1
 
 TIMEOUT_MS = 5000
 
 HCALL_MSG = struct.Struct("<IIQQ%dQ" % NR_COUNTERS)
-REPLY_MSG = struct.Struct("<II")
+SLOT = struct.Struct("<QQIBBH")
+REPLY_HEAD = struct.Struct("<IIII")
+REPLY_MSG_SIZE = REPLY_HEAD.size + MAX_SLOTS * SLOT.size
+OVERFLOW_MSG = struct.Struct("<IIIIQQQ")
 assert HCALL_MSG.size == 56
-assert REPLY_MSG.size == 8
+assert SLOT.size == 24
+assert REPLY_MSG_SIZE == 208
+assert OVERFLOW_MSG.size == 40
 
 
 class ProtocolError(ValueError):
@@ -56,5 +65,68 @@ class HcallMessage:
                               self.insn_vaddr, *self.counters)
 
 
-def pack_reply(flags: int) -> bytes:
-    return REPLY_MSG.pack(REPLY_MAGIC, flags)
+@dataclass(frozen=True)
+class Slot:
+    """One threshold to arm on a vCPU (struct pvperf_proto_slot)."""
+    threshold: int
+    period: int
+    event_id: int
+    ctr_mask: int
+    rand_bits: int = 0
+
+    def pack(self) -> bytes:
+        return SLOT.pack(self.threshold, self.period, self.event_id,
+                         self.ctr_mask, self.rand_bits, 0)
+
+
+@dataclass(frozen=True)
+class OverflowMessage:
+    """The plugin saw an armed threshold reached at instruction ``ip``."""
+    vcpu: int
+    event_id: int
+    mode: int
+    ip: int
+    threshold: int
+    next_threshold: int
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> "OverflowMessage":
+        if len(raw) != OVERFLOW_MSG.size:
+            raise ProtocolError(f"overflow message of {len(raw)} bytes")
+        f = OVERFLOW_MSG.unpack(raw)
+        if f[0] != OVERFLOW_MAGIC:
+            raise ProtocolError(f"bad magic {f[0]:#x}")
+        return cls(*f[1:])
+
+    def pack(self) -> bytes:
+        return OVERFLOW_MSG.pack(OVERFLOW_MAGIC, self.vcpu, self.event_id,
+                                 self.mode, self.ip, self.threshold,
+                                 self.next_threshold)
+
+
+def unpack_message(raw: bytes):
+    """An HcallMessage or an OverflowMessage, told apart by magic."""
+    if len(raw) >= 4 and int.from_bytes(raw[:4], "little") == OVERFLOW_MAGIC:
+        return OverflowMessage.unpack(raw)
+    return HcallMessage.unpack(raw)
+
+
+def pack_reply(flags: int, slots=()) -> bytes:
+    slots = list(slots)
+    if len(slots) > MAX_SLOTS:
+        raise ValueError(f"{len(slots)} slots, at most {MAX_SLOTS}")
+    body = b"".join(s.pack() for s in slots)
+    return (REPLY_HEAD.pack(REPLY_MAGIC, flags, len(slots), 0) + body
+            + bytes(SLOT.size * (MAX_SLOTS - len(slots))))
+
+
+def unpack_reply(raw: bytes) -> tuple[int, list[Slot]]:
+    """(flags, slots) of a reply (fake plugins and tests use it)."""
+    magic, flags, n, _ = REPLY_HEAD.unpack_from(raw)
+    if magic != REPLY_MAGIC or len(raw) != REPLY_MSG_SIZE or n > MAX_SLOTS:
+        raise ProtocolError("bad reply")
+    slots = []
+    for i in range(n):
+        t, p, e, m, r, _ = SLOT.unpack_from(raw, REPLY_HEAD.size + i * SLOT.size)
+        slots.append(Slot(t, p, e, m, r))
+    return flags, slots

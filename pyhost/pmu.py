@@ -13,6 +13,15 @@ Models.  Every source of events is a ``CountingModel``; the PMU core reaches
 them only through that interface and checks each at registration (like
 KVM's kvm_pmu_ops), so a model with a missing op fails at start-up.
 
+Sampling (ABI v2).  An event opened with a sample period also carries a
+*period* and, while it counts on a vCPU, a *threshold*: the absolute raw
+sum at which it overflows.  ``slots(vcpu)`` is the table the plugin arms
+(plugin_protocol.Slot); the plugin reports each crossing with the exact
+instruction and the threshold it re-armed at, and ``overflow()`` turns
+that into a sample record.  Stopping or freezing keeps the distance left
+(x86's hwc->period_left); starting again re-arms at now + distance.  In
+frequency mode the guest adjusts the period and sends it with SET_PERIOD.
+
 Cost model (documented in docs/events.md and shown by ``pvperf events``):
   cycles       = 1 cycle per retired instruction (a deterministic in-order
                  core at the declared 1 GHz; later models add penalties)
@@ -138,6 +147,33 @@ class PmuEvent:
     start: int | None = None        # raw sum when counting (re)started;
                                     # None while stopped or frozen
     total: int = 0                  # raw sum accumulated so far
+    # Sampling: raw period (0: counting only), distance left while not
+    # counting (None: disarmed, waiting for SET_PERIOD), absolute threshold
+    # while counting (None: disarmed).
+    period: int = 0
+    period_left: int | None = None
+    threshold: int | None = None
+    overflows: int = 0
+
+    @property
+    def sampling(self) -> bool:
+        return self.period > 0
+
+    @property
+    def freq(self) -> bool:
+        return bool(self.attr.flags & abi.ATTR_FREQ)
+
+    @property
+    def buffered(self) -> bool:
+        return bool(self.attr.flags & abi.ATTR_BUFFERED)
+
+    @property
+    def rand_bits(self) -> int:
+        return (self.attr.flags & abi.ATTR_RANDOM_MASK) >> abi.ATTR_RANDOM_SHIFT
+
+    @property
+    def ctr_mask(self) -> int:
+        return sum(1 << c for c in self.counters)
 
     def raw_sum(self, snapshot: tuple[int, ...]) -> int:
         return sum(snapshot[i] for i in self.counters)
@@ -145,8 +181,21 @@ class PmuEvent:
     def settle(self, snapshot: tuple[int, ...]) -> None:
         """Stop accumulating at ``snapshot``."""
         if self.start is not None:
-            self.total += self.raw_sum(snapshot) - self.start
+            now = self.raw_sum(snapshot)
+            self.total += now - self.start
             self.start = None
+            if self.sampling:
+                self.period_left = (None if self.threshold is None
+                                    else max(self.threshold - now, 1))
+                self.threshold = None
+
+    def restart(self, snapshot: tuple[int, ...]) -> None:
+        """Start accumulating (and counting the period down) here."""
+        self.start = self.raw_sum(snapshot)
+        if self.sampling:
+            left = self.period_left if self.period_left is not None \
+                else self.period
+            self.threshold = self.start + left
 
     def value(self, snapshot: tuple[int, ...] | None = None,
               vcpu: int | None = None) -> int:
@@ -218,9 +267,6 @@ class Pmu:
     def _modes(self, attr: abi.GuestPerfAttr, ev: EventDef) -> tuple[int, ...]:
         if attr.flags & ~abi.ATTR_KNOWN:
             raise PmuError(errno.EINVAL, f"unknown attr flags {attr.flags:#x}")
-        # perf stat may set freq with a zero period: only a period samples.
-        if attr.sample_period:
-            raise PmuError(errno.EOPNOTSUPP, "sampling is not supported yet")
         if attr.bp_type or attr.bp_addr or attr.bp_len:
             raise PmuError(errno.EINVAL, "breakpoint fields set")
         counters = []
@@ -246,8 +292,20 @@ class Pmu:
         ev = self.lookup(attr)
         event = PmuEvent(event_id, attr, ev, guest_event_gpa,
                          self._modes(attr, ev))
+        # perf stat may set freq with a zero period: only a period samples.
+        if attr.sample_period:
+            event.period = self.raw_period(ev, attr.sample_period)
+            event.period_left = event.period
         self.events[event_id] = event
         return event
+
+    @staticmethod
+    def raw_period(ev: EventDef, period: int) -> int:
+        """A guest period in raw counter units, at least MIN_PERIOD."""
+        if not 0 < period < 1 << 63:
+            raise PmuError(errno.EINVAL, f"sample period {period} out of range")
+        raw = -(-period * ev.scale_den // ev.scale_num)
+        return max(raw, abi.MIN_PERIOD)
 
     def get(self, event_id: int) -> PmuEvent:
         try:
@@ -268,7 +326,7 @@ class Pmu:
                            f"{self.counters_per_vcpu} counters in use")
         event.running_on = vcpu
         if vcpu not in self._frozen:
-            event.start = event.raw_sum(snapshot)
+            event.restart(snapshot)
         running.add(event_id)
         return event
 
@@ -306,9 +364,46 @@ class Pmu:
             return
         self._frozen.discard(vcpu)
         for event_id in self._running.get(vcpu, ()):
-            event = self.events[event_id]
-            event.start = event.raw_sum(snapshot)
+            self.events[event_id].restart(snapshot)
+
+    def set_period(self, event_id: int, vcpu: int, period: int,
+                   snapshot: tuple[int, ...]) -> PmuEvent:
+        """SET_PERIOD: a new period, counted down from this instruction."""
+        event = self.get(event_id)
+        if not event.sampling:
+            raise PmuError(errno.EINVAL, f"event {event_id} does not sample")
+        event.period = self.raw_period(event.spec, period)
+        event.period_left = event.period
+        if event.start is not None and event.running_on == vcpu:
+            event.threshold = event.raw_sum(snapshot) + event.period
+        return event
+
+    def overflow(self, event_id: int, vcpu: int, threshold: int,
+                 next_threshold: int) -> PmuEvent | None:
+        """The plugin saw ``threshold`` reached and re-armed; None if stale."""
+        event = self.events.get(event_id)
+        if event is None or event.running_on != vcpu or event.start is None \
+                or event.threshold != threshold:
+            return None
+        event.overflows += 1
+        event.threshold = (None if next_threshold >= proto.DISARMED
+                           or next_threshold <= threshold else next_threshold)
+        return event
+
+    def slots(self, vcpu: int) -> list[proto.Slot]:
+        """The thresholds the plugin must arm on ``vcpu`` now."""
+        out = []
+        for event_id in sorted(self._running.get(vcpu, ())):
+            e = self.events[event_id]
+            if e.sampling and e.threshold is not None:
+                out.append(proto.Slot(e.threshold, e.period, event_id,
+                                      e.ctr_mask, e.rand_bits))
+        return out[:proto.MAX_SLOTS]
 
     def counting_needed(self) -> bool:
         """Whether the plugin must instrument (any event open)."""
         return bool(self.events)
+
+    def sampling_needed(self) -> bool:
+        """Whether the plugin must detect overflows (a sampling event open)."""
+        return any(e.sampling for e in self.events.values())

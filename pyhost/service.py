@@ -105,16 +105,29 @@ class PluginService:
             if not self._stopping.is_set():
                 conn.close()
 
+    def _overflow(self, msg) -> None:
+        try:
+            self.backend.overflow(msg)
+        except Exception:  # never let one sample kill the service
+            log.exception("overflow failed")
+
     def _serve_loop(self, conn: socket.socket) -> None:
         while not self._stopping.is_set():
             try:
-                raw = conn.recv(proto.HCALL_MSG.size + 1)
+                raw = conn.recv(max(proto.HCALL_MSG.size,
+                                    proto.OVERFLOW_MSG.size) + 1)
             except OSError:
                 return
             if not raw:
                 return
+            slots = []
             try:
-                flags = self.backend.handle(proto.HcallMessage.unpack(raw))
+                msg = proto.unpack_message(raw)
+                if isinstance(msg, proto.OverflowMessage):
+                    # No reply: the vCPU did not wait for one.
+                    self._overflow(msg)
+                    continue
+                flags, slots = self.backend.handle_reply(msg)
             except proto.ProtocolError as e:
                 log.warning("plugin protocol error: %s", e)
                 return
@@ -122,6 +135,6 @@ class PluginService:
                 log.exception("hypercall failed")
                 flags = 0
             try:
-                conn.send(proto.pack_reply(flags))
+                conn.send(proto.pack_reply(flags, slots))
             except OSError:
                 return

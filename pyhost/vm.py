@@ -130,6 +130,34 @@ def _qemu_escape(value: str) -> str:
     return value.replace(",", ",,")
 
 
+class NmiInjector:
+    """Thread-safe ``inject-nmi`` for the service (PerfBackend.nmi).
+
+    Context hop: the service calls this from its per-vCPU threads (while
+    the vCPU thread that sent the overflow runs on), but the QMPClient
+    belongs to the VM's asyncio loop and must only be used there; so the
+    request is handed to that loop with run_coroutine_threadsafe and not
+    awaited.  Failures (QEMU gone at shutdown) are counted, not raised.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, client):
+        self.loop, self.client = loop, client
+        self.sent = self.failed = 0
+        self.closed = False
+
+    def __call__(self) -> None:
+        if self.closed:
+            return
+        self.sent += 1
+        fut = asyncio.run_coroutine_threadsafe(qmp.inject_nmi(self.client),
+                                               self.loop)
+        fut.add_done_callback(self._done)
+
+    def _done(self, fut) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            self.failed += 1
+
+
 class VM:
     """One guest run.  Use ``async with VM(config) as vm`` or ``run()``."""
 
@@ -145,6 +173,7 @@ class VM:
         self.memory: GuestMemory | None = None
         self.service: PluginService | None = None
         self.backend: PerfBackend | None = None
+        self.nmi: NmiInjector | None = None
         self._ports: dict[str, tuple] = {}
         self._tasks: list[asyncio.Task] = []
         self.status: int | None = None
@@ -247,6 +276,9 @@ class VM:
             self._tasks.append(asyncio.create_task(self.console.watch()))
         self.qmp = await qmp.connect(self._sock_names["qmp"], timeout=10,
                                      alive=self.console.alive)
+        if self.backend is not None:
+            self.nmi = NmiInjector(asyncio.get_running_loop(), self.qmp)
+            self.backend.nmi = self.nmi
         # QEMU and the plugin have the RAM file mapped by now.
         self._unlink_ram()
         for port in PORTS:
@@ -275,6 +307,8 @@ class VM:
             self._set_state(Runstate.IDLE)
 
     async def _teardown(self) -> None:
+        if self.nmi is not None:
+            self.nmi.closed = True      # no NMI after QMP is gone
         await qmp.close(self.qmp)
         self.qmp = None
         for _, writer in self._ports.values():

@@ -86,6 +86,19 @@ struct pvperf_seg {
 	uint8_t branch_ctr;	/* PVPERF_CTR_BRANCH_* */
 };
 
+/*
+ * Exec-callback udata in sampling mode: the segment's contribution and
+ * the vaddrs sample.c needs to name the overflowing instruction.
+ */
+struct pvperf_sseg {
+	uint32_t n_insns;
+	uint32_t n_branches;
+	bool kernel;
+	bool last_may_fault;	/* the last insn may fault (not retire) */
+	uint64_t vaddr[];	/* n_insns insn vaddrs, then n_branches
+				 * branch vaddrs, in execution order */
+};
+
 void *arena_alloc(size_t size)
 {
 	void *p;
@@ -124,6 +137,39 @@ static void seg_exec(unsigned int vcpu_index, void *udata)
 
 	ctr[seg->insn_ctr] += seg->n_insns;
 	ctr[seg->branch_ctr] += seg->n_branches;
+}
+
+/* Sampling mode: count, then look for overflows (sample.c). */
+static void sseg_exec(unsigned int vcpu_index, void *udata)
+{
+	const struct pvperf_sseg *s = udata;
+	uint64_t *ctr = pv.vcpu[vcpu_index].ctr;
+
+	ctr[ctr_insn(s->kernel)] += s->n_insns;
+	ctr[ctr_branch(s->kernel)] += s->n_branches;
+	sample_segment(vcpu_index, s->kernel, s->vaddr, s->n_insns,
+		       s->vaddr + s->n_insns, s->n_branches, s->last_may_fault);
+}
+
+static void emit_sample_segment(struct qemu_plugin_insn *first, bool kernel,
+				const struct cls_insn *insn, const uint8_t *cls,
+				uint32_t n_insns, uint32_t n_branches)
+{
+	struct pvperf_sseg *s = arena_alloc(sizeof(*s) +
+		(n_insns + n_branches) * sizeof(uint64_t));
+	uint32_t b = n_insns;
+
+	s->n_insns = n_insns;
+	s->n_branches = n_branches;
+	s->kernel = kernel;
+	s->last_may_fault = cls[n_insns - 1] & CLS_BOUNDARY;
+	for (uint32_t i = 0; i < n_insns; i++) {
+		s->vaddr[i] = insn[i].vaddr;
+		if (cls[i] & CLS_BRANCH)
+			s->vaddr[b++] = insn[i].vaddr;
+	}
+	qemu_plugin_register_vcpu_insn_exec_cb(first, sseg_exec,
+					       QEMU_PLUGIN_CB_NO_REGS, s);
 }
 
 static void emit_inline(struct qemu_plugin_insn *first, bool kernel,
@@ -181,10 +227,12 @@ static void remember_mem_branches(struct qemu_plugin_tb *tb,
 	g_mutex_unlock(&tr_lock);
 }
 
-static void emit_segments(struct qemu_plugin_tb *tb, const uint8_t *cls,
+static void emit_segments(struct qemu_plugin_tb *tb,
+			  const struct cls_insn *insn, const uint8_t *cls,
 			  size_t n)
 {
 	bool kernel = vaddr_is_kernel(qemu_plugin_tb_vaddr(tb));
+	bool sampling = pvperf_sampling();
 	uint32_t n_insns = 0, n_branches = 0;
 	size_t first = 0;
 
@@ -192,8 +240,13 @@ static void emit_segments(struct qemu_plugin_tb *tb, const uint8_t *cls,
 		n_insns++;
 		n_branches += !!(cls[i] & CLS_BRANCH);
 		if ((cls[i] & CLS_BOUNDARY) || i + 1 == n) {
-			emit_segment(qemu_plugin_tb_get_insn(tb, first), kernel,
-				     n_insns, n_branches);
+			struct qemu_plugin_insn *fi = qemu_plugin_tb_get_insn(tb, first);
+
+			if (sampling)
+				emit_sample_segment(fi, kernel, insn + first,
+						    cls + first, n_insns, n_branches);
+			else
+				emit_segment(fi, kernel, n_insns, n_branches);
 			first = i + 1;
 			n_insns = n_branches = 0;
 		}
@@ -235,7 +288,7 @@ void count_tb(struct qemu_plugin_tb *tb, size_t n)
 	classify_tb(s->insn, n, s->cls);
 	if (n && (s->cls[n - 1] & CLS_PHANTOM))
 		n--;
-	emit_segments(tb, s->cls, n);
+	emit_segments(tb, s->insn, s->cls, n);
 	remember_mem_branches(tb, s->cls, n);
 }
 
@@ -268,6 +321,7 @@ int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode)
 	/* Counting off: nothing was counted, nothing to take back. */
 	if (!pvperf_counting())
 		return 0;
+	sample_fault(vcpu, ip);
 	ctr[ctr_insn(kernel)]--;
 	if (was_mem_branch(ip))
 		ctr[ctr_branch(kernel)]--;

@@ -192,14 +192,43 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 
 	if (!pv.sock_path || __atomic_load_n(&service_dead, __ATOMIC_RELAXED))
 		return -ENODEV;
+	/* Held overflows retired (this is not their FAULT): send first, so
+	 * the service sees them before this hypercall (one ordered socket). */
+	sample_confirm_all(vcpu);
 	memcpy(msg.counters, v->ctr, sizeof(msg.counters));
 	err = exchange(v, &msg, &reply);
 	if (err) {
 		service_failed(v, vcpu, err);
 		return err;
 	}
-	pvperf_request_counting(reply.flags & PVPERF_REPLY_COUNTING);
+	sample_arm(vcpu, &reply);
+	pvperf_request_mode(reply.flags & PVPERF_REPLY_SAMPLING ? MODE_SAMPLE :
+			    reply.flags & PVPERF_REPLY_COUNTING ? MODE_COUNT :
+			    MODE_OFF);
 	return 0;
+}
+
+/*
+ * An overflow (sample.c, on the vCPU thread, from an exec callback or a
+ * hypercall): one datagram, no reply awaited.  A full socket buffer means
+ * the service is behind: the sample is lost (counted), the vCPU goes on.
+ */
+void hcall_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m)
+{
+	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+
+	if (!pv.sock_path || __atomic_load_n(&service_dead, __ATOMIC_RELAXED) ||
+	    !hcall_enter())
+		return;
+	if (v->fd < 0)
+		v->fd = service_connect();
+	if (v->fd < 0 || send(v->fd, m, sizeof(*m), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+	    (ssize_t)sizeof(*m)) {
+		v->lost++;
+		pvperf_guest_log(vcpu, "overflow message not sent (%" PRIu64 " lost)\n",
+				 v->lost);
+	}
+	hcall_leave();
 }
 
 /* ---- the doorbell (memory callback, vCPU thread) ---- */

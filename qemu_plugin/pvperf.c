@@ -61,8 +61,8 @@ struct pvperf_state pv;
  * (any branch ends a TB; the driver's hypercall helper returns with ret).
  * Per-vCPU counters are never reset, the service works with differences.
  */
-static int counting_desired;
-static int counting_applied;
+static int counting_desired;	/* enum pvperf_mode */
+static int counting_applied;	/* enum pvperf_mode */
 static int reset_pending;
 
 void pvperf_log(const char *fmt, ...)
@@ -94,7 +94,12 @@ void pvperf_guest_log(unsigned vcpu, const char *fmt, ...)
 
 bool pvperf_counting(void)
 {
-	return __atomic_load_n(&counting_applied, __ATOMIC_RELAXED);
+	return __atomic_load_n(&counting_applied, __ATOMIC_RELAXED) != MODE_OFF;
+}
+
+bool pvperf_sampling(void)
+{
+	return __atomic_load_n(&counting_applied, __ATOMIC_RELAXED) == MODE_SAMPLE;
 }
 
 /* ---- callbacks ---- */
@@ -110,14 +115,15 @@ static void reset_done(qemu_plugin_id_t id)
 	register_callbacks(id);
 	__atomic_store_n(&reset_pending, 0, __ATOMIC_SEQ_CST);
 	if (pv.verbose)
-		pvperf_log("counting %s\n", want ? "on" : "off");
+		pvperf_log("counting %s\n", want == MODE_SAMPLE ? "on, sampling" :
+			   want ? "on" : "off");
 }
 
 /* Doorbell callback (vCPU thread): the service's reply flags. */
-void pvperf_request_counting(bool on)
+void pvperf_request_mode(enum pvperf_mode mode)
 {
-	__atomic_store_n(&counting_desired, on, __ATOMIC_SEQ_CST);
-	if (on == pvperf_counting())
+	__atomic_store_n(&counting_desired, mode, __ATOMIC_SEQ_CST);
+	if ((int)mode == __atomic_load_n(&counting_applied, __ATOMIC_SEQ_CST))
 		return;
 	if (__atomic_exchange_n(&reset_pending, 1, __ATOMIC_SEQ_CST))
 		return;
@@ -248,6 +254,7 @@ static int setup_vcpus(void)
 	for (int i = 0; i < n; i++) {
 		pv.vcpu[i].fd = -1;
 		pv.vcpu[i].log_budget = GUEST_LOG_BUDGET;
+		pv.vcpu[i].prng = 0x9e3779b97f4a7c15ULL * (i + 1);
 	}
 	return 0;
 }
@@ -274,7 +281,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 	count_init();
 	if (hcall_init())
 		return -1;
-	counting_desired = counting_applied = pv.count_at_start;
+	counting_desired = counting_applied =
+		pv.count_at_start ? MODE_COUNT : MODE_OFF;
 	register_callbacks(id);
 	if (pv.verbose)
 		pvperf_log("%u vCPU(s), %s counting, counting %s, service %s\n",

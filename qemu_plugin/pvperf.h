@@ -8,6 +8,7 @@
  *   classify.c  capstone decode at translation: branch / memory / may-fault
  *   count.c     exact retired instructions and branches by segments, and
  *               the page-fault correction (PVPERF_OP_FAULT)
+ *   sample.c    overflow detection at the exact instruction (sampling)
  *   hcall.c     the doorbell: hypercall detection, dispatch, service socket
  *
  * Index spaces (as in pvperf_abi.h): "vcpu" is QEMU's cpu_index, "gpa" a
@@ -52,7 +53,35 @@ static inline unsigned ctr_branch(bool kernel)
 	return kernel ? PVPERF_CTR_BRANCH_KERNEL : PVPERF_CTR_BRANCH_USER;
 }
 
-/* Per-vCPU slot; one cache line each so vCPU threads never share a line. */
+/* Instrumentation modes, switched by qemu_plugin_reset (pvperf.c). */
+enum pvperf_mode {
+	MODE_OFF = 0,		/* nothing open: only doorbells */
+	MODE_COUNT = 1,		/* exact counts: inline adds or callbacks */
+	MODE_SAMPLE = 2,	/* callbacks that also detect overflows */
+};
+
+/* A threshold armed on a vCPU (struct pvperf_proto_slot, validated). */
+struct pvperf_slot {
+	uint64_t threshold;	/* UINT64_MAX: disarmed */
+	uint64_t period;	/* 0: one-shot */
+	uint32_t event_id;
+	uint8_t ctr_mask;
+	uint8_t rand_bits;
+};
+
+/*
+ * An overflow at a segment's last instruction, which may fault and then
+ * not retire: held until the vCPU shows it retired (sample.c).
+ */
+struct pvperf_pending {
+	uint64_t ip;
+	uint64_t threshold;	/* what was reached; restored on a fault */
+	uint64_t next_threshold;
+	uint64_t kctr_at;	/* kernel insn counter when it was held */
+	uint8_t mode;		/* PVPERF_MODE_* */
+};
+
+/* Per-vCPU slot; cache-line aligned so vCPU threads never share a line. */
 struct pvperf_vcpu {
 	/*
 	 * Raw counters.  Only this vCPU's thread touches them: the inline ops
@@ -64,6 +93,17 @@ struct pvperf_vcpu {
 	uint64_t ctr[PVPERF_NR_COUNTERS];
 	int fd;			/* service connection or -1; vCPU thread only */
 	unsigned log_budget;	/* guest-triggerable log lines left */
+	/*
+	 * Sampling, vCPU thread only too: the slots come from the service's
+	 * replies to this vCPU's hypercalls, the exec callbacks check and
+	 * re-arm them, the FAULT handler cancels pending overflows.
+	 */
+	unsigned n_slots;
+	unsigned pending_mask;	/* bit i: pending[i] is held */
+	struct pvperf_slot slot[PVPERF_PROTO_MAX_SLOTS];
+	struct pvperf_pending pending[PVPERF_PROTO_MAX_SLOTS];
+	uint64_t prng;		/* xorshift64 state for randomized periods */
+	uint64_t lost;		/* overflow messages the socket refused */
 } __attribute__((aligned(64)));
 
 struct pvperf_state {
@@ -85,7 +125,8 @@ extern struct pvperf_state pv;
 
 /* pvperf.c */
 bool pvperf_counting(void);
-void pvperf_request_counting(bool on);
+bool pvperf_sampling(void);
+void pvperf_request_mode(enum pvperf_mode mode);
 void pvperf_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void pvperf_guest_log(unsigned vcpu, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -112,8 +153,17 @@ void count_tb(struct qemu_plugin_tb *tb, size_t n);
 int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode);
 void count_flush(void);
 
+/* sample.c */
+void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply);
+void sample_segment(unsigned vcpu, bool kernel, const uint64_t *insn_vaddr,
+		    uint32_t n_insns, const uint64_t *branch_vaddr,
+		    uint32_t n_branches, bool last_may_fault);
+void sample_confirm_all(unsigned vcpu);
+void sample_fault(unsigned vcpu, uint64_t ip);
+
 /* hcall.c */
 int hcall_init(void);
+void hcall_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m);
 void hcall_tb(struct qemu_plugin_tb *tb, size_t n);
 void hcall_vcpu_exit(unsigned vcpu);
 void hcall_exit(void);

@@ -10,6 +10,19 @@
  *
  *   plugin -> service   struct pvperf_proto_hcall   (the vCPU waits)
  *   service -> plugin   struct pvperf_proto_reply
+ *   plugin -> service   struct pvperf_proto_overflow (no reply: the vCPU
+ *                       goes on; one per sample, never per instruction)
+ *
+ * Sampling.  Every reply carries the complete table of thresholds to arm
+ * on that vCPU (the service's PMU model owns periods and thresholds).  A
+ * threshold is an absolute value of the sum of the raw counters in
+ * ctr_mask: the event overflows at the instruction (or branch) that makes
+ * the sum reach it.  After an overflow the plugin re-arms on its own with
+ * threshold += period + (prng & ((1 << rand_bits) - 1)) and tells the
+ * service both numbers in the overflow message; period 0 means one-shot
+ * (frequency mode: the guest re-arms with SET_PERIOD).  Messages on one
+ * connection are served in order, so a hypercall's reply always reflects
+ * every overflow sent before it.
  *
  * Counter snapshots are exact at the hypercall: they include every guest
  * instruction up to and including the doorbell store and nothing after it.
@@ -21,6 +34,7 @@
 
 #define PVPERF_PROTO_HCALL_MAGIC	0x51505650	/* "PVPQ" */
 #define PVPERF_PROTO_REPLY_MAGIC	0x52505650	/* "PVPR" */
+#define PVPERF_PROTO_OVERFLOW_MAGIC	0x4f505650	/* "PVPO" */
 
 /* Raw per-vCPU counters the plugin keeps, in this order. */
 #define PVPERF_CTR_INSN_KERNEL		0
@@ -31,6 +45,11 @@
 
 /* Reply flags: what the plugin must instrument from now on. */
 #define PVPERF_REPLY_COUNTING		(1U << 0)
+/* Some event samples somewhere: instrument for exact overflow detection. */
+#define PVPERF_REPLY_SAMPLING		(1U << 1)
+
+/* Thresholds a reply can arm per vCPU (= the guest's counters per CPU). */
+#define PVPERF_PROTO_MAX_SLOTS		8
 
 /* How long a vCPU waits for the service before failing the hypercall. */
 #define PVPERF_PROTO_TIMEOUT_MS		5000
@@ -43,12 +62,36 @@ struct pvperf_proto_hcall {
 	__u64 counters[PVPERF_NR_COUNTERS];
 };
 
+struct pvperf_proto_slot {
+	__u64 threshold;		/* raw sum at which it overflows */
+	__u64 period;			/* raw re-arm period; 0: one-shot */
+	__u32 event_id;
+	__u8 ctr_mask;			/* bit i: raw counter i is summed */
+	__u8 rand_bits;			/* re-arm randomization, 0..31 */
+	__u16 __pad0;
+};
+
 struct pvperf_proto_reply {
 	__u32 magic;
 	__u32 flags;			/* PVPERF_REPLY_* */
+	__u32 n_slots;			/* valid entries of slot[] */
+	__u32 __pad0;
+	struct pvperf_proto_slot slot[PVPERF_PROTO_MAX_SLOTS];
+};
+
+struct pvperf_proto_overflow {
+	__u32 magic;
+	__u32 vcpu;			/* vcpu index */
+	__u32 event_id;
+	__u32 mode;			/* PVPERF_MODE_* of ip */
+	__u64 ip;			/* the overflowing instruction */
+	__u64 threshold;		/* the threshold it reached */
+	__u64 next_threshold;		/* re-armed at; ~0: disarmed */
 };
 
 _Static_assert(sizeof(struct pvperf_proto_hcall) == 56, "hcall msg size");
-_Static_assert(sizeof(struct pvperf_proto_reply) == 8, "reply msg size");
+_Static_assert(sizeof(struct pvperf_proto_slot) == 24, "slot size");
+_Static_assert(sizeof(struct pvperf_proto_reply) == 208, "reply msg size");
+_Static_assert(sizeof(struct pvperf_proto_overflow) == 40, "overflow msg size");
 
 #endif /* PVPERF_PROTO_H */

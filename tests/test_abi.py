@@ -22,6 +22,11 @@ CONSTANTS = {
     "PVPERF_OP_FAULT": "OP_FAULT",
     "PVPERF_OP_PMU_DISABLE": "OP_PMU_DISABLE",
     "PVPERF_OP_PMU_ENABLE": "OP_PMU_ENABLE",
+    "PVPERF_OP_SET_PERIOD": "OP_SET_PERIOD",
+    "PVPERF_OP_SAMPLE_BUF": "OP_SAMPLE_BUF",
+    "PVPERF_ATTR_RANDOM_SHIFT": "ATTR_RANDOM_SHIFT",
+    "PVPERF_MIN_PERIOD": "MIN_PERIOD",
+    "PVPERF_SAMPLE_BUF_MIN": "SAMPLE_BUF_MIN",
     "PVPERF_MODE_KERNEL": "MODE_KERNEL", "PVPERF_MODE_USER": "MODE_USER",
     "PVPERF_MAX_EVENTS": "MAX_EVENTS", "PVPERF_MAX_EVENT_ID": "MAX_EVENT_ID",
 }
@@ -44,8 +49,9 @@ def test_attr_flags_match_header():
     defs = header_defines()
     for name in ("EXCLUDE_USER", "EXCLUDE_KERNEL", "EXCLUDE_HV",
                  "EXCLUDE_IDLE", "FREQ", "EXCLUDE_GUEST", "EXCLUDE_HOST",
-                 "KNOWN", "PRECISE_MASK"):
+                 "KNOWN", "PRECISE_MASK", "BUFFERED", "RANDOM_MASK"):
         expr = defs[f"PVPERF_ATTR_{name}"].replace("ULL", "")
+        expr = expr.split("/*")[0]
         assert eval(expr) == getattr(abi, f"ATTR_{name}"), name
 
 
@@ -102,3 +108,13 @@ def test_pack_unpack_roundtrip():
     raw = abi.pack_hcall(abi.HC_PERF_OP, abi.OP_ENABLE, (7,))
     blk = abi.HcallBlock.unpack(raw)
     assert (blk.nr, blk.op, blk.args[0]) == (abi.HC_PERF_OP, abi.OP_ENABLE, 7)
+
+
+def test_sample_buf_max_matches_header():
+    assert eval(header_defines()["PVPERF_SAMPLE_BUF_MAX"]) == abi.SAMPLE_BUF_MAX
+
+
+def test_ops_are_distinct_and_named():
+    ops = [v for k, v in vars(abi).items() if k.startswith("OP_")
+           and isinstance(v, int)]
+    assert len(ops) == len(set(ops)) == len(abi.OP_NAMES)

@@ -11,6 +11,8 @@ import re
 
 import pytest
 
+from pyhost import abi
+
 from conftest import PROGRAMS, run_pvperf, valgrind_irefs
 
 pytestmark = pytest.mark.vm
@@ -25,6 +27,8 @@ sec dmesg;   dmesg | grep 'pvperf:'
 sec loop;    perf stat -x, -e instructions:u,branches:u ./loop {N_LOOP} 2>&1
 sec loopk;   perf stat -x, -e instructions:u,branches:u ./loop {N_LOOP + K_EXTRA} 2>&1
 sec pages;   perf stat -x, -e instructions:u ./pages {N_PAGES} 2>&1
+sec inherit; perf stat -x, -e instructions:u ./forker {N_LOOP} 2>&1
+sec switch;  ./loop 300000000 & perf stat -x, -e instructions:u,context-switches ./loop {N_LOOP * 30} 2>&1; kill %1
 sec group;   perf stat -x, -e '{{instructions:u,instructions:k,instructions}}' ./pages 500 2>&1
 sec raw;     perf stat -x, -e r00c0:u,cpu/instructions/u,cpu/event=0xc4/u ./loop 1000 2>&1
 sec raw2;    perf stat -x, -e r00c0:u,cpu/instructions/u,cpu/event=0xc4/u ./loop 2000 2>&1
@@ -70,7 +74,8 @@ def guest(request):
 
 
 def test_driver_found_the_host(guest):
-    assert any("host interface v1 found" in l for l in guest["dmesg"]), \
+    assert any(f"host interface v{abi.ABI_VERSION} found" in l
+               for l in guest["dmesg"]), \
         guest["dmesg"]
 
 
@@ -91,6 +96,19 @@ def test_branches_grow_by_exactly_the_extra_iterations(guest):
     assert b1 - b0 == K_EXTRA      # one branch per iteration (dec; jnz)
     assert i1 - i0 == 2 * K_EXTRA + 9 * (len(str(N_LOOP + K_EXTRA))
                                          - len(str(N_LOOP)))
+
+
+def test_inherit_counts_the_forked_child_too(guest):
+    (_, value, _), = counts(guest["inherit"])
+    assert value == valgrind_irefs([str(PROGRAMS / "forker"), str(N_LOOP)])
+
+
+def test_per_task_count_follows_the_task_across_switches(guest):
+    """A competing loop forces context switches (at smp 1 certainly)."""
+    (_, value, _), (_, switches, _) = counts(guest["switch"])
+    assert value == valgrind_irefs([str(PROGRAMS / "loop"),
+                                    str(N_LOOP * 30)])
+    assert switches and switches > 0
 
 
 def test_group_user_plus_kernel_equals_all(guest):

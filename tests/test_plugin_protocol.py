@@ -19,6 +19,8 @@ def defines():
 @pytest.mark.parametrize("macro,attr", [
     ("PVPERF_PROTO_HCALL_MAGIC", "HCALL_MAGIC"),
     ("PVPERF_PROTO_REPLY_MAGIC", "REPLY_MAGIC"),
+    ("PVPERF_PROTO_OVERFLOW_MAGIC", "OVERFLOW_MAGIC"),
+    ("PVPERF_PROTO_MAX_SLOTS", "MAX_SLOTS"),
     ("PVPERF_CTR_INSN_KERNEL", "CTR_INSN_KERNEL"),
     ("PVPERF_CTR_INSN_USER", "CTR_INSN_USER"),
     ("PVPERF_CTR_BRANCH_KERNEL", "CTR_BRANCH_KERNEL"),
@@ -32,19 +34,23 @@ def test_constants(macro, attr):
 
 def test_reply_flag():
     assert "(1U << 0)" in HEADER.read_text()
-    assert proto.REPLY_COUNTING == 1
+    assert "(1U << 1)" in HEADER.read_text()
+    assert proto.REPLY_COUNTING == 1 and proto.REPLY_SAMPLING == 2
 
 
 def test_message_sizes_match_c(tmp_path):
     src = tmp_path / "p.c"
     src.write_text(f'#include <stdio.h>\n#include "{HEADER}"\n'
-                   'int main(void){printf("%zu %zu\\n",'
+                   'int main(void){printf("%zu %zu %zu %zu\\n",'
                    'sizeof(struct pvperf_proto_hcall),'
-                   'sizeof(struct pvperf_proto_reply));return 0;}\n')
+                   'sizeof(struct pvperf_proto_reply),'
+                   'sizeof(struct pvperf_proto_slot),'
+                   'sizeof(struct pvperf_proto_overflow));return 0;}\n')
     subprocess.run(["gcc", "-o", tmp_path / "p", src], check=True)
     out = subprocess.run([tmp_path / "p"], capture_output=True, text=True,
                          check=True).stdout.split()
-    assert [int(x) for x in out] == [proto.HCALL_MSG.size, proto.REPLY_MSG.size]
+    assert [int(x) for x in out] == [proto.HCALL_MSG.size, proto.REPLY_MSG_SIZE,
+                                     proto.SLOT.size, proto.OVERFLOW_MSG.size]
 
 
 def test_roundtrip_and_errors():
@@ -54,3 +60,12 @@ def test_roundtrip_and_errors():
         proto.HcallMessage.unpack(b"\0" * 10)
     with pytest.raises(proto.ProtocolError):
         proto.HcallMessage.unpack(b"\0" * proto.HCALL_MSG.size)
+
+
+def test_reply_and_overflow_roundtrip():
+    slots = [proto.Slot(100003, 100003, 7, 1 << proto.CTR_INSN_USER, 4)]
+    assert proto.unpack_reply(proto.pack_reply(3, slots)) == (3, slots)
+    ov = proto.OverflowMessage(1, 7, 1, 0x401000, 100003, 200006)
+    assert proto.unpack_message(ov.pack()) == ov
+    with pytest.raises(ValueError):
+        proto.pack_reply(0, slots * 9)

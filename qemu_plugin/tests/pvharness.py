@@ -187,7 +187,9 @@ class FakeService:
             return
         ret, flags = (self.policy or default_policy)(op, args)
         struct.pack_into("<q", self.ram, gpa + k["HCALL_RET"], ret)
-        conn.send(struct.pack("<II", k["PVPERF_PROTO_REPLY_MAGIC"], flags))
+        # struct pvperf_proto_reply: header, then no armed slots.
+        head = struct.pack("<IIII", k["PVPERF_PROTO_REPLY_MAGIC"], flags, 0, 0)
+        conn.send(head + bytes(k["PROTO_REPLY_SIZE"] - len(head)))
 
 
 def default_policy(op, args):

@@ -347,13 +347,14 @@ r_m6_jmp_end:
 	orl	%ebx, %eax
 	jmp	exit_qemu
 
-/* eax = 0, 1, 2 (-ENODEV), 3 (-ETIMEDOUT) or 4 (other) for ret in rdi. */
+/* eax = 0, 1 (PROBE's answer, the ABI version), 2 (-ENODEV), 3 (-ETIMEDOUT)
+ * or 4 (other) for ret in rdi. */
 ret_code:
 	movl	$0, %eax
 	cmpq	$0, %rdi
 	je	1f
 	movl	$1, %eax
-	cmpq	$1, %rdi
+	cmpq	$PVPERF_ABI_VERSION, %rdi
 	je	1f
 	movl	$2, %eax
 	cmpq	$-ENODEV, %rdi
