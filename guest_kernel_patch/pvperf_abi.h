@@ -110,7 +110,11 @@
 #define PVPERF_SAMPLE_BUF_MIN		4096
 #define PVPERF_SAMPLE_BUF_MAX		(1 << 20)
 
-/* Per-CPU hypercall block; 64-byte aligned so it never straddles a page. */
+/*
+ * Per-CPU hypercall block; PVPERF_HCALL_ALIGN-aligned (its size) so it never
+ * straddles a page.  The host ignores a doorbell on a misaligned block.
+ */
+#define PVPERF_HCALL_ALIGN		64
 struct pvperf_hcall {
 	__u32 doorbell;		/* the marker store writes the magic here */
 	__u32 nr;		/* PVPERF_HC_PERF_OP */
@@ -184,7 +188,8 @@ struct pvperf_sample_buf {
 };
 
 #define PVPERF_ABI_ASSERT(c, m) _Static_assert(c, m)
-PVPERF_ABI_ASSERT(sizeof(struct pvperf_hcall) == 64, "pvperf_hcall size");
+PVPERF_ABI_ASSERT(sizeof(struct pvperf_hcall) == PVPERF_HCALL_ALIGN,
+		  "pvperf_hcall size");
 PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_hcall, op) == 8, "op");
 PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_hcall, args) == 16, "args");
 PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_hcall, ret) == 40, "ret");

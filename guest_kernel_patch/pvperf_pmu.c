@@ -93,6 +93,14 @@ struct pvperf_event {
 	u64 programmed_period;		/* last period the host was given */
 };
 
+/* pvperf_event.id of an event without a host side (never a valid id). */
+#define PVPERF_ID_DETACHED	U32_MAX
+
+static bool pvperf_detached(const struct pvperf_event *pe)
+{
+	return pe->id == PVPERF_ID_DETACHED;
+}
+
 /*
  * Sample rings: PVPERF_RING_ORDER pages per CPU, registered with the host
  * by SAMPLE_BUF on that CPU.  Buffered events raise the NMI at half full.
@@ -236,7 +244,7 @@ static int pvperf_hcall_blocks_alloc(void)
 		if (!hc)
 			return -ENOMEM;	/* the caller frees what was made */
 		per_cpu(pvperf_hcall_blocks, cpu) = hc;
-		if (WARN_ON_ONCE(!IS_ALIGNED((unsigned long)hc, 64)))
+		if (WARN_ON_ONCE(!IS_ALIGNED((unsigned long)hc, PVPERF_HCALL_ALIGN)))
 			return -EINVAL;
 	}
 	return 0;
@@ -349,12 +357,40 @@ free_pe:
 	return ERR_PTR(err);
 }
 
+/*
+ * An inherited event is created inside fork() (perf_event_init_task):
+ * failing its event_init fails the fork.  When the host refuses or is gone,
+ * the child gets an event without a host side that counts nothing, and the
+ * user is told; the workload keeps running.
+ */
+static struct pvperf_event *pvperf_detached_event(int why)
+{
+	struct pvperf_event *pe = kzalloc(sizeof(*pe), GFP_KERNEL);
+
+	if (!pe)
+		return ERR_PTR(-ENOMEM);
+	pe->id = PVPERF_ID_DETACHED;
+	pr_warn_ratelimited("host refused an inherited event (%d): that child is not counted\n",
+			    why);
+	return pe;
+}
+
+/* One per-event hypercall; a detached event has nothing to talk to. */
+static int pvperf_event_op(struct pvperf_event *pe, u32 op)
+{
+	return pvperf_detached(pe) ? 0 : pvperf_op(op, pe->id);
+}
+
 static void pvperf_event_destroy(struct perf_event *event)
 {
 	struct pvperf_event *pe = event->pmu_private;
 	int err;
 
 	event->pmu_private = NULL;
+	if (pvperf_detached(pe)) {
+		kfree(pe);
+		return;
+	}
 	err = pvperf_op(PVPERF_OP_CLOSE, pe->id);
 	if (err) {
 		/*
@@ -434,6 +470,8 @@ static int pvperf_event_init(struct perf_event *event)
 			      attr->freq ? max_t(u64, hwc->sample_period,
 						 PVPERF_FREQ_MIN_PERIOD) :
 			      hwc->sample_period);
+	if (IS_ERR(pe) && event->parent)
+		pe = pvperf_detached_event(PTR_ERR(pe));
 	if (IS_ERR(pe))
 		return PTR_ERR(pe);
 
@@ -476,7 +514,7 @@ static void pvperf_sync_period(struct perf_event *event)
 	 */
 	if (event->attr.freq)
 		period = max_t(u64, period, PVPERF_FREQ_MIN_PERIOD);
-	if (period == pe->programmed_period)
+	if (period == pe->programmed_period || pvperf_detached(pe))
 		return;
 	err = pvperf_op3(PVPERF_OP_SET_PERIOD, pe->id, period, 0);
 	if (err) {
@@ -509,7 +547,7 @@ static void pvperf_event_start(struct perf_event *event, int flags)
 	 * the fault probe covers every instant the host may be counting.
 	 */
 	atomic_inc(&pvperf_nr_started);
-	err = pvperf_op(PVPERF_OP_ENABLE, pe->id);
+	err = pvperf_event_op(pe, PVPERF_OP_ENABLE);
 	if (err)
 		pr_warn_ratelimited("ENABLE of event %u failed: %d\n", pe->id, err);
 }
@@ -522,7 +560,7 @@ static void pvperf_event_stop(struct perf_event *event, int flags)
 
 	if (!(hwc->state & PERF_HES_STOPPED)) {
 		/* The host syncs pe->gpe.count on DISABLE. */
-		err = pvperf_op(PVPERF_OP_DISABLE, pe->id);
+		err = pvperf_event_op(pe, PVPERF_OP_DISABLE);
 		if (err)
 			pr_warn_ratelimited("DISABLE of event %u failed: %d\n",
 					    pe->id, err);
@@ -583,7 +621,7 @@ static void pvperf_event_read(struct perf_event *event)
 
 	if (!(event->hw.state & PERF_HES_STOPPED)) {
 		/* The host syncs pe->gpe.count on READ. */
-		err = pvperf_op(PVPERF_OP_READ, pe->id);
+		err = pvperf_event_op(pe, PVPERF_OP_READ);
 		if (err)
 			pr_warn_ratelimited("READ of event %u failed: %d\n",
 					    pe->id, err);

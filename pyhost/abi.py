@@ -65,6 +65,8 @@ SAMPLE_BUF_MAX = 1 << 20
 # Kernel-half start on x86_64 (4-level paging): the doorbell must run here.
 KERNEL_HALF_START = 0xFFFF800000000000
 
+HCALL_ALIGN = 64
+
 # struct pvperf_hcall: doorbell, nr, op, pad, args[3], ret, reserved[2]
 HCALL = struct.Struct("<IIII3Qq2Q")
 HCALL_OFFSET_OP = 8

@@ -219,7 +219,8 @@ class PerfBackend:
             return None
         try:
             block = abi.HcallBlock.unpack(
-                self.memory.read(msg.block_gpa, abi.HCALL.size, align=64))
+                self.memory.read(msg.block_gpa, abi.HCALL.size,
+                                 align=abi.HCALL_ALIGN))
         except GuestMemoryError as e:
             self._complain(msg.vcpu, f"bad hypercall block: {e}")
             return None

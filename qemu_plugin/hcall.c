@@ -243,8 +243,9 @@ static struct pvperf_hcall *block_at(unsigned vcpu, qemu_plugin_meminfo_t info,
 		return NULL;
 	}
 	*gpa = qemu_plugin_hwaddr_phys_addr(hw);
-	if (*gpa % 8 || *gpa > pv.ram_size - sizeof(struct pvperf_hcall) ||
-	    *gpa % GUEST_PAGE_SIZE > GUEST_PAGE_SIZE - sizeof(struct pvperf_hcall)) {
+	/* Aligned to its size, the block never straddles a page. */
+	if (*gpa % PVPERF_HCALL_ALIGN ||
+	    *gpa > pv.ram_size - sizeof(struct pvperf_hcall)) {
 		pvperf_guest_log(vcpu, "bad hypercall block gpa 0x%" PRIx64 "\n", *gpa);
 		return NULL;
 	}

@@ -65,12 +65,17 @@ def leftovers() -> list[str]:
 
 
 def valgrind_irefs(argv: list[str]) -> int:
-    """valgrind's instruction count (Ir) for a host run of argv, summed
-    over every process it forks (valgrind follows fork)."""
+    """valgrind's instruction count (Ir) for a host run of argv.
+
+    If the program forks, valgrind prints one total per process and a
+    child's total includes the parent's instructions before the fork (the
+    tool's state is copied); this returns the first process's (the
+    parent's, the lowest pid) total only."""
     out = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
                           "--cachegrind-out-file=/dev/null", *argv],
                          capture_output=True, text=True, check=True).stderr
-    refs = [int(line.split(":")[1].strip().replace(",", ""))
-            for line in out.splitlines() if "I   refs:" in line]
+    refs = sorted((int(line.split("==")[1]),
+                   int(line.split(":")[1].strip().replace(",", "")))
+                  for line in out.splitlines() if "I   refs:" in line)
     assert refs, f"no I refs in valgrind output:\n{out}"
-    return sum(refs)
+    return refs[0][1]

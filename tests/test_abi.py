@@ -14,6 +14,7 @@ HEADER = REPO / "guest_kernel_patch" / "pvperf_abi.h"
 # Header macro -> abi attribute
 CONSTANTS = {
     "PVPERF_ABI_VERSION": "ABI_VERSION",
+    "PVPERF_HCALL_ALIGN": "HCALL_ALIGN",
     "PVPERF_DOORBELL_MAGIC": "DOORBELL_MAGIC",
     "PVPERF_HC_PERF_OP": "HC_PERF_OP",
     "PVPERF_OP_OPEN": "OP_OPEN", "PVPERF_OP_CLOSE": "OP_CLOSE",

@@ -28,6 +28,8 @@ sec loop;    perf stat -x, -e instructions:u,branches:u ./loop {N_LOOP} 2>&1
 sec loopk;   perf stat -x, -e instructions:u,branches:u ./loop {N_LOOP + K_EXTRA} 2>&1
 sec pages;   perf stat -x, -e instructions:u ./pages {N_PAGES} 2>&1
 sec inherit; perf stat -x, -e instructions:u ./forker {N_LOOP} 2>&1
+             perf stat -x, --no-inherit -e instructions:u ./forker {N_LOOP} 2>&1
+             perf stat -x, -e instructions:u ./forker {N_LOOP + K_EXTRA} 2>&1
 sec switch;  ./loop 300000000 & perf stat -x, -e instructions:u,context-switches ./loop {N_LOOP * 30} 2>&1; kill %1
 sec group;   perf stat -x, -e '{{instructions:u,instructions:k,instructions}}' ./pages 500 2>&1
 sec raw;     perf stat -x, -e r00c0:u,cpu/instructions/u,cpu/event=0xc4/u ./loop 1000 2>&1
@@ -99,8 +101,15 @@ def test_branches_grow_by_exactly_the_extra_iterations(guest):
 
 
 def test_inherit_counts_the_forked_child_too(guest):
-    (_, value, _), = counts(guest["inherit"])
-    assert value == valgrind_irefs([str(PROGRAMS / "forker"), str(N_LOOP)])
+    """The parent alone equals valgrind's parent count; the child's share
+    (inherited event minus the parent's) grows by exactly 2 per extra loop
+    iteration (valgrind's child total includes the pre-fork part, so it is
+    no reference for the child alone)."""
+    (_, both, _), (_, parent, _), (_, both2, _) = counts(guest["inherit"])
+    assert parent == valgrind_irefs([str(PROGRAMS / "forker"), str(N_LOOP)])
+    parent2 = parent + 9 * (len(str(N_LOOP + K_EXTRA)) - len(str(N_LOOP)))
+    assert (both2 - parent2) - (both - parent) == 2 * K_EXTRA
+    assert both - parent > 2 * N_LOOP
 
 
 def test_per_task_count_follows_the_task_across_switches(guest):
