@@ -19,14 +19,15 @@ PROGRAMS = REPO / "tests" / "guest_programs"
 
 
 def _vm_skip_reason() -> str | None:
+    """Why VM tests cannot run, or None.  A missing or stale image is
+    (re)built here, as `pvperf run` would: never skip for that."""
     if os.environ.get("PVPERF_SKIP_VM") == "1":
         return "PVPERF_SKIP_VM=1 is set"
     if shutil.which("qemu-system-x86_64") is None:
         return "qemu-system-x86_64 missing (run scripts/setup.sh)"
     from pyhost import image
     if image.image_status("default") is None:
-        return ("guest image not built (run scripts/setup.sh or "
-                "`pvperf image build`); set PVPERF_SKIP_VM=1 to skip")
+        image.build_image("default")
     return None
 
 
@@ -60,8 +61,20 @@ def leftovers() -> list[str]:
     found += [str(p) for p in Path("/tmp").glob("pvperf-*")]
     ps = subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*org.pvperf"],
                         capture_output=True, text=True)
-    found += [f"qemu pid {p}" for p in ps.stdout.split()]
+    found += [f"qemu pid {p}" for p in ps.stdout.split() if _orphaned(p)]
     return found
+
+
+def _orphaned(pid: str) -> bool:
+    """A QEMU whose pvperf parent is gone (a live run's QEMU is not a
+    leftover, e.g. another test session on the same machine)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ppid = stat.rsplit(")", 1)[1].split()[1]
+        parent = Path(f"/proc/{ppid}/cmdline").read_bytes()
+    except (OSError, IndexError):
+        return False             # already gone
+    return b"pvperf" not in parent
 
 
 def valgrind_irefs(argv: list[str]) -> int:
