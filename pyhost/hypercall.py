@@ -41,6 +41,8 @@ from .pmu import Pmu, PmuError, PmuEvent
 
 log = logging.getLogger("pvperf.hypercall")
 
+PERF_SAMPLE_CALLCHAIN = 1 << 5     # include/uapi/linux/perf_event.h
+
 
 class RateLimiter:
     """At most ``burst`` messages per ``interval`` seconds per key."""
@@ -185,9 +187,13 @@ class PerfBackend:
             used += 1
         if event.buffered and used < ring.watermark:
             return
-        self._maybe_nmi(ring, tail)
+        # A callchain is walked from the registers at the NMI: raise it
+        # before the vCPU goes on (see service: the overflow reply).
+        self._maybe_nmi(ring, tail, wait=bool(
+            event.attr.sample_type & PERF_SAMPLE_CALLCHAIN))
 
-    def _maybe_nmi(self, ring: SampleRing, tail: int) -> None:
+    def _maybe_nmi(self, ring: SampleRing, tail: int,
+                   wait: bool = False) -> None:
         now = self.clock()
         if ring.notified is not None and \
                 0 < (ring.notified - tail) & U32 <= ring.capacity and \
@@ -203,7 +209,7 @@ class PerfBackend:
             self.memory.write(gpa, ((n + 1) & U32).to_bytes(4, "little"),
                               align=4)
         if self.nmi is not None:
-            self.nmi()
+            self.nmi(wait=wait)
 
     # -- validation ---------------------------------------------------------
 

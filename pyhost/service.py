@@ -124,10 +124,14 @@ class PluginService:
             try:
                 msg = proto.unpack_message(raw)
                 if isinstance(msg, proto.OverflowMessage):
-                    # No reply: the vCPU did not wait for one.
+                    # The vCPU waits for this (empty) reply: for callchain
+                    # events the NMI is injected before it is sent, so the
+                    # guest takes it at the next TB boundary, in the frame
+                    # that overflowed (synchronous delivery).
                     self._overflow(msg)
-                    continue
-                flags, slots = self.backend.handle_reply(msg)
+                    flags, slots = 0, []
+                else:
+                    flags, slots = self.backend.handle_reply(msg)
             except proto.ProtocolError as e:
                 log.warning("plugin protocol error: %s", e)
                 return

@@ -130,6 +130,10 @@ def _qemu_escape(value: str) -> str:
     return value.replace(",", ",,")
 
 
+# How long a callchain sample waits for its NMI to be raised.
+NMI_WAIT_S = 1.0
+
+
 class NmiInjector:
     """Thread-safe ``inject-nmi`` for the service (PerfBackend.nmi).
 
@@ -145,13 +149,20 @@ class NmiInjector:
         self.sent = self.failed = 0
         self.closed = False
 
-    def __call__(self) -> None:
+    def __call__(self, wait: bool = False) -> None:
+        """Inject; with ``wait``, block this service thread until QEMU has
+        raised the NMI (bounded: a late NMI only costs callchain accuracy)."""
         if self.closed:
             return
         self.sent += 1
         fut = asyncio.run_coroutine_threadsafe(qmp.inject_nmi(self.client),
                                                self.loop)
         fut.add_done_callback(self._done)
+        if wait:
+            try:
+                fut.result(timeout=NMI_WAIT_S)
+            except Exception:   # counted by _done; never fail the sample
+                pass
 
     def _done(self, fut) -> None:
         if fut.cancelled() or fut.exception() is not None:

@@ -210,8 +210,8 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 
 /*
  * An overflow (sample.c, on the vCPU thread, from an exec callback or a
- * hypercall): one datagram, no reply awaited.  A full socket buffer means
- * the service is behind: the sample is lost (counted), the vCPU goes on.
+ * hypercall): one datagram and one (empty) reply.  A full socket buffer
+ * means the service is behind: the sample is lost (counted).
  */
 void hcall_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m)
 {
@@ -227,6 +227,17 @@ void hcall_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m)
 		v->lost++;
 		pvperf_guest_log(vcpu, "overflow message not sent (%" PRIu64 " lost)\n",
 				 v->lost);
+	} else {
+		/*
+		 * Wait for the service's (empty) answer: for callchain events it
+		 * has raised the NMI by then, so the guest takes it at the next
+		 * TB boundary, still in the frame that overflowed.
+		 */
+		struct pvperf_proto_reply reply;
+		int64_t err = recv_reply(v->fd, &reply);
+
+		if (err)
+			service_failed(v, vcpu, err);
 	}
 	hcall_leave();
 }

@@ -25,10 +25,13 @@
  *
  * Delivery (habit: overflow only flags; delivery happens later): the
  * sample leaves the vCPU as one pvperf_proto_overflow message on its own
- * socket, without waiting for an answer; the service writes the record
- * into guest memory and injects the NMI from its own threads.  The
- * plugin re-arms by itself (threshold += period [+ random]), so nothing
- * waits on the round trip.
+ * socket once it provably retired; the service writes the record into
+ * guest memory, injects the NMI over QMP, and answers.  The vCPU waits
+ * for that answer (one round trip per sample): for callchain events the
+ * service raises the NMI before answering, so the guest takes it at the
+ * next TB boundary in the frame that overflowed (synchronous delivery,
+ * seed 003).  The plugin re-arms by itself (threshold += period
+ * [+ random]).
  *
  * Context: everything here runs on the vCPU thread that owns the slots
  * (exec callbacks, the doorbell and FAULT handlers of that vCPU); no
