@@ -4,4 +4,5 @@ set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 "$top/scripts/setup.sh"
 cd "$top"
-exec .venv/bin/python -m pytest -v -rs "$@"
+# Test scratch space lives in the tree (build/ is ignored), not in /tmp.
+exec .venv/bin/python -m pytest -v -rs --basetemp="$top/build/pytest-tmp" "$@"
