@@ -50,6 +50,7 @@
 #include <linux/perf_event.h>
 #include <linux/slab.h>
 #include <linux/tracepoint.h>
+#include <asm/apic.h>
 #include <asm/nmi.h>
 #include <asm/page.h>
 #include <asm/ptrace.h>
@@ -1072,6 +1073,29 @@ static int pvperf_probe_host(void)
 	return -ENODEV;
 }
 
+/*
+ * QMP inject-nmi raises LINT1 of every local APIC (QEMU: x86_nmi ->
+ * apic_deliver_nmi), but Linux programs LINT1 as NMI on the boot CPU only
+ * and masks it on the others (setup_local_APIC).  A sample on another CPU
+ * would then wait for that CPU's next exit or read to be drained, and its
+ * callchain would be walked from the wrong frame.  So while the driver is
+ * loaded every CPU takes LINT1 as an NMI; the handler claims exactly the
+ * NMIs the host announced in each CPU's ring (nmis), so no CPU sees one
+ * "for unknown reason".  Runs on each CPU (on_each_cpu, IRQs off).
+ */
+static DEFINE_PER_CPU(u32, pvperf_saved_lvt1);
+
+static void pvperf_lint1_nmi(void *unused)
+{
+	this_cpu_write(pvperf_saved_lvt1, apic_read(APIC_LVT1));
+	apic_write(APIC_LVT1, APIC_DM_NMI);
+}
+
+static void pvperf_lint1_restore(void *unused)
+{
+	apic_write(APIC_LVT1, this_cpu_read(pvperf_saved_lvt1));
+}
+
 static int __init pvperf_init(void)
 {
 	int err;
@@ -1089,9 +1113,10 @@ static int __init pvperf_init(void)
 	err = register_nmi_handler(NMI_LOCAL, pvperf_nmi_handler, 0, "pvperf");
 	if (err)
 		goto free_rings;
+	on_each_cpu(pvperf_lint1_nmi, NULL, 1);
 	err = pvperf_fault_probes_register();
 	if (err)
-		goto unregister_nmi;
+		goto restore_lint1;
 	err = perf_pmu_register(&pvperf_pmu, "cpu", PERF_TYPE_RAW);
 	if (err) {
 		pr_err("cannot register PMU \"cpu\" as type %d: %d\n",
@@ -1108,7 +1133,8 @@ static int __init pvperf_init(void)
 
 unregister_probes:
 	pvperf_fault_probes_unregister();
-unregister_nmi:
+restore_lint1:
+	on_each_cpu(pvperf_lint1_restore, NULL, 1);
 	unregister_nmi_handler(NMI_LOCAL, "pvperf");
 free_rings:
 	pvperf_rings_exit();
@@ -1122,6 +1148,7 @@ static void __exit pvperf_exit(void)
 	/* No event is left: each holds a reference on this module. */
 	perf_pmu_unregister(&pvperf_pmu);
 	pvperf_fault_probes_unregister();
+	on_each_cpu(pvperf_lint1_restore, NULL, 1);
 	unregister_nmi_handler(NMI_LOCAL, "pvperf");
 	pvperf_rings_exit();
 	pvperf_hcall_blocks_free();

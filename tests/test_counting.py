@@ -30,7 +30,7 @@ sec pages;   perf stat -x, -e instructions:u ./pages {N_PAGES} 2>&1
 sec inherit; perf stat -x, -e instructions:u ./forker {N_LOOP} 2>&1
              perf stat -x, --no-inherit -e instructions:u ./forker {N_LOOP} 2>&1
              perf stat -x, -e instructions:u ./forker {N_LOOP + K_EXTRA} 2>&1
-sec switch;  ./loop 300000000 & perf stat -x, -e instructions:u,context-switches ./loop {N_LOOP * 30} 2>&1; kill %1
+sec switch;  taskset -c 0 ./loop 3000000000 & taskset -c 0 perf stat -x, -e instructions:u,context-switches ./loop {N_LOOP * 30} 2>&1; kill %1
 sec group;   perf stat -x, -e '{{instructions:u,instructions:k,instructions}}' ./pages 500 2>&1
 sec raw;     perf stat -x, -e r00c0:u,cpu/instructions/u,cpu/event=0xc4/u ./loop 1000 2>&1
 sec raw2;    perf stat -x, -e r00c0:u,cpu/instructions/u,cpu/event=0xc4/u ./loop 2000 2>&1
@@ -113,7 +113,7 @@ def test_inherit_counts_the_forked_child_too(guest):
 
 
 def test_per_task_count_follows_the_task_across_switches(guest):
-    """A competing loop forces context switches (at smp 1 certainly)."""
+    """A competing loop pinned to the same CPU forces context switches."""
     (_, value, _), (_, switches, _) = counts(guest["switch"])
     assert value == valgrind_irefs([str(PROGRAMS / "loop"),
                                     str(N_LOOP * 30)])
