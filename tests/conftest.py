@@ -45,6 +45,20 @@ def pytest_collection_modifyitems(config, items):
                 reason="long opt-in test: set PVPERF_SLOW=1"))
 
 
+def sections(text: str) -> dict[str, list[str]]:
+    """Split guest output into sections: a line '=== name' starts one.
+
+    VM tests run many commands in one boot (booting is the expensive part)
+    and mark each command's output this way."""
+    out, cur = {}, None
+    for line in text.splitlines():
+        if line.startswith("=== "):
+            cur = out.setdefault(line[4:].strip(), [])
+        elif cur is not None:
+            cur.append(line)
+    return out
+
+
 def pvperf_cmd() -> list[str]:
     exe = REPO / ".venv" / "bin" / "pvperf"
     return [str(exe)] if exe.exists() else ["python3", "-m", "pyhost.cli"]

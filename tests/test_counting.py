@@ -7,13 +7,11 @@ expensive part); each test then checks its section of the output.
 """
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from pyhost import abi
 
-from conftest import PROGRAMS, run_pvperf, valgrind_irefs
+from conftest import PROGRAMS, run_pvperf, sections, valgrind_irefs
 
 pytestmark = pytest.mark.vm
 
@@ -41,17 +39,6 @@ sec mux;     perf stat -x, -e instructions:u,instructions:u,instructions:u,instr
 sec list;    perf list hw 2>&1
 sec end
 """
-
-
-def sections(text: str) -> dict[str, list[str]]:
-    out, cur = {}, None
-    for line in text.splitlines():
-        m = re.match(r"=== (\w+)$", line)
-        if m:
-            cur = out.setdefault(m.group(1), [])
-        elif cur is not None:
-            cur.append(line)
-    return out
 
 
 def counts(lines: list[str]) -> list[tuple[str, int | None, float]]:

@@ -1,10 +1,8 @@
 """End to end: boot the real default image under qemu-system-x86_64 and run
 commands in it through the `pvperf` CLI, as a user would."""
-import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pexpect
 import pytest

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROGRAMS, REPO, valgrind_irefs
+from conftest import PROGRAMS, REPO, sections, valgrind_irefs
 from pyhost import image
 from pyhost.vm import VMConfig, run_command
 
@@ -53,17 +53,6 @@ sec dmesg;   dmesg | grep pvperf
 sec loop;    perf stat -x, -e instructions:u ./loop {N_LOOP} 2>&1
 sec end
 """
-
-
-def sections(text: str) -> dict[str, list[str]]:
-    out, cur = {}, None
-    for line in text.splitlines():
-        m = re.match(r"=== (\w+)$", line)
-        if m:
-            cur = out.setdefault(m.group(1), [])
-        elif cur is not None:
-            cur.append(line)
-    return out
 
 
 def _patch_file() -> Path:

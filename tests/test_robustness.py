@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 
 import hcfuzz
-from conftest import PROGRAMS, REPO, pvperf_cmd, run_pvperf, valgrind_irefs
+from conftest import (PROGRAMS, REPO, pvperf_cmd, run_pvperf, sections,
+                      valgrind_irefs)
 from pyhost import abi
 from pyhost import plugin_protocol as proto
 from pyhost.hypercall import RateLimiter
@@ -130,13 +131,7 @@ def programs() -> Path:
 
 def section(text: str, name: str) -> list[str]:
     """The lines after '=== name' up to the next '=== '."""
-    out, cur = {}, None
-    for line in text.splitlines():
-        if line.startswith("=== "):
-            cur = out.setdefault(line[4:].strip(), [])
-        elif cur is not None:
-            cur.append(line)
-    return out.get(name, [])
+    return sections(text).get(name, [])
 
 
 def perf_count(lines: list[str], event: str) -> str | None:

@@ -14,8 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import PROGRAMS, run_pvperf
-from test_counting import sections
+from conftest import PROGRAMS, run_pvperf, sections
 
 pytestmark = pytest.mark.vm
 
