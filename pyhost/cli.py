@@ -93,7 +93,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
                         format="pvperf: %(name)s: %(message)s")
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command(context_settings={"allow_interspersed_args": False})
 @vm_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(command, **opts) -> None:

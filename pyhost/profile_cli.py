@@ -65,7 +65,7 @@ def render_all(session: dict, outdir: Path) -> str:
     return text
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command(context_settings={"allow_interspersed_args": False})
 @click.option("--output", "-o", type=click.Path(file_okay=False,
               path_type=Path), default=Path("pvperf-profile"),
               show_default=True, help="directory for the profile files")

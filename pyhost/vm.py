@@ -170,7 +170,8 @@ class NmiInjector:
 
 
 class VM:
-    """One guest run.  Use ``async with VM(config) as vm`` or ``run()``."""
+    """One guest run: ``async with VM(config) as vm``, or run_command()
+    and run_shell() below."""
 
     def __init__(self, config: VMConfig):
         self.config = config

@@ -41,3 +41,28 @@ def test_events_lists_the_model():
     for name in ("instructions", "branch-instructions", "cpu-cycles",
                  "r00c0"):
         assert name in r.stdout
+
+
+def test_unknown_option_is_refused_not_run_as_the_command():
+    r = run_pvperf(["run", "--bogus", "--", "true"])
+    assert r.returncode == 2
+    assert "No such option" in r.stderr and "--bogus" in r.stderr
+
+
+def test_options_after_the_command_belong_to_the_command(tmp_path):
+    """`pvperf run CMD -x` passes -x to CMD (no `--` needed after CMD)."""
+    from click.testing import CliRunner
+    from pyhost import cli as cli_mod
+    seen = {}
+
+    def fake_make_config(mode, command, *a, **kw):
+        seen["command"] = command
+        raise SystemExit(0)
+    orig = cli_mod.make_config
+    cli_mod.make_config = fake_make_config
+    try:
+        CliRunner().invoke(cli_mod.cli, ["run", "perf", "stat", "-e",
+                                         "instructions", "true"])
+    finally:
+        cli_mod.make_config = orig
+    assert seen["command"] == "perf stat -e instructions true"
