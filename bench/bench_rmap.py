@@ -37,7 +37,8 @@ PROGRAMS = REPO / "tests" / "guest_programs"
 CFLAGS = ["-O2", "-static", "-nostdlib", "-fno-pic", "-no-pie",
           "-fno-stack-protector", "-fcf-protection=none",
           "-fno-asynchronous-unwind-tables", "-fno-omit-frame-pointer"]
-WORKLOADS = {"hotcold": "./hotcold 150000",
+# Each about 1.5 s of guest time, so start-up noise does not dominate.
+WORKLOADS = {"hotcold": "./hotcold 600000",
              "busybox": "sh -c 'for i in 1 2 3 4 5 6; do "
                         "md5sum /bin/busybox >/dev/null; done'"}
 CONFIGS = ("plain", "first", "last", "all")
