@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchlib import task_clock_ms as parse_task_clock
+
 REPO = Path(__file__).resolve().parent.parent
 PROGRAMS = REPO / "tests" / "guest_programs"
 PVPERF = REPO / ".venv" / "bin" / "pvperf"
@@ -41,11 +43,7 @@ def task_clock_ms(smp: int, config: str, workload: str) -> float:
     r = subprocess.run([str(PVPERF), "run", "--smp", str(smp), *opts,
                         "--share", str(PROGRAMS), "--", "sh", "-c", cmd],
                        capture_output=True, text=True, timeout=900)
-    for line in r.stderr.splitlines():
-        f = line.split(",")
-        if len(f) > 2 and f[2] == "task-clock":
-            return float(f[0])
-    raise SystemExit(f"bench: no task-clock in output:\n{r.stderr}")
+    return parse_task_clock(r.stderr)
 
 
 def main() -> None:

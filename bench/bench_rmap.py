@@ -29,6 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchlib import task_clock_ms as parse_task_clock  # noqa: E402
 from pyhost import image  # noqa: E402
 from pyhost.profile import ProfiledVM  # noqa: E402
 from pyhost.vm import VMConfig  # noqa: E402
@@ -64,11 +65,7 @@ def task_clock_ms(share: Path, config: str, workload: str) -> float:
                    share=share, pmu=False)
     hooks = None if config == "plain" else config
     stderr = asyncio.run(_run(cfg, hooks, share / "bench.rmap"))
-    for line in stderr.splitlines():
-        f = line.split(",")
-        if len(f) > 2 and f[2] == "task-clock":
-            return float(f[0])
-    raise SystemExit(f"bench: no task-clock in output:\n{stderr}")
+    return parse_task_clock(stderr)
 
 
 def main() -> None:

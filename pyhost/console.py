@@ -14,7 +14,6 @@ import sys
 import pexpect
 
 PANIC_RE = re.compile(rb"Kernel panic - not syncing[^\r\n]*")
-READY_TEXT = "pvperf: ready"
 
 
 class ConsoleLog:

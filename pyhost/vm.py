@@ -41,7 +41,7 @@ from . import qmp
 from .console import Console
 from .errors import (GuestPanicError, GuestStatusError, GuestTimeoutError,
                      SetupError, VMError)
-from .guestmem import GuestMemory
+from .guestmem import PC_LOWMEM_LIMIT, GuestMemory
 from .hypercall import PerfBackend
 from .image import GuestImage
 from .service import PluginService, abstract_name
@@ -55,7 +55,8 @@ SHM_PREFIX = "pvperf-"
 PORTS = ("control", "stdout", "stderr")
 BOOT_TIMEOUT = 60.0
 POWEROFF_TIMEOUT = 15.0
-MAX_MEM_MB = 3072
+# Guest RAM must stay below the pc machine's 3 GiB low-memory limit.
+MAX_MEM_MB = PC_LOWMEM_LIMIT >> 20
 
 
 class Runstate(enum.Enum):

@@ -9,7 +9,9 @@ cd "$top"
 say() { printf 'pvperf-setup: %s\n' "$*" >&2; }
 
 APT_PACKAGES="qemu-system-x86 qemu-utils libglib2.0-dev libcapstone-dev pkg-config \
- cpio dpkg-dev linux-perf valgrind make gcc binutils kmod xz-utils"
+ cpio dpkg-dev linux-perf valgrind make gcc binutils kmod xz-utils \
+ flex bison bc libelf-dev libssl-dev"
+# (flex ... libssl-dev: only the opt-in in-tree kernel build needs them.)
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
