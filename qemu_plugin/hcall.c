@@ -188,6 +188,7 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 		.insn_vaddr = insn_vaddr,
 	};
 	struct pvperf_proto_reply reply;
+	uint64_t counters[PVPERF_NR_COUNTERS];
 	int64_t err;
 
 	if (!pv.sock_path || __atomic_load_n(&service_dead, __ATOMIC_RELAXED))
@@ -195,7 +196,9 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 	/* Held overflows retired (this is not their FAULT): send first, so
 	 * the service sees them before this hypercall (one ordered socket). */
 	sample_confirm_all(vcpu);
-	memcpy(msg.counters, v->ctr, sizeof(msg.counters));
+	_Static_assert(sizeof(counters) == sizeof(msg.counters), "counters");
+	count_snapshot(vcpu, counters);
+	memcpy(msg.counters, counters, sizeof(msg.counters));
 	err = exchange(v, &msg, &reply);
 	if (err) {
 		service_failed(v, vcpu, err);
@@ -298,11 +301,16 @@ static void doorbell_mem(unsigned int vcpu, qemu_plugin_meminfo_t info,
 
 /* ---- translation ---- */
 
+bool hcall_is_doorbell(const uint8_t *bytes, size_t len)
+{
+	return len == PVPERF_DOORBELL_INSN_LEN &&
+	       !memcmp(bytes, doorbell_bytes, PVPERF_DOORBELL_INSN_LEN);
+}
+
 static bool is_doorbell(struct qemu_plugin_insn *insn)
 {
-	return qemu_plugin_insn_size(insn) == PVPERF_DOORBELL_INSN_LEN &&
-	       !memcmp(qemu_plugin_insn_data(insn), doorbell_bytes,
-		       PVPERF_DOORBELL_INSN_LEN);
+	return hcall_is_doorbell(qemu_plugin_insn_data(insn),
+				 qemu_plugin_insn_size(insn));
 }
 
 /* tb_trans: instrument kernel-half doorbell stores, counting on or off. */

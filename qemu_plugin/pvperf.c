@@ -111,12 +111,31 @@ static void reset_done(qemu_plugin_id_t id)
 {
 	int want = __atomic_load_n(&counting_desired, __ATOMIC_SEQ_CST);
 
+	/*
+	 * No TB is left, so no inline add runs any more: fold them for good
+	 * (callbacks may own the counters from now on) and let the sampling
+	 * fast path see the counters as they really are.
+	 */
+	count_fold();
+	for (unsigned i = 0; i < pv.n_vcpus; i++)
+		sample_update_room(i);
 	__atomic_store_n(&counting_applied, want, __ATOMIC_SEQ_CST);
 	register_callbacks(id);
 	__atomic_store_n(&reset_pending, 0, __ATOMIC_SEQ_CST);
 	if (pv.verbose)
 		pvperf_log("counting %s\n", want == MODE_SAMPLE ? "on, sampling" :
 			   want ? "on" : "off");
+}
+
+/*
+ * Retranslate everything in the current mode (count.c, when two TBs
+ * disagree on what a faulting instruction would take back).  Any thread.
+ */
+void pvperf_request_flush(void)
+{
+	if (__atomic_exchange_n(&reset_pending, 1, __ATOMIC_SEQ_CST))
+		return;		/* the pending reset flushes too */
+	qemu_plugin_reset(pv.id, reset_done);
 }
 
 /* Doorbell callback (vCPU thread): the service's reply flags. */
@@ -157,6 +176,7 @@ static void vcpu_exit(qemu_plugin_id_t id, unsigned int vcpu)
 
 static void report(void)
 {
+	count_fold();
 	for (unsigned i = 0; i < pv.n_vcpus; i++) {
 		const uint64_t *c = pv.vcpu[i].ctr;
 

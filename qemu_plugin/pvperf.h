@@ -6,7 +6,7 @@
  *   pvperf.c    version, options, state, callback registration, the
  *               counting on/off switch (qemu_plugin_reset), exit, install
  *   classify.c  capstone decode at translation: branch / memory / may-fault
- *   count.c     exact retired instructions and branches by segments, and
+ *   count.c     exact retired instructions and branches by chunks, and
  *               the page-fault correction (PVPERF_OP_FAULT)
  *   sample.c    overflow detection at the exact instruction (sampling)
  *   hcall.c     the doorbell: hypercall detection, dispatch, service socket
@@ -100,6 +100,15 @@ struct pvperf_vcpu {
 	 */
 	unsigned n_slots;
 	unsigned pending_mask;	/* bit i: pending[i] is held */
+	/*
+	 * Fast path of the sampling callbacks: instructions (room[0]) and
+	 * branches (room[1]) that may still be counted before any armed
+	 * slot can reach its threshold.  Each segment subtracts its counts
+	 * and looks at the slots only when one goes <= 0 (or an overflow
+	 * is held); sample.c recomputes both whenever slots or counters
+	 * change under it.  Lower than the truth is safe, never higher.
+	 */
+	int64_t room[2];
 	struct pvperf_slot slot[PVPERF_PROTO_MAX_SLOTS];
 	struct pvperf_pending pending[PVPERF_PROTO_MAX_SLOTS];
 	uint64_t prng;		/* xorshift64 state for randomized periods */
@@ -127,6 +136,7 @@ extern struct pvperf_state pv;
 bool pvperf_counting(void);
 bool pvperf_sampling(void);
 void pvperf_request_mode(enum pvperf_mode mode);
+void pvperf_request_flush(void);
 void pvperf_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void pvperf_guest_log(unsigned vcpu, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -152,6 +162,8 @@ void count_init(void);
 void count_tb(struct qemu_plugin_tb *tb, size_t n);
 int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode);
 void count_flush(void);
+void count_fold(void);
+void count_snapshot(unsigned vcpu, uint64_t out[PVPERF_NR_COUNTERS]);
 
 /* sample.c */
 void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply);
@@ -160,11 +172,13 @@ void sample_segment(unsigned vcpu, bool kernel, const uint64_t *insn_vaddr,
 		    uint32_t n_branches, bool last_may_fault);
 void sample_confirm_all(unsigned vcpu);
 void sample_fault(unsigned vcpu, uint64_t ip);
+void sample_update_room(unsigned vcpu);
 
 /* hcall.c */
 int hcall_init(void);
 void hcall_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m);
 void hcall_tb(struct qemu_plugin_tb *tb, size_t n);
+bool hcall_is_doorbell(const uint8_t *bytes, size_t len);
 void hcall_vcpu_exit(unsigned vcpu);
 void hcall_exit(void);
 

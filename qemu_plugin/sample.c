@@ -78,6 +78,7 @@ void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 	}
 	v->n_slots = n;
 	v->pending_mask = 0;	/* confirmed before the hypercall went out */
+	sample_update_room(vcpu);
 }
 
 static void send_one(unsigned vcpu, const struct pvperf_slot *sl,
@@ -112,6 +113,33 @@ void sample_confirm_all(unsigned vcpu)
 		confirm(vcpu, __builtin_ctz(v->pending_mask));
 }
 
+static uint64_t slot_sum(const struct pvperf_vcpu *v, uint8_t mask);
+
+/* The fast path's room (pvperf.h), from the slots and counters as they are. */
+void sample_update_room(unsigned vcpu)
+{
+	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	const uint8_t insn_mask = 1u << PVPERF_CTR_INSN_KERNEL |
+				  1u << PVPERF_CTR_INSN_USER;
+	int64_t room[2] = { INT64_MAX, INT64_MAX };
+
+	for (unsigned i = 0; i < v->n_slots; i++) {
+		const struct pvperf_slot *sl = &v->slot[i];
+		uint64_t sum = slot_sum(v, sl->ctr_mask);
+		uint64_t left = sl->threshold > sum ? sl->threshold - sum : 0;
+		unsigned kind = (sl->ctr_mask & insn_mask) ? 0 : 1;
+
+		/* Instructions and branches in one slot: its sum grows by up
+		 * to twice the instructions, which room[0] alone tracks. */
+		if (kind == 0 && (sl->ctr_mask & ~insn_mask))
+			left /= 2;
+		if (left < (uint64_t)room[kind])
+			room[kind] = left;
+	}
+	v->room[0] = room[0];
+	v->room[1] = room[1];
+}
+
 /* FAULT at ip (this vCPU): a held overflow there did not happen. */
 void sample_fault(unsigned vcpu, uint64_t ip)
 {
@@ -125,6 +153,7 @@ void sample_fault(unsigned vcpu, uint64_t ip)
 		v->slot[i].threshold = v->pending[i].threshold;
 		v->pending_mask &= ~(1u << i);
 	}
+	sample_update_room(vcpu);
 }
 
 /* At a segment's start: held overflows this segment proves retired. */
@@ -215,4 +244,5 @@ void sample_segment(unsigned vcpu, bool kernel, const uint64_t *insn_vaddr,
 			check_slot(vcpu, i, kernel, branch_vaddr, n_branches,
 				   last_ip, last_may_fault);
 	}
+	sample_update_room(vcpu);
 }
