@@ -211,11 +211,77 @@ static bool decode(int mode, const struct cls_insn *in, uint8_t *flags)
 	return true;
 }
 
+/*
+ * Decode cache.  Capstone costs about 2 us per TB, and every mode switch
+ * (qemu_plugin_reset) retranslates the whole working set; instructions
+ * repeat, so the flags of each distinct encoding are remembered, keyed
+ * by the exact bytes and the decoding mode (the flags depend on nothing
+ * else: not on the address).  Per thread, since translation runs
+ * concurrently under MTTCG; emptied when it grows past DC_MAX_ENTRIES.
+ */
+#define DC_MAX_ENTRIES	(1u << 18)
+#define DC_UNDECODABLE	0xff	/* no CLS_* combination reaches it */
+
+struct dc_key {
+	uint8_t mode;
+	uint8_t len;
+	uint8_t bytes[X86_MAX_INSN_LEN];
+};
+
+static __thread GHashTable *dc_table;
+
+static guint dc_hash(gconstpointer p)
+{
+	const uint8_t *b = p;
+	guint h = 2166136261u;		/* FNV-1a */
+
+	for (size_t i = 0; i < sizeof(struct dc_key); i++)
+		h = (h ^ b[i]) * 16777619u;
+	return h;
+}
+
+static gboolean dc_equal(gconstpointer a, gconstpointer b)
+{
+	return !memcmp(a, b, sizeof(struct dc_key));
+}
+
+static bool decode_cached(int mode, const struct cls_insn *in, uint8_t *flags)
+{
+	struct dc_key key;
+	uintptr_t v;
+	uint8_t f = 0;
+	bool ok;
+
+	if (in->len > X86_MAX_INSN_LEN)
+		return decode(mode, in, flags);
+	memset(&key, 0, sizeof(key));	/* the hash covers the padding bytes */
+	key.mode = mode;
+	key.len = in->len;
+	memcpy(key.bytes, in->bytes, in->len);
+	if (!dc_table)
+		dc_table = g_hash_table_new_full(dc_hash, dc_equal, g_free, NULL);
+	v = (uintptr_t)g_hash_table_lookup(dc_table, &key);
+	if (v) {
+		if (v - 1 == DC_UNDECODABLE)
+			return false;
+		*flags = v - 1;
+		return true;
+	}
+	ok = decode(mode, in, &f);
+	if (g_hash_table_size(dc_table) >= DC_MAX_ENTRIES)
+		g_hash_table_remove_all(dc_table);
+	g_hash_table_insert(dc_table, g_memdup2(&key, sizeof(key)),
+			    (gpointer)(uintptr_t)((ok ? f : DC_UNDECODABLE) + 1));
+	if (ok)
+		*flags = f;
+	return ok;
+}
+
 static bool decode_all(int mode, const struct cls_insn *insn, size_t n,
 		       uint8_t *cls)
 {
 	for (size_t i = 0; i < n; i++) {
-		if (!decode(mode, &insn[i], &cls[i]))
+		if (!decode_cached(mode, &insn[i], &cls[i]))
 			return false;
 	}
 	return true;
@@ -239,7 +305,7 @@ void classify_tb(const struct cls_insn *insn, size_t n, uint8_t *cls)
 
 	for (int mode = MODE_64; mode <= last_mode; mode++) {
 		if (decode_all(mode, insn, sure, cls)) {
-			if (suspect && !decode(mode, &insn[n - 1], &cls[n - 1]))
+			if (suspect && !decode_cached(mode, &insn[n - 1], &cls[n - 1]))
 				cls[n - 1] = CLS_PHANTOM;
 			return;
 		}
