@@ -13,7 +13,10 @@ Targets (issue 3): counting <= 1.15x plain at smp 1, <= 1.5x at smp 2;
 idle <= 1.03x.  Configurations alternate within each round.  Each figure
 is the minimum over all runs of its configuration: the host's noise
 (other tenants) only ever adds time, and it moved single runs by up to
-30% here, so the minimum is the stable statistic.
+30% here, so the minimum is the stable statistic.  "first run" is the
+minimum over the first run of each boot only: it includes switching the
+plugin's counting on, which retranslates all guest code once; later runs
+within PVPERF_COUNT_LINGER_MS of the last one reuse the instrumentation.
 
   .venv/bin/python bench/bench_counting.py [--rounds 3] [--reps 5] [--smp 1 2]
 """
@@ -39,16 +42,17 @@ CONFIGS = {
 }
 
 
-def task_clock_ms(smp: int, config: str, workload: str, reps: int) -> float:
-    """The fastest of `reps` runs in one boot."""
+def task_clock_ms(smp: int, config: str, workload: str, reps: int
+                  ) -> list[float]:
+    """task-clock of `reps` runs in one boot, in order."""
     opts, events = CONFIGS[config]
     cmd = (f"i=0; while [ $i -lt {reps} ]; do i=$((i + 1)); "
            f"perf stat -x, -e {events} {WORKLOADS[workload]}; done")
     r = subprocess.run([str(PVPERF), "run", "--smp", str(smp), *opts,
                         "--share", str(PROGRAMS), "--", "sh", "-c", cmd],
                        capture_output=True, text=True, timeout=900)
-    return min(parse_task_clock(line) for line in r.stderr.splitlines()
-               if "task-clock" in line)
+    return [parse_task_clock(line) for line in r.stderr.splitlines()
+            if "task-clock" in line]
 
 
 def main() -> None:
@@ -59,21 +63,26 @@ def main() -> None:
     ap.add_argument("--workload", nargs="+", default=list(WORKLOADS))
     args = ap.parse_args()
     print(f"{'workload':<8} {'smp':>3} {'config':<9} {'task-clock ms':>14}"
-          f" {'ratio':>7}")
+          f" {'ratio':>7}   {'first run':>9} {'ratio':>7}")
     for wl in args.workload:
         for smp in args.smp:
-            times = {c: [] for c in CONFIGS}
+            runs = {c: [] for c in CONFIGS}      # per boot: its runs
             for i in range(args.rounds):
                 for c in CONFIGS:
-                    times[c].append(task_clock_ms(smp, c, wl, args.reps))
+                    runs[c].append(task_clock_ms(smp, c, wl, args.reps))
                 print(f"  round {i + 1}/{args.rounds} " + "  ".join(
-                    f"{c}={times[c][-1]:.0f}" for c in CONFIGS),
-                    file=sys.stderr)
-            base = min(times["plain"])
+                    f"{c}=" + "/".join(f"{t:.0f}" for t in runs[c][-1])
+                    for c in CONFIGS), file=sys.stderr)
+            base = min(min(b) for b in runs["plain"])
+            base_first = min(b[0] for b in runs["plain"])
             for c in CONFIGS:
-                m = min(times[c])
-                print(f"{wl:<8} {smp:>3} {c:<9} {m:>14.0f} {m / base:>6.2f}x")
-
+                m = min(min(b) for b in runs[c])
+                # The first run of a boot also pays for switching the
+                # plugin's counting on (all guest code is retranslated);
+                # later ones reuse it (PVPERF_COUNT_LINGER_MS).
+                f = min(b[0] for b in runs[c])
+                print(f"{wl:<8} {smp:>3} {c:<9} {m:>14.0f} {m / base:>6.2f}x"
+                      f"   {f:>9.0f} {f / base_first:>6.2f}x")
 
 if __name__ == "__main__":
     main()

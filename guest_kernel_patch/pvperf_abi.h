@@ -105,6 +105,17 @@
 #define PVPERF_ATTR_RANDOM_MASK		(31ULL << 10)
 #define PVPERF_ATTR_KNOWN		((1ULL << 15) - 1)
 
+/*
+ * Lingering instrumentation.  Switching the TCG plugin's counting on or off
+ * retranslates all guest code (about 0.1 s of TCG time), so the host keeps
+ * counting for PVPERF_COUNT_LINGER_MS after the last event closes: back to
+ * back perf runs (perf stat -r, scripts) pay for it once.  The host only
+ * changes modes when it answers a hypercall, so the guest makes a PROBE
+ * PVPERF_COUNT_LINGER_MS after its last CLOSE; a PROBE with no event open
+ * ends the linger.
+ */
+#define PVPERF_COUNT_LINGER_MS		2000
+
 /* Smallest period the host programs (x86's limit_period analogue). */
 #define PVPERF_MIN_PERIOD		128
 #define PVPERF_SAMPLE_BUF_MIN		4096

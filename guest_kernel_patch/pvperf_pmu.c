@@ -53,6 +53,7 @@
 #include <linux/perf_event.h>
 #include <linux/slab.h>
 #include <linux/tracepoint.h>
+#include <linux/workqueue.h>
 #include <asm/apic.h>
 #include <asm/nmi.h>
 #include <asm/page.h>
@@ -385,6 +386,18 @@ static int pvperf_event_op(struct pvperf_event *pe, u32 op)
 	return pvperf_detached(pe) ? 0 : pvperf_op(op, pe->id);
 }
 
+/*
+ * PVPERF_COUNT_LINGER_MS after the last CLOSE the host still counts (a
+ * mode switch retranslates all guest code); this PROBE lets it stop.  A
+ * later CLOSE postpones it; a PROBE while events are open changes nothing.
+ */
+static void pvperf_linger_end(struct work_struct *work)
+{
+	pvperf_hypercall(PVPERF_OP_PROBE, 0, 0, 0);
+}
+
+static DECLARE_DELAYED_WORK(pvperf_linger_work, pvperf_linger_end);
+
 static void pvperf_event_destroy(struct perf_event *event)
 {
 	struct pvperf_event *pe = event->pmu_private;
@@ -408,6 +421,9 @@ static void pvperf_event_destroy(struct perf_event *event)
 	}
 	ida_free(&pvperf_ida, pe->id);
 	kfree(pe);
+	/* +100 ms: guest and host clocks need not agree to the tick. */
+	mod_delayed_work(system_wq, &pvperf_linger_work,
+			 msecs_to_jiffies(PVPERF_COUNT_LINGER_MS + 100));
 }
 
 /* ----------------------------------------------------------------------
@@ -1167,6 +1183,7 @@ static void __exit pvperf_exit(void)
 {
 	/* No event is left: each holds a reference on this module. */
 	perf_pmu_unregister(&pvperf_pmu);
+	cancel_delayed_work_sync(&pvperf_linger_work);
 	pvperf_fault_probes_unregister();
 	on_each_cpu(pvperf_lint1_restore, NULL, 1);
 	unregister_nmi_handler(NMI_LOCAL, "pvperf");

@@ -58,6 +58,8 @@ ATTR_RANDOM_SHIFT = 10
 ATTR_RANDOM_MASK = 31 << 10
 ATTR_KNOWN = (1 << 15) - 1
 
+# Counting stays on this long after the last CLOSE (pvperf_abi.h).
+COUNT_LINGER_MS = 2000
 MIN_PERIOD = 128
 SAMPLE_BUF_MIN = 4096
 SAMPLE_BUF_MAX = 1 << 20

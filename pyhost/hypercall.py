@@ -113,6 +113,7 @@ class PerfBackend:
         self.rings: dict[int, SampleRing] = {}
         self.nmi = nmi
         self.clock = clock
+        self._linger_until = 0.0     # clock(): counting on until then
         # Serialises the PMU model: one thread per vCPU connection calls in.
         self.lock = threading.Lock()
 
@@ -127,12 +128,22 @@ class PerfBackend:
             ret = self._serve(msg)
             if ret is not None:
                 self._write_ret(msg.block_gpa, ret)
-            flags = proto.REPLY_COUNTING if self.pmu.counting_needed() else 0
+            flags = proto.REPLY_COUNTING if self._counting(msg) else 0
             if self.pmu.sampling_needed():
                 flags |= proto.REPLY_SAMPLING
             slots = (self.pmu.slots(msg.vcpu) if msg.vcpu < self.max_vcpus
                      else [])
         return flags, slots
+
+    def _counting(self, msg: proto.HcallMessage) -> bool:
+        """Whether the plugin should count: while any event is open, and
+        for abi.COUNT_LINGER_MS after the last one closed (a mode switch
+        retranslates all guest code), unless a PROBE ends the linger."""
+        now = self.clock()
+        if self.pmu.counting_needed():
+            self._linger_until = now + abi.COUNT_LINGER_MS / 1000
+            return True
+        return now < self._linger_until
 
     # -- samples ------------------------------------------------------------
 
@@ -270,6 +281,7 @@ class PerfBackend:
     # -- operations ---------------------------------------------------------
 
     def _probe(self, msg, args) -> int:
+        self._linger_until = 0.0     # the guest's "linger over" (abi.py)
         return abi.ABI_VERSION
 
     def _open(self, msg, args) -> int:

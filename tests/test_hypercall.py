@@ -59,7 +59,25 @@ def test_open_enable_disable_read_close():
     assert count(buf) == 51
     assert call(be, buf, abi.OP_DISABLE, (1,), counters=(20, 200, 0, 0))[0] == 0
     assert count(buf) == 110
-    assert call(be, buf, abi.OP_CLOSE, (1,)) == (0, 0)
+    assert call(be, buf, abi.OP_CLOSE, (1,)) == (0, proto.REPLY_COUNTING)
+
+
+def test_counting_lingers_after_the_last_close_until_probe_or_timeout():
+    """A mode switch retranslates all guest code: the plugin keeps counting
+    COUNT_LINGER_MS after the last CLOSE; the guest's PROBE ends it."""
+    now = [100.0]
+    buf = bytearray(RAM)
+    be = PerfBackend(GuestMemory(buf), max_vcpus=2, clock=lambda: now[0])
+    linger = abi.COUNT_LINGER_MS / 1000
+    assert open_event(be, buf) == (0, proto.REPLY_COUNTING)
+    assert call(be, buf, abi.OP_CLOSE, (1,)) == (0, proto.REPLY_COUNTING)
+    now[0] += linger * 0.9
+    assert call(be, buf, abi.OP_READ, (1,))[1] == proto.REPLY_COUNTING
+    now[0] += linger * 0.2
+    assert call(be, buf, abi.OP_READ, (1,))[1] == 0
+    assert open_event(be, buf) == (0, proto.REPLY_COUNTING)
+    assert call(be, buf, abi.OP_CLOSE, (1,)) == (0, proto.REPLY_COUNTING)
+    assert call(be, buf, abi.OP_PROBE) == (abi.ABI_VERSION, 0)
 
 
 @pytest.mark.parametrize("op,args,nr,err", [
