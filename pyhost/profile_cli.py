@@ -80,7 +80,8 @@ def render_all(session: dict, outdir: Path) -> str:
               help="stop the guest after S seconds")
 @click.option("--hooks", type=click.Choice(["first", "last", "all"]),
               default="first", show_default=True,
-              help="reverse-map exec hooks per TB (resolution vs overhead)")
+              help="reverse-map markers: per TB only, also on its last "
+              "insn, or on every insn (resolution vs overhead)")
 @click.option("--console", "echo_console", is_flag=True,
               help="show the guest's serial console on stderr")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)

@@ -12,27 +12,37 @@ Index spaces (named once, used in every name below):
   generation  how many code-cache flushes happened before; a hostpc
               means something only together with its generation, because
               a flush lets QEMU reuse every code-cache address
-  vcpu        QEMU's cpu_index
+  vcpu        QEMU's cpu_index (version 2 records do not know it: None)
 
-Host extent of a TB.  The plugin records the return address of an exec
-callback placed on the TB's first instruction (``Translation.hostpc``).
-QEMU 7.2 starts a TB's host code on a 64-byte boundary (tcg_tb_alloc
-aligns to the icache line) and the callback is the first code after the
-few bytes of the icount/exit check, so the TB starts at ``hostpc & ~63``
-(``Translation.host_start``).  It ends where the next recorded TB of the
-same generation starts (address order), capped at ``MAX_TB_HOST``: QEMU
-allocates TBs from the code cache in increasing address order per region,
-so the code, its out-of-line slow paths and the next TB's header lie in
-between.  Only TBs that never executed are not recorded, and no sample can
-fall into those.
+Markers.  The plugin gives every TB an inline op on its own counter slot,
+and QEMU's x86-64 backend puts the slot's 64-bit address into the TB's host
+code as the immediate of a ``movabs $slot,%reg``; the plugin finds these
+immediates by scanning the code cache (at every flush, at exit and about
+once a second while QEMU runs) and records each one's address, the
+"marker address" (``Translation.hostpc``).  Every TB whose code is in the
+cache is recorded, executed or not.
+
+Host extent of a TB.  QEMU 7.2 starts a TB's host code on a 64-byte
+boundary (tcg_tb_alloc aligns to the icache line) and the TB's marker op
+is the first code after the few bytes of the icount/exit check (its imm64
+measured ``TB_MARKER_OFFSET`` = 13 bytes in), so the TB starts at
+``hostpc & ~63`` (``Translation.host_start``): samples in the prologue
+bytes before the marker belong to the TB too.  It ends where the next
+recorded TB of the same generation starts (address order), capped at
+``MAX_TB_HOST``: QEMU allocates TBs from the code cache in increasing
+address order per region, so the code, its out-of-line slow paths and the
+next TB's header lie in between.  TBs without a marker (QEMU's one-insn
+I/O TBs, CF_MEMI_ONLY, get no exec ops) are not recorded; a sample in one
+falls into the extent of the TB before it.
 
 Guest PC inside a TB.  With the plugin's ``hooks=first`` (the default and
 cheapest) a sample maps to the TB; its guest PC is the TB's first
 instruction, which is precise for symbols because a TB rarely crosses a
 function boundary (any branch or call ends it).  With ``hooks=last`` a
-sample past the last instruction's callback maps to the last instruction;
-with ``hooks=all`` every instruction has its own host range (from its
-callback's return address to the next one's).
+sample at or past the last instruction's marker op maps to the last
+instruction; with ``hooks=all`` every instruction has its own host range,
+from its marker op (the movabs, ``MARKER_IMM_OFFSET`` = 2 bytes before
+its marker address) to the next one's.
 """
 from __future__ import annotations
 
@@ -42,11 +52,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAGIC = b"PVRMAP\0\0"
-VERSION = 1
+VERSION = 2
 REC_TB, REC_INSN, REC_FLUSH = 1, 2, 3
 HOOK_LAST, HOOK_ALL = 0x1, 0x2
 TB_KERNEL, TB_GPA_VALID = 0x1, 0x2
 NO_GPA = (1 << 64) - 1
+VCPU_UNKNOWN = (1 << 32) - 1
 
 FILE_HEADER = struct.Struct("<8sIIIIQ")       # rmap_file_header
 REC_HEADER = struct.Struct("<HHIQ")           # rmap_rec_header
@@ -57,6 +68,8 @@ assert FILE_HEADER.size == 32 and REC_HEADER.size == 16
 assert TB_BODY.size == 40 and INSN_BODY.size == 24 and FLUSH_BODY.size == 8
 
 TB_HOST_ALIGN = 64
+TB_MARKER_OFFSET = 13       # a TB's marker address - its host code start
+MARKER_IMM_OFFSET = 2       # REX.W, B8+r, then the imm64
 MAX_TB_HOST = 32 * 1024
 KERNEL_HALF = 0xFFFF800000000000
 
@@ -69,10 +82,10 @@ class RmapFormatError(ValueError):
 class Translation:
     """One TB: where its host code is and which guest code it translates."""
     generation: int
-    hostpc: int                      # first-insn callback return address
+    hostpc: int                      # marker address (imm64 in TB code)
     guestpc: int
     gpa: int | None
-    vcpu: int
+    vcpu: int | None                 # None: unknown (version 2)
     kernel: bool
     insn_sizes: list[int]
     code: bytes
@@ -95,14 +108,23 @@ class Translation:
     def guest_end(self) -> int:
         return self.guestpc + len(self.code)
 
+    def insn_host_start(self, index: int) -> int | None:
+        """Where instruction ``index``'s marker op starts (hooks), if
+        recorded; instruction 0's host code starts at the TB's."""
+        if index == 0:
+            return self.host_start
+        marker = self.insn_hostpc.get(index)
+        return None if marker is None else marker - MARKER_IMM_OFFSET
+
     def hostpc_to_insn_index(self, hostpc: int) -> int:
         """Index of the instruction whose host code holds ``hostpc``: the
-        last hooked instruction whose callback returned at or before it
-        (instruction 0 at the TB's own hook)."""
-        best, best_hostpc = 0, self.hostpc
-        for index, insn_hostpc in self.insn_hostpc.items():
-            if best_hostpc < insn_hostpc <= hostpc:
-                best, best_hostpc = index, insn_hostpc
+        last marked instruction whose marker op starts at or before it
+        (instruction 0 without a marker of its own)."""
+        best, best_start = 0, self.host_start
+        for index in self.insn_hostpc:
+            start = self.insn_host_start(index)
+            if best_start < start <= hostpc:
+                best, best_start = index, start
         return best
 
     def hostpc_to_guestpc(self, hostpc: int) -> int:
@@ -197,7 +219,8 @@ class ReverseMap:
         precise = bool(self.hooks & HOOK_ALL) or len(tr.insn_sizes) == 1
         if self.hooks & HOOK_LAST and not precise:
             last = len(tr.insn_sizes) - 1
-            precise = hostpc >= tr.insn_hostpc.get(last, 1 << 64)
+            start = tr.insn_host_start(last)
+            precise = start is not None and hostpc >= start
         return Resolution(tr, tr.hostpc_to_guestpc(hostpc), precise)
 
     def host_ranges(self):
@@ -214,7 +237,8 @@ def _parse_tb(gen: int, body: bytes) -> Translation:
     sizes = list(body[off:off + n_insns])
     code = bytes(body[off + n_insns:off + n_insns + n_bytes])
     return Translation(generation=gen, hostpc=hostpc, guestpc=guestpc,
-                       gpa=gpa if flags & TB_GPA_VALID else None, vcpu=vcpu,
+                       gpa=gpa if flags & TB_GPA_VALID else None,
+                       vcpu=None if vcpu == VCPU_UNKNOWN else vcpu,
                        kernel=bool(flags & TB_KERNEL), insn_sizes=sizes,
                        code=code)
 

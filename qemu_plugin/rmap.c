@@ -11,21 +11,76 @@
  * Options:
  *   out=PATH          the record file (format: rmap_format.h); required
  *   hooks=first|last|all
- *                     exec callbacks on the first insn of each TB only
- *                     (default), also on its last insn, or on every insn
+ *                     a marker at the start of each TB only (default), also
+ *                     on its last insn, or on every insn (instruction-level
+ *                     host ranges; each marker costs a few host insns per
+ *                     execution, see below)
  *   ram=PATH          the guest RAM file (memory-backend-file): lets the
  *                     plugin turn a TB's host pointer into guest RAM
  *                     (qemu_plugin_insn_haddr) into a gpa
  *   verbose=on|off    a summary on stderr at exit
  *
- * Why a callback: QEMU 7.2 has no -perfmap and `-d out_asm` prints only
- * offsets; but a plugin exec callback is a direct call from the TB's host
- * code, so its __builtin_return_address(0) is an address inside that TB.
+ * How a TB's host code is found: QEMU 7.2 has no -perfmap, `-d out_asm`
+ * disassembles every TB into a log (hundreds of MB, far too slow to run
+ * under a profile), and a plugin cannot ask where a TB's code is.  So
+ * every TB gets an inline op (qemu_plugin_register_vcpu_tb_exec_inline,
+ * ADD_U64 1) on its own 8-byte slot, slots[i] for the TB's marker index
+ * i.  QEMU materialises the slot's address in the TB's host code as an
+ * immediate (accel/tcg/plugin-gen.c append_inline_cb: mov_i64 of a
+ * constant, then ld/add/st through it), and the x86-64 backend
+ * (tcg/i386/tcg-target.c.inc tcg_out_movi_int) emits a 10-byte
+ * `movabs $imm64,%reg` (REX.W B8+r) for it when the value neither fits in
+ * 32 bits nor lies within +-2 GiB of the code; otherwise a 5/7-byte mov or
+ * a rip-relative lea.  The slot array is therefore placed above 4 GiB and
+ * more than 4 GiB away from every rwx mapping (the code buffer), at a
+ * 4 GiB-aligned base, so every marker is exactly
  *
- * Contexts: tb_trans on any vCPU thread (concurrently under MTTCG); exec
- * callbacks on the vCPU thread running the TB; flush in an exclusive
- * section (every vCPU stopped); plugin_exit in the thread calling exit(),
- * possibly while other vCPUs still run.
+ *     48|49  B8+r  <imm64 = &slots[i], little-endian>
+ *
+ * and the plugin finds TB i's host code by scanning the code cache for an
+ * 8-byte value in [slots, slots + n_used) that is a multiple of 8 past
+ * `slots` and follows those two opcode bytes.  Measured on QEMU 7.2.22
+ * (Debian 1:7.2+dfsg-7+deb12u18): the TB marker is always
+ *     mov -0x10(%rbp),%ebx; test %ebx,%ebx; jl exit;   (icount/exit check)
+ *     movabs $slot,%rbx; mov (%rbx),%r12; inc %r12; mov %r12,(%rbx)
+ * with the imm64 at 13 bytes past the TB's 64-byte-aligned code start
+ * (tcg/tcg.c tcg_tb_alloc aligns TB code to the icache line; 2 bytes for
+ * a TB without the check, CF_NOIRQ), and %r12/%rbx may be other
+ * registers (49 B8+r seen too).  A TB execution pays those four host
+ * instructions, no call.
+ *
+ * When the code cache is scanned (every scan reads only the resident pages
+ * of the rwx mappings, mincore(2), with memchr for the slot base's 6th
+ * byte, chosen rare in x86 code):
+ *   - in the flush callback: QEMU 7.2's do_tb_flush calls it after
+ *     tcg_region_reset_all, which only resets pointers, so the old
+ *     generation's code is intact; its records are written, then every
+ *     marker found is overwritten with 0 (the code is dead: every vCPU is
+ *     stopped in the exclusive section and no TB survives a flush) so that
+ *     old code the next generation has not overwritten yet cannot be read
+ *     as the next generation's markers (marker indices restart at 0);
+ *   - at exit (atexit), for the live generation;
+ *   - from a background thread about every second (less often if a scan
+ *     is slow), so that a SIGKILLed QEMU still leaves most records.  A
+ *     running code cache may hold the code of a translation QEMU is about
+ *     to discard (tb_gen_code restarts, or another vCPU won the race and
+ *     the code pointer is rolled back), so this thread writes a marker
+ *     only once it has seen it at the same place in two scans.
+ * Each marker is written once per generation (`written`).  A TB that never
+ * gets a marker in the code (QEMU discarded it, or a CF_MEMI_ONLY I/O TB,
+ * which gets no exec ops) is never written.  Checked against `-d out_asm`
+ * (smp 1 and 2, forced flushes, hooks=last|all): every TB QEMU kept is
+ * recorded at its marker; the only other records are of the partial code
+ * of a TB abandoned at the end of a full buffer (no sample can be there).
+ * Per-generation slot indices and the zeroing at flush keep old markers
+ * from aliasing new ones.
+ *
+ * Contexts: tb_trans on any vCPU thread (concurrently under MTTCG); flush
+ * in an exclusive section (every vCPU stopped); plugin_exit in the thread
+ * calling exit(), possibly while other vCPUs still run (they may still
+ * translate; rm.lock orders them, and after exit nothing more is written);
+ * the scanner thread.  rm.lock protects everything but the raw reads of
+ * the code cache, which the scanner does without it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +89,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,40 +99,69 @@
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
 #define KERNEL_HALF	0xffff800000000000ULL
-#define VBUF_SIZE	(256 * 1024)
-#define EXIT_SPIN_NS	(100 * 1000 * 1000)
+#define GiB		(1ULL << 30)
+/*
+ * 128 Mi slots (1 GiB of address space, MAP_NORESERVE: only the pages of
+ * used slots cost memory).  A marker is at least 20 bytes of host code and
+ * QEMU 7.2 caps the x86-64 code buffer at 2 GiB, so one generation cannot
+ * use more.
+ */
+#define SLOT_BYTES	GiB
+#define MAX_SLOTS	(SLOT_BYTES / sizeof(uint64_t))
+/* movabs is used only beyond +-2 GiB of the code: keep twice that. */
+#define CODE_DISTANCE	(4 * GiB)
+#define IMM_OFFSET	2		/* REX.W, B8+r, then the imm64 */
+#define OBUF_FLUSH	(1024 * 1024)
+#define SCAN_PERIOD_US	(1000 * 1000)
+#define SCAN_SHARE	20		/* sleep >= 20x the last scan's time */
+#define PAGE		4096UL
 
 /*
- * One TB's record, built complete at translation; the first execution
- * fills in generation, hostpc and vcpu and copies it out.  `done` is set
- * by the first executor (atomic exchange: under MTTCG two vCPUs may enter
- * a fresh TB at once); later executions only load it.
+ * Slot array bases tried, in units of 4 GiB: bits 32..47 of &slots[i] are
+ * these, so the imm64's bytes 4..7 are (lo, hi, 0, 0).  `hi` is the byte
+ * the scan looks for with memchr: 0x4f, 0x5a, 0x6e and 0x7b are among the
+ * rarest bytes in QEMU 7.2's x86-64 code cache (measured: 1 in 5,000), all
+ * far from where Linux puts mmaps (0x7f..) and PIE binaries (0x55..).
  */
+static const uint16_t slot_bases[] = {
+	0x4faf, 0x5aaf, 0x6eaf, 0x7baf, 0x4fa7, 0x5aa7, 0x6ea7, 0x7ba7,
+};
+
+/*
+ * One marker: a TB's own (insn == 0; it is the head of struct tb_info) or
+ * one on instruction `insn` > 0 of `tb` (hooks=last|all).  rm.marks[i] is
+ * the marker of slot i in the current generation.
+ */
+struct marker {
+	struct tb_info *tb;
+	uint32_t insn;
+	bool written;		/* its record is out (this generation) */
+	uint64_t seen;		/* where the scanner last saw it, or 0 */
+};
+
+/* A TB's record, built complete at translation but for generation and
+ * hostpc, which the scan that finds its marker fills in. */
 struct tb_info {
-	int done;
+	struct marker m;
+	uint64_t hostpc;	/* once written */
 	uint32_t size;		/* of rec[] */
 	uint8_t rec[];		/* rmap_rec_header, rmap_tb, sizes, bytes */
 };
 
-/* A hook on insn `index` > 0 (hooks=last|all). */
-struct insn_hook {
-	int done;		/* as tb_info.done */
-	uint32_t index;
-	struct tb_info *tb;
+struct range {
+	uint64_t lo, hi;
 };
 
-/*
- * Per-vCPU output buffer.  Only its vCPU thread appends (exec callbacks,
- * vcpu_exit).  `busy` brackets an append so that plugin_exit, which may
- * run in another thread, can wait for it; `closing` tells appenders to
- * drop records from then on.  Both seq_cst (Dekker-style handshake).
- */
-struct vbuf {
-	uint8_t *data;
-	size_t len;
-	int busy;
-} __attribute__((aligned(64)));
+/* A marker found by a scan: the imm64's address and its slot index. */
+struct found {
+	uint64_t pos;
+	uint64_t index;
+};
 
 static struct {
 	int fd;
@@ -85,21 +170,28 @@ static struct {
 	uint32_t hooks;			/* RMAP_HOOK_* */
 	bool verbose;
 	unsigned n_vcpus;
-	struct vbuf *vbuf;		/* [n_vcpus] */
-	uint64_t generation;		/* written only in flush (exclusive) */
-	int closing;
 	/* Guest RAM as QEMU maps it; found at the first tb_trans. */
 	uint64_t ram_hostbase, ram_size;
 	bool ram_looked_up;
-	/*
-	 * arena_lock protects arena (the tb_info/insn_hook allocations of the
-	 * current generation) and the statistics: taken in tb_trans and
-	 * flush, never on the exec path.
-	 */
-	GMutex arena_lock;
-	GPtrArray *arena;
-	uint64_t n_translated, n_flushes;
-	uint64_t n_recorded, n_dropped;	/* atomic */
+	/* The slot array, and the imm64 bytes every marker has. */
+	uint64_t *slots;
+	uint8_t base_b4, base_b5;
+	/* The code buffer: QEMU's rwx anonymous mappings, found at the first
+	 * tb_trans (QEMU loads plugins before it sets up TCG). */
+	struct range *code;
+	unsigned n_code;
+	/* Everything below: rm.lock. */
+	GMutex lock;
+	bool code_checked;		/* rm.code is set */
+	GPtrArray *marks;		/* current generation, by slot index */
+	uint64_t generation;		/* bumped only in flush (exclusive) */
+	bool closing;			/* plugin_exit wrote the last records */
+	GByteArray *obuf;
+	GThread *scanner;
+	GCond wake;			/* plugin_exit stops the scanner */
+	uint64_t n_translated, n_markers, n_no_slot, n_flushes;
+	uint64_t n_recorded, n_insn_recorded, n_unseen, n_write_errors;
+	uint64_t n_scans, scan_ns, max_scan_ns, scanned_bytes;	/* atomic */
 } rm = { .fd = -1 };
 
 static void rmap_log(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
@@ -113,7 +205,15 @@ static void rmap_log(const char *fmt, ...)
 	va_end(ap);
 }
 
-/* ---- output ---- */
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+/* ---- output (rm.lock) ---- */
 
 static void write_all(const uint8_t *p, size_t n)
 {
@@ -123,7 +223,7 @@ static void write_all(const uint8_t *p, size_t n)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
-			__atomic_add_fetch(&rm.n_dropped, 1, __ATOMIC_RELAXED);
+			rm.n_write_errors++;
 			return;
 		}
 		p += w;
@@ -131,77 +231,310 @@ static void write_all(const uint8_t *p, size_t n)
 	}
 }
 
-/* vCPU thread.  O_APPEND makes each write(2) land whole at the end of the
- * file, so vCPUs need no lock between them. */
-static void vbuf_drain(struct vbuf *b)
+static void obuf_drain(void)
 {
-	write_all(b->data, b->len);
-	b->len = 0;
+	write_all(rm.obuf->data, rm.obuf->len);
+	g_byte_array_set_size(rm.obuf, 0);
 }
 
-static void vbuf_append(unsigned vcpu, const void *rec, size_t size)
+static void obuf_append(const void *rec, size_t size)
 {
-	struct vbuf *b = &rm.vbuf[vcpu];
+	g_byte_array_append(rm.obuf, rec, size);
+	if (rm.obuf->len >= OBUF_FLUSH)
+		obuf_drain();
+}
 
-	__atomic_store_n(&b->busy, 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&rm.closing, __ATOMIC_SEQ_CST)) {
-		__atomic_add_fetch(&rm.n_dropped, 1, __ATOMIC_RELAXED);
-	} else {
-		if (b->len + size > VBUF_SIZE)
-			vbuf_drain(b);
-		memcpy(b->data + b->len, rec, size);
-		b->len += size;
+/* ---- placing the slot array ---- */
+
+/* QEMU's rwx anonymous mappings: the TCG code buffer (one per region,
+ * between PROT_NONE guard pages, when there are several). */
+static void find_code_buffer(void)
+{
+	g_autofree char *maps = NULL;
+	GArray *a = g_array_new(false, false, sizeof(struct range));
+	char *save = NULL;
+
+	if (g_file_get_contents("/proc/self/maps", &maps, NULL, NULL)) {
+		for (char *line = strtok_r(maps, "\n", &save); line;
+		     line = strtok_r(NULL, "\n", &save)) {
+			struct range r;
+			char perms[8];
+			unsigned long inode;
+			int name = 0;
+
+			if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %7s %*s %*s %lu %n",
+				   &r.lo, &r.hi, perms, &inode, &name) < 4)
+				continue;
+			if (!strcmp(perms, "rwxp") && inode == 0 &&
+			    (!name || !line[name]))
+				g_array_append_val(a, r);
+		}
 	}
-	__atomic_store_n(&b->busy, 0, __ATOMIC_SEQ_CST);
+	g_free(rm.code);
+	rm.n_code = a->len;
+	rm.code = (struct range *)g_array_free(a, false);
 }
 
-/* ---- exec callbacks: the hot path is one load and a branch ---- */
-
-static void emit_tb(unsigned vcpu, struct tb_info *t, uint64_t hostpc)
+static bool far_from_code(uint64_t base)
 {
-	struct rmap_rec_header *h = (void *)t->rec;
-	struct rmap_tb *r = (void *)(h + 1);
-
-	h->generation = rm.generation;
-	r->hostpc = hostpc;
-	r->vcpu = vcpu;
-	vbuf_append(vcpu, t->rec, t->size);
-	__atomic_add_fetch(&rm.n_recorded, 1, __ATOMIC_RELAXED);
+	for (unsigned i = 0; i < rm.n_code; i++) {
+		if (base < rm.code[i].hi + CODE_DISTANCE &&
+		    rm.code[i].lo < base + SLOT_BYTES + CODE_DISTANCE)
+			return false;
+	}
+	return true;
 }
 
-static void tb_first_exec(unsigned int vcpu, void *udata)
+static bool place_slots(void)
 {
-	struct tb_info *t = udata;
+	for (size_t i = 0; i < G_N_ELEMENTS(slot_bases); i++) {
+		uint64_t base = (uint64_t)slot_bases[i] << 32;
+		void *p;
 
-	if (__builtin_expect(__atomic_load_n(&t->done, __ATOMIC_RELAXED), 1))
-		return;
-	if (__atomic_exchange_n(&t->done, 1, __ATOMIC_ACQ_REL))
-		return;
-	emit_tb(vcpu, t, (uint64_t)(uintptr_t)__builtin_return_address(0));
+		if (!far_from_code(base))
+			continue;
+		p = mmap((void *)(uintptr_t)base, SLOT_BYTES,
+			 PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
+			 MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+		if (p == MAP_FAILED)
+			continue;
+		if ((uint64_t)(uintptr_t)p != base) {
+			/* a kernel before 4.17 took it as a hint only */
+			munmap(p, SLOT_BYTES);
+			continue;
+		}
+		rm.slots = p;
+		rm.base_b4 = base >> 32;
+		rm.base_b5 = base >> 40;
+		return true;
+	}
+	return false;
 }
 
-static void insn_first_exec(unsigned int vcpu, void *udata)
+static void fatal_placement(const char *why)
 {
-	struct insn_hook *k = udata;
-	struct {
-		struct rmap_rec_header h;
-		struct rmap_insn r;
-	} rec;
+	rmap_log("cannot record the reverse map: %s.  The plugin finds a TB's "
+		 "host code by the 64-bit address of its marker slot in the "
+		 "code (see rmap.c); that needs QEMU's code buffer as rwx "
+		 "anonymous memory (not -accel tcg,split-wx=on) and a free "
+		 "1 GiB at a 4 GiB-aligned address at least 4 GiB away from "
+		 "it\n", why);
+}
 
-	if (__builtin_expect(__atomic_load_n(&k->done, __ATOMIC_RELAXED), 1))
+/*
+ * At the first tb_trans (rm.lock): the code buffer exists now.  No marker
+ * has been emitted yet, so the slot array can still move if it is too near
+ * (it was placed at install, before QEMU mapped its code buffer).
+ */
+static bool check_code_buffer(void)
+{
+	uint64_t base = (uint64_t)(uintptr_t)rm.slots;
+
+	rm.code_checked = true;
+	find_code_buffer();
+	if (!rm.n_code) {
+		fatal_placement("no rwx anonymous mapping (QEMU's code buffer) "
+				"in /proc/self/maps");
+		return false;
+	}
+	if (far_from_code(base))
+		return true;
+	munmap(rm.slots, SLOT_BYTES);
+	rm.slots = NULL;
+	if (place_slots())
+		return true;
+	fatal_placement("no slot array base far enough from the code buffer");
+	return false;
+}
+
+/* ---- scanning the code cache ---- */
+
+/*
+ * Markers in [lo, hi) (resident memory of one rwx mapping) whose index is
+ * below `limit`, appended to `out` in address order.  The imm64 at q has
+ * q[4] == base_b4, q[5] == base_b5, q[6] == q[7] == 0, and is preceded by
+ * REX.W(+B) and B8+r.
+ */
+static void scan_run(const uint8_t *lo, const uint8_t *hi, uint64_t limit,
+		     GArray *out)
+{
+	const uint64_t base = (uint64_t)(uintptr_t)rm.slots;
+	const uint8_t *p = lo + IMM_OFFSET + 5;
+
+	if (hi - lo < IMM_OFFSET + 8)
 		return;
-	if (__atomic_exchange_n(&k->done, 1, __ATOMIC_ACQ_REL))
-		return;
-	memset(&rec, 0, sizeof(rec));
-	rec.h.type = RMAP_REC_INSN;
-	rec.h.size = sizeof(rec);
-	rec.h.generation = rm.generation;
-	/* The TB's own hook ran first (it precedes insn 0), so hostpc is set. */
-	rec.r.tb_hostpc = ((struct rmap_tb *)(k->tb->rec +
-			   sizeof(struct rmap_rec_header)))->hostpc;
-	rec.r.hostpc = (uint64_t)(uintptr_t)__builtin_return_address(0);
-	rec.r.index = k->index;
-	vbuf_append(vcpu, &rec, sizeof(rec));
+	while (p + 3 <= hi) {
+		const uint8_t *q;
+		uint64_t v, off;
+
+		p = memchr(p, rm.base_b5, hi - 2 - p);
+		if (!p)
+			break;
+		q = p - 5;
+		p++;
+		if (q[4] != rm.base_b4 || q[6] || q[7] ||
+		    (q[-1] & 0xf8) != 0xb8 || (q[-2] & 0xfe) != 0x48)
+			continue;
+		memcpy(&v, q, sizeof(v));
+		off = v - base;
+		if ((off & 7) || (off >> 3) >= limit)
+			continue;
+		g_array_append_val(out, ((struct found){
+			.pos = (uint64_t)(uintptr_t)q, .index = off >> 3 }));
+	}
+}
+
+/* Every marker with index < limit in the resident pages of the code
+ * buffer, in address order.  Needs no lock (rm.code is set once, at the
+ * first tb_trans, before rm.code_checked). */
+static GArray *scan_code(uint64_t limit)
+{
+	GArray *out = g_array_new(false, false, sizeof(struct found));
+	uint64_t t0 = now_ns(), bytes = 0, dt;
+
+	for (unsigned i = 0; i < rm.n_code; i++) {
+		uint64_t lo = rm.code[i].lo, hi = rm.code[i].hi;
+		size_t n_pages = (hi - lo) / PAGE;
+		g_autofree unsigned char *vec = g_malloc(n_pages);
+		size_t j = 0;
+
+		if (mincore((void *)(uintptr_t)lo, hi - lo, vec)) {
+			rmap_log("mincore: %s\n", strerror(errno));
+			continue;
+		}
+		while (j < n_pages) {
+			size_t k;
+
+			if (!(vec[j] & 1)) {
+				j++;
+				continue;
+			}
+			for (k = j; k < n_pages && (vec[k] & 1); k++)
+				;
+			scan_run((const uint8_t *)(uintptr_t)(lo + j * PAGE),
+				 (const uint8_t *)(uintptr_t)(lo + k * PAGE),
+				 limit, out);
+			bytes += (k - j) * PAGE;
+			j = k;
+		}
+	}
+	dt = now_ns() - t0;
+	__atomic_add_fetch(&rm.n_scans, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&rm.scan_ns, dt, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&rm.scanned_bytes, bytes, __ATOMIC_RELAXED);
+	for (uint64_t m = __atomic_load_n(&rm.max_scan_ns, __ATOMIC_RELAXED);
+	     dt > m && !__atomic_compare_exchange_n(&rm.max_scan_ns, &m, dt,
+			false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);)
+		;
+	return out;
+}
+
+/* rm.lock.  Write marker m's record, found at pos; false if it must wait
+ * (an insn marker whose TB's own marker is not out yet). */
+static bool emit_marker(struct marker *m, uint64_t pos)
+{
+	struct tb_info *t = m->tb;
+
+	if (m->written)
+		return true;
+	if (m->insn == 0) {
+		struct rmap_rec_header *h = (void *)t->rec;
+		struct rmap_tb *r = (void *)(h + 1);
+
+		h->generation = rm.generation;
+		r->hostpc = t->hostpc = pos;
+		obuf_append(t->rec, t->size);
+		rm.n_recorded++;
+	} else {
+		struct {
+			struct rmap_rec_header h;
+			struct rmap_insn r;
+		} rec = {
+			.h = { .type = RMAP_REC_INSN, .size = sizeof(rec),
+			       .generation = rm.generation },
+			.r = { .tb_hostpc = t->hostpc, .hostpc = pos,
+			       .index = m->insn },
+		};
+
+		if (!t->m.written)
+			return false;
+		obuf_append(&rec, sizeof(rec));
+		rm.n_insn_recorded++;
+	}
+	m->written = true;
+	return true;
+}
+
+/* rm.lock: write every unwritten marker in `found` (a scan of the current
+ * generation); `confirm`: only those seen at the same place before. */
+static void emit_found(GArray *found, bool confirm)
+{
+	for (guint i = 0; i < found->len; i++) {
+		struct found *f = &g_array_index(found, struct found, i);
+		struct marker *m;
+
+		if (f->index >= rm.marks->len)
+			continue;
+		m = g_ptr_array_index(rm.marks, f->index);
+		if (m->written)
+			continue;
+		if (confirm && m->seen != f->pos) {
+			m->seen = f->pos;
+			continue;
+		}
+		emit_marker(m, f->pos);
+	}
+}
+
+static uint64_t count_unwritten(void)
+{
+	uint64_t n = 0;
+
+	for (guint i = 0; i < rm.marks->len; i++) {
+		struct marker *m = g_ptr_array_index(rm.marks, i);
+
+		n += m->insn == 0 && !m->written;
+	}
+	return n;
+}
+
+/* The background scanner: about once a second, at most SCAN_SHARE-th of
+ * a CPU, until plugin_exit. */
+static gpointer scanner_main(gpointer unused)
+{
+	gint64 period = SCAN_PERIOD_US;
+
+	g_mutex_lock(&rm.lock);
+	for (;;) {
+		gint64 deadline = g_get_monotonic_time() + period, t0;
+		uint64_t generation, limit;
+		GArray *found;
+
+		while (!rm.closing &&
+		       g_cond_wait_until(&rm.wake, &rm.lock, deadline))
+			;
+		if (rm.closing)
+			break;
+		if (!rm.code_checked)
+			continue;	/* nothing translated yet */
+		generation = rm.generation;
+		limit = rm.marks->len;
+		g_mutex_unlock(&rm.lock);
+
+		t0 = g_get_monotonic_time();
+		found = scan_code(limit);
+		g_mutex_lock(&rm.lock);
+		/* a flush in between: these are the old generation's */
+		if (!rm.closing && rm.generation == generation) {
+			emit_found(found, true);
+			obuf_drain();
+		}
+		g_array_free(found, true);
+		period = MAX(SCAN_PERIOD_US,
+			     SCAN_SHARE * (g_get_monotonic_time() - t0));
+	}
+	g_mutex_unlock(&rm.lock);
+	return NULL;
 }
 
 /* ---- translation ---- */
@@ -212,11 +545,13 @@ static void lookup_ram(void)
 {
 	g_autofree char *maps = NULL;
 	size_t plen = strlen(rm.ram_path);
+	char *save = NULL;
 
 	rm.ram_looked_up = true;
 	if (!g_file_get_contents("/proc/self/maps", &maps, NULL, NULL))
 		return;
-	for (char *line = strtok(maps, "\n"); line; line = strtok(NULL, "\n")) {
+	for (char *line = strtok_r(maps, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
 		uint64_t lo, hi, off;
 		char *path = strchr(line, '/');
 
@@ -263,6 +598,7 @@ static struct tb_info *build_tb_info(struct qemu_plugin_tb *tb, size_t n)
 
 	size = (size + 7) & ~7u;
 	t = g_malloc0(sizeof(*t) + size);
+	t->m.tb = t;
 	t->size = size;
 	h = (void *)t->rec;
 	r = (void *)(h + 1);
@@ -273,6 +609,7 @@ static struct tb_info *build_tb_info(struct qemu_plugin_tb *tb, size_t n)
 	r->guestpc = qemu_plugin_tb_vaddr(tb);
 	r->n_insns = n;
 	r->n_bytes = n_bytes;
+	r->vcpu = RMAP_VCPU_UNKNOWN;
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		size_t len = qemu_plugin_insn_size(insn);
@@ -288,107 +625,156 @@ static struct tb_info *build_tb_info(struct qemu_plugin_tb *tb, size_t n)
 	return t;
 }
 
-static void add_insn_hook(struct qemu_plugin_tb *tb, struct tb_info *t,
-			  size_t index)
+/* rm.lock: the next slot index, with its marker. */
+static uint64_t *new_slot(struct marker *m)
 {
-	struct insn_hook *k = g_new0(struct insn_hook, 1);
+	uint64_t *slot = &rm.slots[rm.marks->len];
 
-	k->index = index;
+	g_ptr_array_add(rm.marks, m);
+	rm.n_markers++;
+	return slot;
+}
+
+static void add_insn_marker(struct qemu_plugin_tb *tb, struct tb_info *t,
+			    size_t index)
+{
+	struct marker *k = g_new0(struct marker, 1);
+
 	k->tb = t;
-	g_ptr_array_add(rm.arena, k);
-	qemu_plugin_register_vcpu_insn_exec_cb(
-		qemu_plugin_tb_get_insn(tb, index), insn_first_exec,
-		QEMU_PLUGIN_CB_NO_REGS, k);
+	k->insn = index;
+	qemu_plugin_register_vcpu_insn_exec_inline(
+		qemu_plugin_tb_get_insn(tb, index), QEMU_PLUGIN_INLINE_ADD_U64,
+		new_slot(k), 1);
 }
 
 static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
 	size_t n = qemu_plugin_tb_n_insns(tb);
+	size_t n_insn_markers = 0;
 	struct tb_info *t;
 
 	if (!n)
 		return;
-	g_mutex_lock(&rm.arena_lock);
+	if (rm.hooks & RMAP_HOOK_ALL)
+		n_insn_markers = n - 1;
+	else if ((rm.hooks & RMAP_HOOK_LAST) && n > 1)
+		n_insn_markers = 1;
+	g_mutex_lock(&rm.lock);
+	if (rm.closing)
+		goto out;
+	if (!rm.code_checked && !check_code_buffer()) {
+		/* loud: QEMU stops, not a profile that silently resolves
+		 * nothing (plugin_exit sees `closing` and writes nothing) */
+		rm.closing = true;
+		g_mutex_unlock(&rm.lock);
+		exit(EXIT_FAILURE);
+	}
 	if (rm.ram_path && !rm.ram_looked_up)
 		lookup_ram();
-	t = build_tb_info(tb, n);
-	g_ptr_array_add(rm.arena, t);
 	rm.n_translated++;
-	qemu_plugin_register_vcpu_tb_exec_cb(tb, tb_first_exec,
-					     QEMU_PLUGIN_CB_NO_REGS, t);
+	if (rm.marks->len + 1 + n_insn_markers > MAX_SLOTS) {
+		rm.n_no_slot++;
+		goto out;
+	}
+	t = build_tb_info(tb, n);
+	qemu_plugin_register_vcpu_tb_exec_inline(
+		tb, QEMU_PLUGIN_INLINE_ADD_U64, new_slot(&t->m), 1);
 	if (rm.hooks & RMAP_HOOK_ALL) {
 		for (size_t i = 1; i < n; i++)
-			add_insn_hook(tb, t, i);
-	} else if ((rm.hooks & RMAP_HOOK_LAST) && n > 1) {
-		add_insn_hook(tb, t, n - 1);
+			add_insn_marker(tb, t, i);
+	} else if (n_insn_markers) {
+		add_insn_marker(tb, t, n - 1);
 	}
-	g_mutex_unlock(&rm.arena_lock);
+out:
+	g_mutex_unlock(&rm.lock);
 }
 
-/* Exclusive section (accel/tcg/tb-maint.c do_tb_flush): every TB is gone,
- * so nothing refers to the arena any more, and code-cache addresses will
- * be reused: a new generation starts. */
+/*
+ * Exclusive section (accel/tcg/tb-maint.c do_tb_flush, after
+ * tcg_region_reset_all): every TB is gone but its code is still there.
+ * Write the ending generation's records, neutralise its markers, and start
+ * a new generation: code-cache addresses and slot indices will be reused.
+ */
 static void flush(qemu_plugin_id_t id)
 {
 	struct {
 		struct rmap_rec_header h;
 		struct rmap_flush f;
 	} rec = { .h = { .type = RMAP_REC_FLUSH, .size = sizeof(rec) } };
-	struct timespec ts;
+	uint64_t t = now_ns();
+	GArray *found;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	g_mutex_lock(&rm.arena_lock);
-	g_ptr_array_set_size(rm.arena, 0);
+	g_mutex_lock(&rm.lock);
+	/* every marker index ever used is < MAX_SLOTS: neutralise them all */
+	found = rm.code_checked ? scan_code(MAX_SLOTS) :
+		g_array_new(false, false, sizeof(struct found));
+	if (!rm.closing) {
+		emit_found(found, false);
+		rm.n_unseen += count_unwritten();
+	}
+	for (guint i = 0; i < found->len; i++) {
+		uint8_t *q = (uint8_t *)(uintptr_t)
+			g_array_index(found, struct found, i).pos;
+
+		memset(q, 0, sizeof(uint64_t));
+	}
+	g_array_free(found, true);
+	g_ptr_array_set_size(rm.marks, 0);
 	rm.generation++;
-	rec.h.generation = rm.generation;
-	rec.f.monotonic_ns = ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-	/* Every vCPU is stopped: writing directly cannot interleave with an
-	 * append; records still buffered are of older generations, which the
-	 * reader tells apart by their own generation field. */
-	write_all((const uint8_t *)&rec, sizeof(rec));
 	rm.n_flushes++;
-	g_mutex_unlock(&rm.arena_lock);
+	if (!rm.closing) {
+		rec.h.generation = rm.generation;
+		rec.f.monotonic_ns = t;
+		obuf_append(&rec, sizeof(rec));
+		obuf_drain();
+	}
+	g_mutex_unlock(&rm.lock);
 }
 
 /* ---- exit ---- */
 
-static void vcpu_exit(qemu_plugin_id_t id, unsigned int vcpu)
-{
-	struct vbuf *b = &rm.vbuf[vcpu];
-
-	__atomic_store_n(&b->busy, 1, __ATOMIC_SEQ_CST);
-	if (!__atomic_load_n(&rm.closing, __ATOMIC_SEQ_CST))
-		vbuf_drain(b);
-	__atomic_store_n(&b->busy, 0, __ATOMIC_SEQ_CST);
-}
-
-/* Wait (bounded) until no vCPU is inside vbuf_append; a vCPU still busy
- * after that keeps its buffer (its records are lost, counted). */
-static bool wait_idle(struct vbuf *b)
-{
-	gint64 deadline = g_get_monotonic_time() + EXIT_SPIN_NS / 1000;
-
-	while (__atomic_load_n(&b->busy, __ATOMIC_SEQ_CST)) {
-		if (g_get_monotonic_time() > deadline)
-			return false;
-		g_usleep(100);
-	}
-	return true;
-}
-
+/*
+ * atexit.  Other vCPUs may still run and translate: a TB translated after
+ * the final scan is not recorded (rm.closing), and its marker is harmless.
+ */
 static void plugin_exit(qemu_plugin_id_t id, void *p)
 {
-	__atomic_store_n(&rm.closing, 1, __ATOMIC_SEQ_CST);
-	for (unsigned i = 0; i < rm.n_vcpus; i++) {
-		if (wait_idle(&rm.vbuf[i]))
-			vbuf_drain(&rm.vbuf[i]);
+	g_mutex_lock(&rm.lock);
+	if (rm.closing) {
+		g_mutex_unlock(&rm.lock);
+		return;
 	}
+	/* holding the lock: no flush, and no new TB, until it is done */
+	if (rm.code_checked) {
+		GArray *found = scan_code(rm.marks->len);
+
+		emit_found(found, false);
+		g_array_free(found, true);
+	}
+	obuf_drain();
 	fsync(rm.fd);
+	rm.closing = true;
+	g_cond_broadcast(&rm.wake);
 	if (rm.verbose)
-		rmap_log("%" PRIu64 " TBs translated, %" PRIu64 " recorded, %"
-			 PRIu64 " flushes, %" PRIu64 " dropped, ram %s\n",
-			 rm.n_translated, rm.n_recorded, rm.n_flushes,
-			 rm.n_dropped, rm.ram_hostbase ? "found" : "not found");
+		rmap_log("%" PRIu64 " TBs translated (%" PRIu64 " without a "
+			 "slot), %" PRIu64 " markers, %" PRIu64 " TB and %"
+			 PRIu64 " insn records, %" PRIu64 " TBs never found at "
+			 "a flush, %" PRIu64 " flushes, %" PRIu64 " write "
+			 "errors, ram %s, slots at %p, %" PRIu64 " scans of %.1f "
+			 "MiB avg, %.2f ms avg, %.2f ms max\n",
+			 rm.n_translated, rm.n_no_slot, rm.n_markers,
+			 rm.n_recorded, rm.n_insn_recorded, rm.n_unseen,
+			 rm.n_flushes, rm.n_write_errors,
+			 rm.ram_hostbase ? "found" : "not found",
+			 (void *)rm.slots, rm.n_scans,
+			 rm.n_scans ? rm.scanned_bytes / 1048576.0 / rm.n_scans
+			 : 0.0,
+			 rm.n_scans ? rm.scan_ns / 1e6 / rm.n_scans : 0.0,
+			 rm.max_scan_ns / 1e6);
+	if (rm.n_translated && !rm.n_recorded)
+		rmap_log("no marker found in the code cache: this QEMU does "
+			 "not encode them as rmap.c expects (see there)\n");
+	g_mutex_unlock(&rm.lock);
 }
 
 /* ---- options and install ---- */
@@ -478,16 +864,23 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 	if (n < 1)
 		return -1;
 	rm.n_vcpus = n;
-	rm.vbuf = g_aligned_alloc0(n, sizeof(*rm.vbuf), 64);
-	for (int i = 0; i < n; i++)
-		rm.vbuf[i].data = g_malloc(VBUF_SIZE);
-	rm.arena = g_ptr_array_new_with_free_func(g_free);
-	g_mutex_init(&rm.arena_lock);
+	/* Place the slots now, before QEMU's other mappings can take the
+	 * spot; the code buffer may not exist yet (checked again at the
+	 * first tb_trans). */
+	find_code_buffer();
+	if (!place_slots()) {
+		fatal_placement("no free 4 GiB-aligned slot array base");
+		return -1;
+	}
+	rm.marks = g_ptr_array_new_with_free_func(g_free);
+	rm.obuf = g_byte_array_sized_new(OBUF_FLUSH + 4096);
+	g_mutex_init(&rm.lock);
+	g_cond_init(&rm.wake);
 	if (open_output())
 		return -1;
+	rm.scanner = g_thread_new("pvperf-rmap", scanner_main, NULL);
 	qemu_plugin_register_vcpu_tb_trans_cb(id, vcpu_tb_trans);
 	qemu_plugin_register_flush_cb(id, flush);
-	qemu_plugin_register_vcpu_exit_cb(id, vcpu_exit);
 	qemu_plugin_register_atexit_cb(id, plugin_exit, NULL);
 	return 0;
 }
