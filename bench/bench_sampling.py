@@ -62,6 +62,14 @@ echo "armed $Z $P0"
 """
 
 
+def perf_count(text: str) -> int:
+    """perf report's "# Samples: 7K" style count (K and M are 1000s)."""
+    m = re.fullmatch(r"(\d+)([KM]?)", text)
+    if not m:
+        return 0
+    return int(m.group(1)) * {"": 1, "K": 1000, "M": 1000000}[m.group(2)]
+
+
 def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200000
     reps = int(sys.argv[2]) if len(sys.argv) > 2 else 2
@@ -81,7 +89,8 @@ def main() -> int:
     for key, target in (("sampled", 1.2), ("buffered", 1.3)):
         t, period, samples = (v[key] + ["?", "?"])[:3]
         t = int(t)
-        rate = (int(samples) / (t / 100)) if samples.isdigit() else 0
+        n = perf_count(samples)
+        rate = n / (t / 100) if n else 0
         ratio = t / base
         print(f"{key:9s} -c {period:>7s}: {t / 100:6.2f} s, {samples} samples "
               f"({rate:,.0f}/s), ratio {ratio:.2f}x (target <= {target}x) "

@@ -41,7 +41,6 @@ from .pmu import Pmu, PmuError, PmuEvent
 
 log = logging.getLogger("pvperf.hypercall")
 
-PERF_SAMPLE_CALLCHAIN = 1 << 5     # include/uapi/linux/perf_event.h
 
 
 class RateLimiter:
@@ -198,10 +197,9 @@ class PerfBackend:
             used += 1
         if event.buffered and used < ring.watermark:
             return
-        # A callchain is walked from the registers at the NMI: raise it
-        # before the vCPU goes on (see service: the overflow reply).
-        self._maybe_nmi(ring, tail, wait=bool(
-            event.attr.sample_type & PERF_SAMPLE_CALLCHAIN))
+        # A SYNC overflow (callchain events, PmuEvent.callchain) waits for
+        # its answer: raise the NMI before giving it (see service).
+        self._maybe_nmi(ring, tail, wait=bool(msg.flags & proto.SYNC))
 
     def _maybe_nmi(self, ring: SampleRing, tail: int,
                    wait: bool = False) -> None:

@@ -22,16 +22,18 @@ NR_COUNTERS = 4
 
 REPLY_COUNTING = 1 << 0
 REPLY_SAMPLING = 1 << 1
+# Slot / overflow flag: the vCPU waits for the answer (callchain events).
+SYNC = 1 << 0
 MAX_SLOTS = 8
 DISARMED = (1 << 64) - 1
 
 TIMEOUT_MS = 5000
 
 HCALL_MSG = struct.Struct("<IIQQ%dQ" % NR_COUNTERS)
-SLOT = struct.Struct("<QQIBBH")
+SLOT = struct.Struct("<QQIBBBB")
 REPLY_HEAD = struct.Struct("<IIII")
 REPLY_MSG_SIZE = REPLY_HEAD.size + MAX_SLOTS * SLOT.size
-OVERFLOW_MSG = struct.Struct("<IIIIQQQ")
+OVERFLOW_MSG = struct.Struct("<IIIHHQQQ")
 assert HCALL_MSG.size == 56
 assert SLOT.size == 24
 assert REPLY_MSG_SIZE == 208
@@ -73,10 +75,11 @@ class Slot:
     event_id: int
     ctr_mask: int
     rand_bits: int = 0
+    flags: int = 0          # SYNC
 
     def pack(self) -> bytes:
         return SLOT.pack(self.threshold, self.period, self.event_id,
-                         self.ctr_mask, self.rand_bits, 0)
+                         self.ctr_mask, self.rand_bits, self.flags, 0)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class OverflowMessage:
     ip: int
     threshold: int
     next_threshold: int
+    flags: int = 0          # SYNC: the plugin waits for an answer
 
     @classmethod
     def unpack(cls, raw: bytes) -> "OverflowMessage":
@@ -96,12 +100,13 @@ class OverflowMessage:
         f = OVERFLOW_MSG.unpack(raw)
         if f[0] != OVERFLOW_MAGIC:
             raise ProtocolError(f"bad magic {f[0]:#x}")
-        return cls(*f[1:])
+        magic, vcpu, event_id, mode, flags, ip, threshold, nxt = f
+        return cls(vcpu, event_id, mode, ip, threshold, nxt, flags)
 
     def pack(self) -> bytes:
         return OVERFLOW_MSG.pack(OVERFLOW_MAGIC, self.vcpu, self.event_id,
-                                 self.mode, self.ip, self.threshold,
-                                 self.next_threshold)
+                                 self.mode, self.flags, self.ip,
+                                 self.threshold, self.next_threshold)
 
 
 def unpack_message(raw: bytes):
@@ -127,6 +132,7 @@ def unpack_reply(raw: bytes) -> tuple[int, list[Slot]]:
         raise ProtocolError("bad reply")
     slots = []
     for i in range(n):
-        t, p, e, m, r, _ = SLOT.unpack_from(raw, REPLY_HEAD.size + i * SLOT.size)
-        slots.append(Slot(t, p, e, m, r))
+        t, p, e, m, r, fl, _ = SLOT.unpack_from(raw,
+                                                REPLY_HEAD.size + i * SLOT.size)
+        slots.append(Slot(t, p, e, m, r, fl))
     return flags, slots

@@ -42,6 +42,7 @@ from . import plugin_protocol as proto
 PERF_TYPE_HARDWARE = 0
 PERF_TYPE_HW_CACHE = 3
 PERF_TYPE_RAW = 4
+PERF_SAMPLE_CALLCHAIN = 1 << 5     # include/uapi/linux/perf_event.h
 
 # PERF_TYPE_HARDWARE configs.
 HW_CPU_CYCLES = 0
@@ -158,6 +159,12 @@ class PmuEvent:
     @property
     def sampling(self) -> bool:
         return self.period > 0
+
+    @property
+    def callchain(self) -> bool:
+        """A callchain is walked from the registers at the NMI, so the NMI
+        must be raised before the vCPU leaves the overflowing frame."""
+        return bool(self.attr.sample_type & PERF_SAMPLE_CALLCHAIN)
 
     @property
     def freq(self) -> bool:
@@ -397,7 +404,8 @@ class Pmu:
             e = self.events[event_id]
             if e.sampling and e.threshold is not None:
                 out.append(proto.Slot(e.threshold, e.period, event_id,
-                                      e.ctr_mask, e.rand_bits))
+                                      e.ctr_mask, e.rand_bits,
+                                      proto.SYNC if e.callchain else 0))
         return out[:proto.MAX_SLOTS]
 
     def counting_needed(self) -> bool:

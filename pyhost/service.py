@@ -124,11 +124,13 @@ class PluginService:
             try:
                 msg = proto.unpack_message(raw)
                 if isinstance(msg, proto.OverflowMessage):
-                    # The vCPU waits for this (empty) reply: for callchain
-                    # events the NMI is injected before it is sent, so the
-                    # guest takes it at the next TB boundary, in the frame
-                    # that overflowed (synchronous delivery).
                     self._overflow(msg)
+                    # Only a SYNC overflow's vCPU waits for an (empty)
+                    # answer: the NMI was injected before it, so the guest
+                    # takes it at the next TB boundary, in the frame that
+                    # overflowed (callchain events).  Others go on at once.
+                    if not msg.flags & proto.SYNC:
+                        continue
                     flags, slots = 0, []
                 else:
                     flags, slots = self.backend.handle_reply(msg)

@@ -213,8 +213,9 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 
 /*
  * An overflow (sample.c, on the vCPU thread, from an exec callback or a
- * hypercall): one datagram and one (empty) reply.  A full socket buffer
- * means the service is behind: the sample is lost (counted).
+ * hypercall): one datagram, and for a PVPERF_PROTO_SYNC one an (empty)
+ * reply.  A full socket buffer means the service is behind: the sample
+ * is lost (counted).
  */
 void hcall_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m)
 {
@@ -230,7 +231,7 @@ void hcall_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m)
 		v->lost++;
 		pvperf_guest_log(vcpu, "overflow message not sent (%" PRIu64 " lost)\n",
 				 v->lost);
-	} else {
+	} else if (m->flags & PVPERF_PROTO_SYNC) {
 		/*
 		 * Wait for the service's (empty) answer: for callchain events it
 		 * has raised the NMI by then, so the guest takes it at the next

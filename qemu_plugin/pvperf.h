@@ -67,6 +67,7 @@ struct pvperf_slot {
 	uint32_t event_id;
 	uint8_t ctr_mask;
 	uint8_t rand_bits;
+	uint8_t flags;		/* PVPERF_PROTO_SYNC */
 };
 
 /*

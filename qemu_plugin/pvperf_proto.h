@@ -48,6 +48,14 @@
 /* Some event samples somewhere: instrument for exact overflow detection. */
 #define PVPERF_REPLY_SAMPLING		(1U << 1)
 
+/*
+ * Slot and overflow flags.  SYNC: the vCPU waits for the service's (empty)
+ * answer to this overflow before it goes on, so that the NMI is raised
+ * first and lands in the frame that overflowed (callchain events); other
+ * overflows are sent without an answer and the vCPU never waits.
+ */
+#define PVPERF_PROTO_SYNC		(1U << 0)
+
 /* Thresholds a reply can arm per vCPU (= the guest's counters per CPU). */
 #define PVPERF_PROTO_MAX_SLOTS		8
 
@@ -68,7 +76,8 @@ struct pvperf_proto_slot {
 	__u32 event_id;
 	__u8 ctr_mask;			/* bit i: raw counter i is summed */
 	__u8 rand_bits;			/* re-arm randomization, 0..31 */
-	__u16 __pad0;
+	__u8 flags;			/* PVPERF_PROTO_SYNC */
+	__u8 __pad0;
 };
 
 struct pvperf_proto_reply {
@@ -83,7 +92,8 @@ struct pvperf_proto_overflow {
 	__u32 magic;
 	__u32 vcpu;			/* vcpu index */
 	__u32 event_id;
-	__u32 mode;			/* PVPERF_MODE_* of ip */
+	__u16 mode;			/* PVPERF_MODE_* of ip */
+	__u16 flags;			/* PVPERF_PROTO_SYNC: answer it */
 	__u64 ip;			/* the overflowing instruction */
 	__u64 threshold;		/* the threshold it reached */
 	__u64 next_threshold;		/* re-armed at; ~0: disarmed */

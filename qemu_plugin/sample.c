@@ -26,12 +26,12 @@
  * Delivery (habit: overflow only flags; delivery happens later): the
  * sample leaves the vCPU as one pvperf_proto_overflow message on its own
  * socket once it provably retired; the service writes the record into
- * guest memory, injects the NMI over QMP, and answers.  The vCPU waits
- * for that answer (one round trip per sample): for callchain events the
- * service raises the NMI before answering, so the guest takes it at the
- * next TB boundary in the frame that overflowed (synchronous delivery,
- * seed 003).  The plugin re-arms by itself (threshold += period
- * [+ random]).
+ * guest memory and injects the NMI over QMP.  For callchain events (slot
+ * flag PVPERF_PROTO_SYNC) the vCPU waits for the service's answer, given
+ * once the NMI is raised, so the guest takes it at the next TB boundary
+ * in the frame that overflowed (synchronous delivery, seed 003); other
+ * overflows cost the vCPU one send.  The plugin re-arms by itself
+ * (threshold += period [+ random]).
  *
  * Context: everything here runs on the vCPU thread that owns the slots
  * (exec callbacks, the doorbell and FAULT handlers of that vCPU); no
@@ -74,6 +74,7 @@ void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 		v->slot[n].event_id = ps->event_id;
 		v->slot[n].ctr_mask = ps->ctr_mask;
 		v->slot[n].rand_bits = ps->rand_bits;
+		v->slot[n].flags = ps->flags & PVPERF_PROTO_SYNC;
 		n++;
 	}
 	v->n_slots = n;
@@ -89,6 +90,7 @@ static void send_one(unsigned vcpu, const struct pvperf_slot *sl,
 		.vcpu = vcpu,
 		.event_id = sl->event_id,
 		.mode = p->mode,
+		.flags = sl->flags,
 		.ip = p->ip,
 		.threshold = p->threshold,
 		.next_threshold = p->next_threshold,

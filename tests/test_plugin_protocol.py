@@ -63,9 +63,33 @@ def test_roundtrip_and_errors():
 
 
 def test_reply_and_overflow_roundtrip():
-    slots = [proto.Slot(100003, 100003, 7, 1 << proto.CTR_INSN_USER, 4)]
+    slots = [proto.Slot(100003, 100003, 7, 1 << proto.CTR_INSN_USER, 4),
+             proto.Slot(5, 7, 8, 1, 0, proto.SYNC)]
     assert proto.unpack_reply(proto.pack_reply(3, slots)) == (3, slots)
-    ov = proto.OverflowMessage(1, 7, 1, 0x401000, 100003, 200006)
-    assert proto.unpack_message(ov.pack()) == ov
+    for flags in (0, proto.SYNC):
+        ov = proto.OverflowMessage(1, 7, 1, 0x401000, 100003, 200006, flags)
+        assert proto.unpack_message(ov.pack()) == ov
     with pytest.raises(ValueError):
         proto.pack_reply(0, slots * 9)
+
+
+def test_flag_fields_offsets_match_c(tmp_path):
+    """The SYNC flag sits where both sides think it does."""
+    assert re.search(r"#define\s+PVPERF_PROTO_SYNC\s+\(1U << 0\)",
+                     HEADER.read_text()) and proto.SYNC == 1
+    src = tmp_path / "o.c"
+    src.write_text(f'#include <stdio.h>\n#include <stddef.h>\n#include "{HEADER}"\n'
+                   'int main(void){printf("%zu %zu %zu %zu\\n",'
+                   'offsetof(struct pvperf_proto_slot, flags),'
+                   'offsetof(struct pvperf_proto_overflow, mode),'
+                   'offsetof(struct pvperf_proto_overflow, flags),'
+                   'offsetof(struct pvperf_proto_overflow, ip));return 0;}\n')
+    subprocess.run(["gcc", "-o", tmp_path / "o", src], check=True)
+    out = subprocess.run([tmp_path / "o"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    slot = proto.Slot(0, 0, 0, 0, 0, 0xA5).pack()
+    ov = proto.OverflowMessage(0, 0, 0x1234, 0, 0, 0, 0x5678).pack()
+    assert slot.index(0xA5) == int(out[0])
+    assert ov.index((0x1234).to_bytes(2, "little")) == int(out[1])
+    assert ov.index((0x5678).to_bytes(2, "little")) == int(out[2])
+    assert proto.OVERFLOW_MSG.size - 3 * 8 == int(out[3])
