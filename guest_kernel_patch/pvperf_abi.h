@@ -68,7 +68,13 @@
  * SET_PERIOD  args: event id, new period.  Restarts the countdown from the
  *             next instruction (perf core's hwc->sample_period changed:
  *             frequency mode, PERF_EVENT_IOC_PERIOD).  The host clamps it
- *             to at least PVPERF_MIN_PERIOD.
+ *             to at least PVPERF_MIN_PERIOD; above PVPERF_MAX_PERIOD is
+ *             -EINVAL.  A frequency-mode event (PVPERF_ATTR_FREQ) is
+ *             one-shot, like a hardware counter between its overflow and
+ *             the PMI that reloads it: after each overflow it counts on
+ *             without sampling until the guest's SET_PERIOD re-arms it,
+ *             so perf core sees one overflow per interrupt and times its
+ *             period adjustment right.
  * SAMPLE_BUF  args: gpa of a struct pvperf_sample_buf (page aligned), its
  *             size in bytes (a power of two, 4 KiB .. 1 MiB), the
  *             watermark in records (1 .. capacity).  Per vCPU: the
@@ -118,6 +124,8 @@
 
 /* Smallest period the host programs (x86's limit_period analogue). */
 #define PVPERF_MIN_PERIOD		128
+/* Largest period the host accepts (x86's max_period analogue). */
+#define PVPERF_MAX_PERIOD		(1ULL << 62)
 #define PVPERF_SAMPLE_BUF_MIN		4096
 #define PVPERF_SAMPLE_BUF_MAX		(1 << 20)
 

@@ -517,13 +517,14 @@ static void pvperf_event_update(struct perf_event *event)
 /*
  * perf core changed hwc->sample_period (frequency mode: perf_adjust_period
  * on an overflow or a tick; PERF_EVENT_IOC_PERIOD): tell the host, which
- * restarts the countdown with it.
+ * restarts the countdown with it.  `rearm`: even if unchanged (a
+ * frequency-mode event is one-shot on the host, see pvperf_abi.h).
  */
-static void pvperf_sync_period(struct perf_event *event)
+static void pvperf_sync_period(struct perf_event *event, bool rearm)
 {
 	struct pvperf_event *pe = event->pmu_private;
 	struct hw_perf_event *hwc = &event->hw;
-	u64 period = hwc->sample_period;
+	u64 period = min_t(u64, hwc->sample_period, PVPERF_MAX_PERIOD);
 	int err;
 
 	/*
@@ -534,7 +535,7 @@ static void pvperf_sync_period(struct perf_event *event)
 	 */
 	if (event->attr.freq)
 		period = max_t(u64, period, PVPERF_FREQ_MIN_PERIOD);
-	if (period == pe->programmed_period || pvperf_detached(pe))
+	if ((!rearm && period == pe->programmed_period) || pvperf_detached(pe))
 		return;
 	err = pvperf_op3(PVPERF_OP_SET_PERIOD, pe->id, period, 0);
 	if (err) {
@@ -560,7 +561,7 @@ static void pvperf_event_start(struct perf_event *event, int flags)
 		WARN_ON_ONCE(!(hwc->state & PERF_HES_UPTODATE));
 	hwc->state = 0;
 	if (is_sampling_event(event))
-		pvperf_sync_period(event);
+		pvperf_sync_period(event, false);
 
 	/*
 	 * Count before ENABLE (and DISABLE before uncounting in stop()), so
@@ -786,7 +787,7 @@ static void pvperf_deliver(struct pvperf_cpu *pc, const struct pvperf_sample *re
 		return;
 	}
 	if (event->attr.freq && !(hwc->state & PERF_HES_STOPPED))
-		pvperf_sync_period(event);
+		pvperf_sync_period(event, true);	/* one-shot: re-arm */
 }
 
 /*

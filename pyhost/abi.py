@@ -61,6 +61,7 @@ ATTR_KNOWN = (1 << 15) - 1
 # Counting stays on this long after the last CLOSE (pvperf_abi.h).
 COUNT_LINGER_MS = 2000
 MIN_PERIOD = 128
+MAX_PERIOD = 1 << 62
 SAMPLE_BUF_MIN = 4096
 SAMPLE_BUF_MAX = 1 << 20
 

@@ -9,8 +9,10 @@ An image is four artifacts plus a manifest, cached under
                      bzImage's own XZ decompressor is slow under TCG
     initramfs.cpio   an UNCOMPRESSED newc archive (no decompression at boot):
                      busybox, the host's Debian ``perf`` with its shared
-                     libraries, the virtio/9p/fw_cfg modules, /init, and the
-                     guest PMU driver when one is given
+                     libraries, the recipe's extra host tools (``objdump``
+                     for ``perf annotate``) with theirs, the virtio/9p/
+                     fw_cfg modules, /init, and the guest PMU driver when
+                     one is given
     System.map       the core-kernel lines of /proc/kallsyms, read in a
                      test boot of the new image (Debian's package ships a
                      placeholder; the real one is in the ~860 MB -dbg deb)
@@ -25,6 +27,9 @@ Inputs (all of them go into the input hash; any change rebuilds):
       the local apt lists resolve them (``apt-cache``; no network);
     * the installed ``linux-perf`` version and the size/mtime of the perf
       binary and of every library ``ldd`` lists for it;
+    * likewise for each recipe ``tools`` entry: the installed version of
+      its package, the size/mtime of its binary (symlinks resolved) and of
+      every library ``ldd`` lists for it, and its guest path;
     * every file of the recipe directory ``images/<name>/``;
     * the SHA-256 of the guest PMU driver ``pvperf.ko`` (if any);
     * the SHA-256 of this source file.
@@ -59,7 +64,7 @@ import sys
 import tempfile
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator
 
@@ -522,6 +527,15 @@ class ModuleDB:
 # ---------------------------------------------------------------------------
 # recipe, inputs and the input hash
 
+@dataclass(frozen=True)
+class ToolSpec:
+    """A recipe ``tools`` entry: a host program copied into the guest with
+    its shared libraries, like perf (e.g. objdump for ``perf annotate``)."""
+    package: str        # the installed Debian package it comes from
+    binary: str         # host path; a symlink is followed to the ELF file
+    guest: str          # guest path (default: ``binary``)
+
+
 @dataclass
 class Recipe:
     name: str
@@ -533,6 +547,43 @@ class Recipe:
     modules: list[str]
     init: Path
     overlay: Path | None
+    tools: list[ToolSpec] = field(default_factory=list)
+
+
+_GUEST_RESERVED = {"/init", "/bin/busybox", "/usr/bin/perf"}
+
+
+def parse_tools(raw) -> list[ToolSpec]:
+    """The recipe's ``tools`` list: ``[{"package": P, "binary": PATH,
+    "guest": PATH?}, ...]``.  Raises ValueError on a malformed entry."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ValueError("'tools' must be a list of objects")
+    tools, seen = [], set()
+    for i, item in enumerate(raw):
+        where = f"tools[{i}]"
+        if not isinstance(item, dict):
+            raise ValueError(f"{where} must be an object")
+        unknown = set(item) - {"package", "binary", "guest"}
+        if unknown:
+            raise ValueError(f"{where} has unknown key(s) "
+                             + ", ".join(sorted(unknown)))
+        pkg, binary = item.get("package"), item.get("binary")
+        guest = item.get("guest", binary)
+        if not isinstance(pkg, str) or not pkg:
+            raise ValueError(f"{where}.package must be a package name")
+        for key, path in (("binary", binary), ("guest", guest)):
+            if (not isinstance(path, str) or not path.startswith("/")
+                    or ".." in path.split("/") or path.endswith("/")):
+                raise ValueError(f"{where}.{key} must be an absolute file "
+                                 f"path, not {path!r}")
+        guest = os.path.normpath(guest)
+        if guest in _GUEST_RESERVED or guest in seen:
+            raise ValueError(f"{where}.guest {guest} is already taken")
+        seen.add(guest)
+        tools.append(ToolSpec(pkg, binary, guest))
+    return tools
 
 
 def load_recipe(name: str = "default") -> Recipe:
@@ -556,10 +607,15 @@ def load_recipe(name: str = "default") -> Recipe:
             perf_binary=raw["perf"].get("binary", "/usr/bin/perf"),
             modules=list(raw["modules"]),
             init=d / raw.get("init", "init"),
-            overlay=(d / raw["overlay"]) if raw.get("overlay") else None)
+            overlay=(d / raw["overlay"]) if raw.get("overlay") else None,
+            tools=parse_tools(raw.get("tools")))
     except (KeyError, TypeError) as e:
         raise ImageError(f"image recipe {f} is incomplete",
                          f"missing or malformed key {e}",
+                         "see images/README.md for the recipe keys",
+                         exc=e) from e
+    except ValueError as e:
+        raise ImageError(f"image recipe {f} is malformed", str(e),
                          "see images/README.md for the recipe keys",
                          exc=e) from e
     if not recipe.init.is_file():
@@ -726,19 +782,25 @@ def _is_elf(path: Path) -> bool:
         return False
 
 
+def installed_version(package: str, purpose: str) -> str:
+    """The version of an installed host package; ImageError if it is not
+    installed (``purpose`` says what the image takes from it)."""
+    hint = f"install it: apt-get install {package}"
+    q = _run(["dpkg-query", "-W", "-f", "${Status}\t${Version}", package],
+             f"the host package {package} is not installed", hint,
+             check=False)
+    if q.returncode != 0 or "install ok installed" not in q.stdout:
+        raise ImageError(f"the host package {package} is not installed",
+                         purpose, hint)
+    return q.stdout.split("\t", 1)[1].strip()
+
+
 def find_perf_binary(recipe: Recipe) -> tuple[Path, str]:
     """The real perf ELF of the installed perf package and its version.
     Debian's /usr/bin/perf may be a wrapper that execs perf_<major.minor>."""
     hint = f"install it: apt-get install {recipe.perf_package}"
-    q = _run(["dpkg-query", "-W", "-f", "${Status}\t${Version}",
-              recipe.perf_package],
-             f"the host package {recipe.perf_package} is not installed",
-             hint, check=False)
-    if q.returncode != 0 or "install ok installed" not in q.stdout:
-        raise ImageError(f"the host package {recipe.perf_package} is not "
-                         "installed", "the guest image takes perf from it",
-                         hint)
-    version = q.stdout.split("\t", 1)[1].strip()
+    version = installed_version(recipe.perf_package,
+                                "the guest image takes perf from it")
     wanted = Path(recipe.perf_binary)
     if _is_elf(wanted):
         return wanted, version
@@ -761,9 +823,21 @@ _LDD_LINE = re.compile(r"^\s*(?:(\S+)\s+=>\s+)?(\S+)\s+\(0x[0-9a-f]+\)\s*$")
 
 def ldd_libraries(binary: Path) -> list[tuple[str, Path]]:
     """(guest path, host file) for every library ``ldd`` lists, plus the
-    dynamic loader; the guest path is the one the loader searches."""
-    out = _run(["ldd", str(binary)], f"ldd failed on {binary}",
-               "install libc-bin, or check that the binary is intact").stdout
+    dynamic loader; the guest path is the one the loader searches.  A
+    static binary has none."""
+    proc = _run(["ldd", str(binary)], f"ldd failed on {binary}",
+                "install libc-bin, or check that the binary is intact",
+                check=False)
+    if proc.returncode != 0 and "not a dynamic executable" in proc.stderr:
+        return []
+    if proc.returncode != 0:
+        err = (proc.stderr or proc.stdout).strip()
+        raise ImageError(f"ldd failed on {binary}",
+                         err.splitlines()[-1] if err else
+                         f"ldd exited with {proc.returncode}",
+                         "install libc-bin, or check that the binary is "
+                         "intact", details=err)
+    out = proc.stdout
     libs: list[tuple[str, Path]] = []
     for line in out.splitlines():
         if "not found" in line:
@@ -786,6 +860,37 @@ def _stat_key(path: Path) -> list[int]:
 
 
 @dataclass
+class Tool:
+    """A recipe tool resolved on the host."""
+    spec: ToolSpec
+    host: Path                           # the ELF file (symlinks resolved)
+    version: str                         # of spec.package
+    libs: list[tuple[str, Path]]         # as ldd_libraries
+
+
+def find_tool(spec: ToolSpec) -> tuple[Path, str]:
+    """(host ELF file, package version) of a recipe tool; ImageError if the
+    package is not installed or does not give a runnable ELF binary."""
+    version = installed_version(
+        spec.package, f"the guest image takes {spec.binary} from it "
+                      "(recipe key tools)")
+    path = Path(spec.binary)
+    if not path.exists():
+        raise ImageError(f"cannot add {spec.binary} to the guest image",
+                         f"{spec.binary} does not exist, although "
+                         f"{spec.package} {version} is installed",
+                         f"reinstall it (apt-get install --reinstall "
+                         f"{spec.package}) or fix the recipe's tools entry")
+    real = Path(os.path.realpath(path))
+    if not (real.is_file() and _is_elf(real)):
+        raise ImageError(f"cannot add {spec.binary} to the guest image",
+                         f"{real} is not an ELF program (only ELF binaries "
+                         "and their shared libraries are copied)",
+                         "name the real program in the recipe's tools entry")
+    return real, version
+
+
+@dataclass
 class Inputs:
     recipe: Recipe
     kernel_package: str
@@ -795,6 +900,21 @@ class Inputs:
     driver_ko: Path | None
     driver_bytes: bytes | None
     data: dict
+    tools: list[Tool] = field(default_factory=list)
+
+    def programs(self) -> list[tuple[str, Path]]:
+        """(guest path, host file) of perf and of every tool."""
+        return [("/usr/bin/perf", self.perf_binary)] + [
+            (t.spec.guest, t.host) for t in self.tools]
+
+    def libraries(self) -> list[tuple[str, Path]]:
+        """(guest path, host file) of every shared library of perf and the
+        tools, each guest path once (first one wins)."""
+        out: dict[str, Path] = {}
+        for guest, host in self.perf_libs + [l for t in self.tools
+                                             for l in t.libs]:
+            out.setdefault(guest, host)
+        return list(out.items())
 
     @property
     def hash(self) -> str:
@@ -817,6 +937,14 @@ def gather_inputs(name: str, driver_ko: Path | None) -> Inputs:
     host_files = {str(perf): _stat_key(perf)}
     for _guest, host in libs:
         host_files[str(host)] = _stat_key(host)
+    tools = []
+    for spec in recipe.tools:
+        host, version = find_tool(spec)
+        tool = Tool(spec, host, version, ldd_libraries(host))
+        tools.append(tool)
+        versions[spec.package] = version
+        for f in [host] + [h for _g, h in tool.libs]:
+            host_files[str(f)] = _stat_key(f)
     driver_bytes = None
     if driver_ko is not None:
         driver_ko = Path(driver_ko).resolve()
@@ -834,11 +962,12 @@ def gather_inputs(name: str, driver_ko: Path | None) -> Inputs:
         "packages": {p: versions[p] for p in sorted(versions)},
         "kernel_package": kpkg,
         "host_files": host_files,
+        "tools": {t.spec.guest: str(t.host) for t in tools},
         "driver": (hashlib.sha256(driver_bytes).hexdigest()
                    if driver_bytes is not None else None),
     }
     return Inputs(recipe, kpkg, versions, perf, libs, driver_ko,
-                  driver_bytes, data)
+                  driver_bytes, data, tools)
 
 
 def _default_driver(driver_ko) -> Path | None:
@@ -1014,8 +1143,10 @@ def _populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
         "".join(f"/lib/modules/{kver}/{db.paths[n]}\n" for n in order))
 
     # busybox and its applets
-    report(6, "collecting busybox, perf and "
-              f"{len(inputs.perf_libs)} shared libraries")
+    names = ", ".join(["perf"] + [os.path.basename(t.spec.guest)
+                                  for t in inputs.tools])
+    report(6, f"collecting busybox, {names} and "
+              f"{len(inputs.libraries())} shared libraries")
     bb_src = busybox_dir / "bin" / "busybox"
     if not bb_src.is_file():
         raise ImageError("cannot install busybox",
@@ -1030,12 +1161,7 @@ def _populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
         os.symlink(os.path.relpath("/bin/busybox", "/" + str(Path(applet).parent)),
                    link)
 
-    # perf, its libraries and the dynamic loader, at the paths ldd printed
-    _install(inputs.perf_binary, root / "usr" / "bin" / "perf", 0o755)
-    for guest, host in inputs.perf_libs:
-        dst = root / guest.lstrip("/")
-        if not dst.exists():
-            _install(host, dst, 0o755)
+    install_programs(root, inputs)
 
     # /init, recipe overlay, identification
     _install(recipe.init, root / "init", 0o755)
@@ -1049,6 +1175,18 @@ def _populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
 
     _install_driver(root, inputs)
     return order
+
+
+def install_programs(root: Path, inputs: Inputs) -> None:
+    """perf and the recipe's tools (over any busybox applet of the same
+    name), their libraries and the dynamic loader at the paths ldd
+    printed."""
+    for guest, host in inputs.programs():
+        _install(host, root / guest.lstrip("/"), 0o755)
+    for guest, host in inputs.libraries():
+        dst = root / guest.lstrip("/")
+        if not dst.exists():
+            _install(host, dst, 0o755)
 
 
 def _install_driver(root: Path, inputs: Inputs) -> None:
@@ -1113,15 +1251,28 @@ def system_map_from_kallsyms(text: str) -> str:
     return "".join(f"{a:016x} {t} {n}\n" for a, t, n in rows)
 
 
+def smoke_command(tools: Iterable[str] = ()) -> str:
+    """The test boot's command: every dynamically linked tool (guest path)
+    must load (the dynamic loader's --list exits non-zero when a library
+    is missing), then /proc/kallsyms, then perf's version on stderr."""
+    checks = "".join(f"{LOADER} --list {t} >&2 && " for t in tools)
+    return checks + "cat /proc/kallsyms && perf --version >&2"
+
+
+LOADER = "/lib64/ld-linux-x86-64.so.2"
+
+
 def smoke_boot(vmlinux: Path, initramfs: Path, work: Path,
-               timeout: float = SMOKE_TIMEOUT) -> tuple[str, str]:
+               timeout: float = SMOKE_TIMEOUT,
+               tools: Iterable[str] = ()) -> tuple[str, str]:
     """Boot the new image once in run mode (no share, no PMU) to prove it
     works and to read /proc/kallsyms: Debian's linux-image packages ship a
     placeholder System.map (the real one is in the ~860 MB -dbg package).
-    Returns (kallsyms text, perf version line)."""
+    ``tools``: guest paths of dynamically linked recipe tools whose
+    libraries must all load.  Returns (kallsyms text, perf version line)."""
     out, err, ctl = work / "smoke.out", work / "smoke.err", work / "smoke.ctl"
     console = work / "smoke.console"
-    cmd = "cat /proc/kallsyms && perf --version >&2"
+    cmd = smoke_command(tools).replace(",", ",,")   # fw_cfg string= escaping
     args = [QEMU, "-machine", "pc,accel=tcg", "-cpu", "max", "-m", "512M",
             "-smp", "1", "-nodefaults", "-no-user-config", "-display", "none",
             "-no-reboot", "-monitor", "none", "-serial", f"file:{console}",
@@ -1282,8 +1433,9 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
 
     report(8, "test-booting the image (System.map from /proc/kallsyms)")
     t0 = time.monotonic()
-    kallsyms, perf_version = smoke_boot(out / "vmlinux",
-                                        out / "initramfs.cpio", work)
+    kallsyms, perf_version = smoke_boot(
+        out / "vmlinux", out / "initramfs.cpio", work,
+        tools=[t.spec.guest for t in inputs.tools if t.libs])
     smoke_seconds = round(time.monotonic() - t0, 2)
     system_map = system_map_from_kallsyms(kallsyms)
     m = re.search(r"^([0-9a-f]{16}) T _text$", system_map, re.M)

@@ -309,7 +309,7 @@ class Pmu:
     @staticmethod
     def raw_period(ev: EventDef, period: int) -> int:
         """A guest period in raw counter units, at least MIN_PERIOD."""
-        if not 0 < period < 1 << 63:
+        if not 0 < period <= abi.MAX_PERIOD:
             raise PmuError(errno.EINVAL, f"sample period {period} out of range")
         raw = -(-period * ev.scale_den // ev.scale_num)
         return max(raw, abi.MIN_PERIOD)
@@ -403,8 +403,10 @@ class Pmu:
         for event_id in sorted(self._running.get(vcpu, ())):
             e = self.events[event_id]
             if e.sampling and e.threshold is not None:
-                out.append(proto.Slot(e.threshold, e.period, event_id,
-                                      e.ctr_mask, e.rand_bits,
+                # Frequency mode: one-shot (period 0), re-armed by the
+                # guest's SET_PERIOD after each sample (pvperf_abi.h).
+                out.append(proto.Slot(e.threshold, 0 if e.freq else e.period,
+                                      event_id, e.ctr_mask, e.rand_bits,
                                       proto.SYNC if e.callchain else 0))
         return out[:proto.MAX_SLOTS]
 

@@ -112,6 +112,12 @@ def test_pack_unpack_roundtrip():
     assert (blk.nr, blk.op, blk.args[0]) == (abi.HC_PERF_OP, abi.OP_ENABLE, 7)
 
 
+def test_max_period_matches_header():
+    text = header_defines()["PVPERF_MAX_PERIOD"]
+    assert re.fullmatch(r"\(1ULL << (\d+)\)", text), text
+    assert 1 << int(re.search(r"<< (\d+)", text).group(1)) == abi.MAX_PERIOD
+
+
 def test_sample_buf_max_matches_header():
     assert eval(header_defines()["PVPERF_SAMPLE_BUF_MAX"]) == abi.SAMPLE_BUF_MAX
 

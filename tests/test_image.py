@@ -435,6 +435,9 @@ def test_default_recipe_loads():
     r = image.load_recipe("default")
     assert r.init.is_file()
     assert "virtio_console" in r.modules and "9p" in r.modules
+    # perf annotate runs `objdump` from PATH
+    assert image.ToolSpec("binutils", "/usr/bin/objdump",
+                          "/usr/bin/objdump") in r.tools
 
 
 def test_init_mentions_contract_names():
@@ -508,3 +511,168 @@ def test_driver_only_update_reuses_image(fake_inputs):
     names = {e.name for e in read_newc(img.initramfs.read_bytes())}
     assert image.GUEST_DRIVER_PATH not in names
     assert "lib/modules/pvperf" not in names
+
+
+# ---------------------------------------------------------------------------
+# recipe tools (extra host programs such as objdump, with their libraries)
+
+
+def test_parse_tools():
+    assert image.parse_tools(None) == []
+    assert image.parse_tools([
+        {"package": "binutils", "binary": "/usr/bin/objdump"},
+        {"package": "x", "binary": "/usr/bin/x-1.2", "guest": "/usr/bin/x"},
+    ]) == [image.ToolSpec("binutils", "/usr/bin/objdump", "/usr/bin/objdump"),
+           image.ToolSpec("x", "/usr/bin/x-1.2", "/usr/bin/x")]
+    bad = [
+        {"binary": "/usr/bin/objdump"},                       # no package
+        {"package": "binutils"},                              # no binary
+        {"package": "binutils", "binary": "objdump"},         # relative
+        {"package": "b", "binary": "/usr/bin/x", "guest": "/usr/../etc/x"},
+        {"package": "b", "binary": "/usr/bin/x", "guest": "/usr/bin/perf"},
+        {"package": "b", "binary": "/usr/bin/x", "extra": 1},  # unknown key
+        "binutils",
+    ]
+    for item in bad:
+        with pytest.raises(ValueError):
+            image.parse_tools([item])
+    with pytest.raises(ValueError, match="already taken"):
+        image.parse_tools([{"package": "a", "binary": "/usr/bin/x"},
+                           {"package": "b", "binary": "/bin/x",
+                            "guest": "/usr/bin/x"}])
+    with pytest.raises(ValueError, match="list"):
+        image.parse_tools({"package": "binutils"})
+
+
+def test_malformed_tools_key_is_an_image_error(fake_inputs):
+    recipe = json.loads((fake_inputs.recipe / "recipe.json").read_text())
+    recipe["tools"] = [{"package": "binutils", "binary": "objdump"}]
+    (fake_inputs.recipe / "recipe.json").write_text(json.dumps(recipe))
+    with pytest.raises(image.ImageError, match="malformed") as e:
+        image.load_recipe("default")
+    assert "absolute" in str(e.value)
+
+
+def _completed(rc: int, out: str = "", err: str = ""):
+    return subprocess.CompletedProcess([], rc, out, err)
+
+
+def test_find_tool_errors(tmp_path, monkeypatch):
+    spec = image.ToolSpec("binutils", str(tmp_path / "objdump"),
+                          "/usr/bin/objdump")
+    # package not installed: dpkg-query fails
+    monkeypatch.setattr(image, "_run", lambda cmd, *a, **k: _completed(
+        1, err="dpkg-query: no packages found matching binutils"))
+    with pytest.raises(image.ImageError, match="binutils is not installed") as e:
+        image.find_tool(spec)
+    assert "apt-get install binutils" in str(e.value)
+    # installed, but the binary is missing
+    monkeypatch.setattr(image, "_run", lambda cmd, *a, **k: _completed(
+        0, out="install ok installed\t2.40-2"))
+    with pytest.raises(image.ImageError, match="does not exist") as e:
+        image.find_tool(spec)
+    assert "2.40-2" in str(e.value)
+    # a dangling symlink is missing too
+    os.symlink("gone", tmp_path / "objdump")
+    with pytest.raises(image.ImageError, match="does not exist"):
+        image.find_tool(spec)
+    # not an ELF program (a script would need its interpreter)
+    (tmp_path / "gone").write_text("#!/bin/sh\n")
+    with pytest.raises(image.ImageError, match="not an ELF"):
+        image.find_tool(spec)
+    # the real thing, through the symlink
+    (tmp_path / "gone").write_bytes(b"\x7fELF objdump")
+    assert image.find_tool(spec) == (tmp_path / "gone", "2.40-2")
+
+
+def test_ldd_of_a_static_tool(monkeypatch):
+    monkeypatch.setattr(image, "_run", lambda cmd, *a, **k: _completed(
+        1, err="\tnot a dynamic executable\n"))
+    assert image.ldd_libraries(Path("/static")) == []
+    monkeypatch.setattr(image, "_run", lambda cmd, *a, **k: _completed(
+        1, err="ldd: /x: No such file or directory\n"))
+    with pytest.raises(image.ImageError, match="ldd failed"):
+        image.ldd_libraries(Path("/x"))
+
+
+@pytest.fixture
+def tool_inputs(fake_inputs, monkeypatch):
+    """fake_inputs plus a recipe tool: /usr/bin/objdump from binutils, a
+    symlink to the real ELF, with its own library and one shared with perf."""
+    t = fake_inputs.tmp
+    real = t / "x86_64-linux-gnu-objdump"
+    real.write_bytes(b"\x7fELF objdump")
+    os.symlink(real.name, t / "objdump")
+    bfd = t / "libbfd.so"
+    bfd.write_bytes(b"\x7fELF bfd")
+    recipe = json.loads((fake_inputs.recipe / "recipe.json").read_text())
+    recipe["tools"] = [{"package": "binutils", "binary": str(t / "objdump"),
+                        "guest": "/usr/bin/objdump"}]
+    (fake_inputs.recipe / "recipe.json").write_text(json.dumps(recipe))
+    tool_version = {"v": "2.40-2"}
+    monkeypatch.setattr(image, "installed_version",
+                        lambda pkg, purpose: tool_version["v"])
+    libc = ("/lib/x86_64-linux-gnu/libc.so.6", fake_inputs.lib)
+    monkeypatch.setattr(image, "ldd_libraries", lambda b: (
+        [libc] if b == fake_inputs.perf else
+        [("/lib/x86_64-linux-gnu/libbfd-2.40-system.so", bfd), libc]))
+    fake_inputs.tool, fake_inputs.bfd = real, bfd
+    fake_inputs.tool_version = tool_version
+    return fake_inputs
+
+
+def test_tool_inputs_enter_the_hash(tool_inputs):
+    inputs = image.gather_inputs("default", None)
+    assert [t.host for t in inputs.tools] == [tool_inputs.tool]
+    assert inputs.versions["binutils"] == "2.40-2"
+    assert inputs.data["packages"]["binutils"] == "2.40-2"
+    assert inputs.data["tools"] == {"/usr/bin/objdump": str(tool_inputs.tool)}
+    for f in (tool_inputs.tool, tool_inputs.bfd, tool_inputs.lib,
+              tool_inputs.perf):
+        assert str(f) in inputs.data["host_files"], f
+    assert inputs.programs() == [("/usr/bin/perf", tool_inputs.perf),
+                                 ("/usr/bin/objdump", tool_inputs.tool)]
+    assert sorted(g for g, _ in inputs.libraries()) == [
+        "/lib/x86_64-linux-gnu/libbfd-2.40-system.so",
+        "/lib/x86_64-linux-gnu/libc.so.6"]
+
+    before = tool_inputs.hash()
+    tool_inputs.tool.write_bytes(b"\x7fELF objdump, a longer new build")
+    assert tool_inputs.hash() != before           # the tool itself
+    before = tool_inputs.hash()
+    tool_inputs.bfd.write_bytes(b"\x7fELF libbfd, a longer new build")
+    assert tool_inputs.hash() != before           # one of its libraries
+    before = tool_inputs.hash()
+    tool_inputs.tool_version["v"] = "2.41-1"
+    assert tool_inputs.hash() != before           # its package version
+    before = tool_inputs.hash()
+    other = tool_inputs.tmp / "objdump-2"
+    other.write_bytes(tool_inputs.tool.read_bytes())
+    shutil.copystat(tool_inputs.tool, other)
+    os.unlink(tool_inputs.tmp / "objdump")
+    os.symlink(other.name, tool_inputs.tmp / "objdump")
+    assert tool_inputs.hash() != before           # the symlink's target
+
+
+def test_tools_are_installed_with_their_libraries(tool_inputs, tmp_path):
+    inputs = image.gather_inputs("default", None)
+    root = tmp_path / "root"
+    (root / "usr" / "bin").mkdir(parents=True)
+    os.symlink("../../bin/busybox", root / "usr" / "bin" / "objdump")
+    image.install_programs(root, inputs)
+    objdump = root / "usr" / "bin" / "objdump"
+    assert not objdump.is_symlink()               # an applet never shadows it
+    assert objdump.read_bytes() == tool_inputs.tool.read_bytes()
+    assert stat.S_IMODE(objdump.stat().st_mode) == 0o755
+    assert (root / "usr/bin/perf").read_bytes() == tool_inputs.perf.read_bytes()
+    assert (root / "lib/x86_64-linux-gnu/libbfd-2.40-system.so").read_bytes() \
+        == tool_inputs.bfd.read_bytes()
+    assert (root / "lib/x86_64-linux-gnu/libc.so.6").read_bytes() \
+        == tool_inputs.lib.read_bytes()
+
+
+def test_smoke_boot_checks_that_tools_load():
+    cmd = image.smoke_command(["/usr/bin/objdump"])
+    assert cmd.startswith("/lib64/ld-linux-x86-64.so.2 --list /usr/bin/objdump")
+    assert cmd.endswith("perf --version >&2")
+    assert image.smoke_command() == "cat /proc/kallsyms && perf --version >&2"
