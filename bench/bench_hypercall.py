@@ -170,9 +170,13 @@ def main() -> None:
               f"{m['p99_ns']:>8.1f} {m['max_ns']:>9.1f}")
     clock = statistics.median(r["clock_p50_ns"] for r in runs["guest"])
     g, s = med["guest"]["p50_ns"], med["service"]["p50_ns"]
-    print(f"guest side adds {g - s:.1f} us at p50 over the service alone; "
-          f"the backend adds {s - med['echo']['p50_ns']:.1f} us over a bare "
-          f"echo; guest clock read {clock:.0f} ns")
+    # The host-side client sleeps in recv(); the plugin spins up to 100 us
+    # for the answer, so on a host with slow wake-ups the guest path can
+    # be the faster one.
+    print(f"guest - service at p50: {g - s:+.1f} us (the plugin spin-waits, "
+          f"the test client sleeps); the backend adds "
+          f"{s - med['echo']['p50_ns']:.1f} us over a bare echo; guest clock "
+          f"read {clock:.0f} ns")
     verdict = "meets" if g <= TARGET_P50_US else "MISSES"
     print(f"target guest p50 <= {TARGET_P50_US:.0f} us: {verdict} ({g:.1f} us)")
 
