@@ -26,6 +26,8 @@ sec dmesg;   dmesg | grep 'pvperf:'
 sec loop;    perf stat -x, -e instructions:u,branches:u ./loop {N_LOOP} 2>&1
 sec loopk;   perf stat -x, -e instructions:u,branches:u ./loop {N_LOOP + K_EXTRA} 2>&1
 sec pages;   perf stat -x, -e instructions:u ./pages {N_PAGES} 2>&1
+sec repeat;  for i in 1 2 3; do perf stat -x, -e instructions:u ./pages {N_PAGES} 2>&1; done
+             sleep 3; perf stat -x, -e instructions:u ./pages {N_PAGES} 2>&1
 sec inherit; perf stat -x, -e instructions:u ./forker {N_LOOP} 2>&1
              perf stat -x, --no-inherit -e instructions:u ./forker {N_LOOP} 2>&1
              perf stat -x, -e instructions:u ./forker {N_LOOP + K_EXTRA} 2>&1
@@ -78,6 +80,15 @@ def test_instructions_u_equals_valgrind(guest):
 def test_instructions_u_exact_across_page_faults(guest):
     (_, value, _), = counts(guest["pages"])
     assert value == valgrind_irefs([str(PROGRAMS / "pages"), str(N_PAGES)])
+
+
+def test_back_to_back_runs_stay_exact(guest):
+    """Runs 2 and 3 start while counting still lingers from run 1 (no
+    retranslation); the last starts after the linger ended (a fresh
+    switch).  Every one is exact, faults included."""
+    ref = valgrind_irefs([str(PROGRAMS / "pages"), str(N_PAGES)])
+    values = [v for _, v, _ in counts(guest["repeat"])]
+    assert values == [ref] * 4, (values, ref)
 
 
 def test_branches_grow_by_exactly_the_extra_iterations(guest):
