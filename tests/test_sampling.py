@@ -39,7 +39,11 @@ N_FREQ = 400000             # 2.4 G instructions: -F is time-based; about
 ANNOTATE_PERIOD = 100003
 N_ANNOTATE = 100000         # 600 M instructions
 # perf top: system-wide, refreshed every second while hotcold runs in the
-# background (killed afterwards).  perf top itself needs the first 2-5
+# background (killed afterwards).  hotcold starts a second earlier, so perf
+# top finds its maps in /proc at start-up (its own mmap record can be
+# dropped as too old while perf top is busy: the samples then showed as
+# raw addresses), and the events are :u, so perf top never has to load
+# kallsyms under TCG (seen taking over 12 s on a slow host: no samples).  perf top itself needs the first 2-5
 # seconds under TCG (its first kernel sample makes it load kallsyms; the
 # samples queued meanwhile are dropped as too old).  With a fixed prime
 # period (buffered samples) the guest then delivers 10,000-15,000
@@ -87,13 +91,13 @@ perf annotate -i $D/a.data --stdio hot 2>&1
 # becomes readable.  No tty needed; SIGINT ends it (exit status 0).
 mkfifo $D/nokeys; exec 3<>$D/nokeys
 sec top
-./hotcold 1000000000 & pid=$!
-timeout -s INT {TOP_SECONDS} perf top --stdio -e instructions -c {TOP_PERIOD} -d 1 -E 10 -n <&3 2>&1
+./hotcold 1000000000 & pid=$!; sleep 1
+timeout -s INT {TOP_SECONDS} perf top --stdio -e instructions:u -c {TOP_PERIOD} -d 1 -E 10 -n <&3 2>&1
 echo "top exit $?"
 kill $pid; wait $pid
 sec topfreq
-./hotcold 1000000000 & pid=$!
-timeout -s INT {TOPFREQ_SECONDS} perf top --stdio -e instructions -d 1 -E 10 -n <&3 2>&1
+./hotcold 1000000000 & pid=$!; sleep 1
+timeout -s INT {TOPFREQ_SECONDS} perf top --stdio -e instructions:u -d 1 -E 10 -n <&3 2>&1
 echo "top exit $?"
 kill $pid; wait $pid
 exec 3>&-
