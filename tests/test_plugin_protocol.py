@@ -38,19 +38,26 @@ def test_reply_flag():
     assert proto.REPLY_COUNTING == 1 and proto.REPLY_SAMPLING == 2
 
 
+def c_values(tmp_path, *exprs: str) -> list[int]:
+    """The size_t values of C expressions over the header, as gcc sees it."""
+    src = tmp_path / "values.c"
+    src.write_text(f'#include <stdio.h>\n#include <stddef.h>\n#include "{HEADER}"\n'
+                   "int main(void){"
+                   + "".join(f'printf("%zu\\n", (size_t)({e}));' for e in exprs)
+                   + "return 0;}\n")
+    subprocess.run(["gcc", "-o", tmp_path / "values", src], check=True)
+    out = subprocess.run([tmp_path / "values"], capture_output=True,
+                         text=True, check=True).stdout.split()
+    return [int(x) for x in out]
+
+
 def test_message_sizes_match_c(tmp_path):
-    src = tmp_path / "p.c"
-    src.write_text(f'#include <stdio.h>\n#include "{HEADER}"\n'
-                   'int main(void){printf("%zu %zu %zu %zu\\n",'
-                   'sizeof(struct pvperf_proto_hcall),'
-                   'sizeof(struct pvperf_proto_reply),'
-                   'sizeof(struct pvperf_proto_slot),'
-                   'sizeof(struct pvperf_proto_overflow));return 0;}\n')
-    subprocess.run(["gcc", "-o", tmp_path / "p", src], check=True)
-    out = subprocess.run([tmp_path / "p"], capture_output=True, text=True,
-                         check=True).stdout.split()
-    assert [int(x) for x in out] == [proto.HCALL_MSG.size, proto.REPLY_MSG_SIZE,
-                                     proto.SLOT.size, proto.OVERFLOW_MSG.size]
+    assert c_values(tmp_path, "sizeof(struct pvperf_proto_hcall)",
+                    "sizeof(struct pvperf_proto_reply)",
+                    "sizeof(struct pvperf_proto_slot)",
+                    "sizeof(struct pvperf_proto_overflow)") == [
+        proto.HCALL_MSG.size, proto.REPLY_MSG_SIZE, proto.SLOT.size,
+        proto.OVERFLOW_MSG.size]
 
 
 def test_roundtrip_and_errors():
@@ -77,19 +84,13 @@ def test_flag_fields_offsets_match_c(tmp_path):
     """The SYNC flag sits where both sides think it does."""
     assert re.search(r"#define\s+PVPERF_PROTO_SYNC\s+\(1U << 0\)",
                      HEADER.read_text()) and proto.SYNC == 1
-    src = tmp_path / "o.c"
-    src.write_text(f'#include <stdio.h>\n#include <stddef.h>\n#include "{HEADER}"\n'
-                   'int main(void){printf("%zu %zu %zu %zu\\n",'
-                   'offsetof(struct pvperf_proto_slot, flags),'
-                   'offsetof(struct pvperf_proto_overflow, mode),'
-                   'offsetof(struct pvperf_proto_overflow, flags),'
-                   'offsetof(struct pvperf_proto_overflow, ip));return 0;}\n')
-    subprocess.run(["gcc", "-o", tmp_path / "o", src], check=True)
-    out = subprocess.run([tmp_path / "o"], capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = c_values(tmp_path, "offsetof(struct pvperf_proto_slot, flags)",
+                   "offsetof(struct pvperf_proto_overflow, mode)",
+                   "offsetof(struct pvperf_proto_overflow, flags)",
+                   "offsetof(struct pvperf_proto_overflow, ip)")
     slot = proto.Slot(0, 0, 0, 0, 0, 0xA5).pack()
     ov = proto.OverflowMessage(0, 0, 0x1234, 0, 0, 0, 0x5678).pack()
-    assert slot.index(0xA5) == int(out[0])
-    assert ov.index((0x1234).to_bytes(2, "little")) == int(out[1])
-    assert ov.index((0x5678).to_bytes(2, "little")) == int(out[2])
-    assert proto.OVERFLOW_MSG.size - 3 * 8 == int(out[3])
+    assert slot.index(0xA5) == out[0]
+    assert ov.index((0x1234).to_bytes(2, "little")) == out[1]
+    assert ov.index((0x5678).to_bytes(2, "little")) == out[2]
+    assert proto.OVERFLOW_MSG.size - 3 * 8 == out[3]
