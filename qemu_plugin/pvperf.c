@@ -144,9 +144,7 @@ void pvperf_request_mode(enum pvperf_mode mode)
 	__atomic_store_n(&counting_desired, mode, __ATOMIC_SEQ_CST);
 	if ((int)mode == __atomic_load_n(&counting_applied, __ATOMIC_SEQ_CST))
 		return;
-	if (__atomic_exchange_n(&reset_pending, 1, __ATOMIC_SEQ_CST))
-		return;
-	qemu_plugin_reset(pv.id, reset_done);
+	pvperf_request_flush();	/* reset_done applies counting_desired */
 }
 
 static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
