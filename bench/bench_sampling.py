@@ -10,7 +10,10 @@
                                                retires: the exact-overflow
                                                instrumentation alone
 
-Targets: sampled/base <= 1.2, buffered/base <= 1.3.  The workload is timed
+Targets (QEMU 10 issue): sampled/base <= 1.15, buffered/base <= 1.25,
+armed/base <= 1.08.  base is the same pvperf VM with nothing open, whose
+plugin instruments only doorbells: bench_counting.py measures that "idle"
+configuration against plain TCG (no plugin) at 0.97-1.01x.  The workload is timed
 from inside perf record (the guest's /proc/uptime just before and after
 hotcold, 10 ms resolution), so perf's own start-up and the writing of its
 data file (about 3 s under TCG) are not charged to sampling.  Periods come
@@ -86,7 +89,7 @@ def main() -> int:
     print(f"hotcold {n}: {6007 * n / 1e6:.1f} M instructions, base "
           f"{base / 100:.2f} s ({6007 * n / (base / 100) / 1e6:.1f} M insn/s "
           f"under TCG), best of {reps}")
-    for key, target in (("sampled", 1.2), ("buffered", 1.3)):
+    for key, target in (("sampled", 1.15), ("buffered", 1.25)):
         t, period, samples = (v[key] + ["?", "?"])[:3]
         t = int(t)
         n = perf_count(samples)
@@ -97,7 +100,8 @@ def main() -> int:
               f"{'OK' if ratio <= target else 'MISSED'}")
     z = int(v["armed"][0])
     print(f"armed     -c {v['armed'][1]:>7s}: {z / 100:6.2f} s, no sample, "
-          f"ratio {z / base:.2f}x (the exact-overflow instrumentation alone)")
+          f"ratio {z / base:.2f}x (target <= 1.08x; the exact-overflow "
+          f"instrumentation alone) {'OK' if z / base <= 1.08 else 'MISSED'}")
     return 0
 
 

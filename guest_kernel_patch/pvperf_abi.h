@@ -32,7 +32,7 @@
 
 #include <linux/types.h>
 
-#define PVPERF_ABI_VERSION		2	/* 2: sampling */
+#define PVPERF_ABI_VERSION		3	/* 2: sampling; 3: sample registers */
 
 /* The marker store and the value it writes into pvperf_hcall.doorbell. */
 #define PVPERF_DOORBELL_MAGIC		0x46505650	/* "PVPF" */
@@ -122,6 +122,14 @@
  */
 #define PVPERF_COUNT_LINGER_MS		2000
 
+/*
+ * Largest guest RAM the host serves, in MiB.  The host reads guest memory
+ * through the RAM file, whose offsets equal guest physical addresses only
+ * below the machine's low-memory hole (3 GiB on pc, 2 GiB on q35 when RAM
+ * exceeds 2.75 GiB); one limit for both keeps every side simple.
+ */
+#define PVPERF_MAX_RAM_MB		2048
+
 /* Smallest period the host programs (x86's limit_period analogue). */
 #define PVPERF_MIN_PERIOD		128
 /* Largest period the host accepts (x86's max_period analogue). */
@@ -179,13 +187,35 @@ struct pvperf_guest_perf_param {
  * ABI v2: one sample, written by the host at the overflow.  ip is the
  * instruction whose retirement made the counter reach its period (exact,
  * not where the NMI lands); mode says which half it ran in.
+ *
+ * ABI v3: for events whose samples carry registers or a stack
+ * (PERF_SAMPLE_CALLCHAIN, _REGS_USER, _REGS_INTR, _STACK_USER) the host
+ * also records the general-purpose registers as they were just before
+ * the instruction at ip ran, so that ip and regs describe one machine
+ * state (what an unwinder needs), and sets PVPERF_SAMPLE_REGS in flags.
+ * Order: gdb's x86-64 order (rax rbx rcx rdx rsi rdi rbp rsp r8..r15).
+ * eflags is not recorded: TCG computes the arithmetic flags lazily.
  */
+#define PVPERF_SAMPLE_REGS		(1U << 0)
+#define PVPERF_REG_AX			0
+#define PVPERF_REG_BX			1
+#define PVPERF_REG_CX			2
+#define PVPERF_REG_DX			3
+#define PVPERF_REG_SI			4
+#define PVPERF_REG_DI			5
+#define PVPERF_REG_BP			6
+#define PVPERF_REG_SP			7
+#define PVPERF_REG_R8			8	/* r8..r15: 8..15 */
+#define PVPERF_NR_REGS			16
+
 struct pvperf_sample {
 	__u32 event_id;
-	__u32 mode;		/* PVPERF_MODE_* */
+	__u16 mode;		/* PVPERF_MODE_* */
+	__u16 flags;		/* PVPERF_SAMPLE_REGS */
 	__u64 ip;		/* guest virtual address of that instruction */
 	__u64 data_addr;	/* 0 for now */
 	__u64 period;		/* the period that elapsed */
+	__u64 regs[PVPERF_NR_REGS];	/* valid with PVPERF_SAMPLE_REGS */
 };
 
 /*
@@ -203,7 +233,7 @@ struct pvperf_sample_buf {
 				 * (an injected NMI reaches every vCPU: each
 				 * claims one per increment, see the driver) */
 	__u64 __reserved[6];
-	struct pvperf_sample rec[];	/* (size - 64) / 32 of them */
+	struct pvperf_sample rec[];	/* (size - 64) / 160 of them */
 };
 
 #define PVPERF_ABI_ASSERT(c, m) _Static_assert(c, m)
@@ -222,8 +252,12 @@ PVPERF_ABI_ASSERT(sizeof(struct pvperf_guest_perf_param) == 24, "param size");
 PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_guest_perf_param, id) == 16,
 		  "param id");
 
-PVPERF_ABI_ASSERT(sizeof(struct pvperf_sample) == 32, "sample size");
+PVPERF_ABI_ASSERT(sizeof(struct pvperf_sample) == 160, "sample size");
+PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_sample, flags) == 6,
+		  "sample flags");
 PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_sample, ip) == 8, "sample ip");
+PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_sample, regs) == 32,
+		  "sample regs");
 PVPERF_ABI_ASSERT(sizeof(struct pvperf_sample_buf) == 64, "sample buf header");
 PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_sample_buf, lost) == 8,
 		  "sample buf lost");

@@ -110,7 +110,7 @@ static bool pvperf_detached(const struct pvperf_event *pe)
  * Sample rings: PVPERF_RING_ORDER pages per CPU, registered with the host
  * by SAMPLE_BUF on that CPU.  Buffered events raise the NMI at half full.
  */
-#define PVPERF_RING_ORDER	2
+#define PVPERF_RING_ORDER	4
 /* Smallest period programmed for a frequency-mode event (see sync). */
 #define PVPERF_FREQ_MIN_PERIOD	10000
 #define PVPERF_RING_BYTES	(PAGE_SIZE << PVPERF_RING_ORDER)
@@ -735,12 +735,36 @@ static struct perf_event *pvperf_active_event(struct pvperf_cpu *pc, u32 id)
 	return NULL;
 }
 
+/* The general-purpose registers the host recorded (PVPERF_SAMPLE_REGS). */
+static void pvperf_copy_gprs(struct pt_regs *out, const struct pvperf_sample *rec)
+{
+	out->ax = rec->regs[PVPERF_REG_AX];
+	out->bx = rec->regs[PVPERF_REG_BX];
+	out->cx = rec->regs[PVPERF_REG_CX];
+	out->dx = rec->regs[PVPERF_REG_DX];
+	out->si = rec->regs[PVPERF_REG_SI];
+	out->di = rec->regs[PVPERF_REG_DI];
+	out->bp = rec->regs[PVPERF_REG_BP];
+	out->sp = rec->regs[PVPERF_REG_SP];
+	out->r8 = rec->regs[PVPERF_REG_R8 + 0];
+	out->r9 = rec->regs[PVPERF_REG_R8 + 1];
+	out->r10 = rec->regs[PVPERF_REG_R8 + 2];
+	out->r11 = rec->regs[PVPERF_REG_R8 + 3];
+	out->r12 = rec->regs[PVPERF_REG_R8 + 4];
+	out->r13 = rec->regs[PVPERF_REG_R8 + 5];
+	out->r14 = rec->regs[PVPERF_REG_R8 + 6];
+	out->r15 = rec->regs[PVPERF_REG_R8 + 7];
+}
+
 /*
- * The registers a sample is reported with: those of the moment the NMI
- * landed (so -g walks the real stack) if it interrupted the same mode,
- * else the task's user registers for a user sample; always with the
- * exact ip.  For a kernel ip they are not that instruction's registers,
- * so X86_EFLAGS_FIXED is cleared and perf_callchain_kernel() unwinds the
+ * The registers a sample is reported with.  With PVPERF_SAMPLE_REGS, the
+ * host's: those of the overflowing instruction (just before it ran), so
+ * ip, sp and bp describe one state and -g, --call-graph dwarf, -I and
+ * --user-regs start from it (eflags is not recorded: only IF and the
+ * fixed bit are set).  Without, those of the moment the NMI landed if it
+ * interrupted the same mode, else the task's user registers for a user
+ * sample; for a kernel ip these are not that instruction's registers, so
+ * X86_EFLAGS_FIXED is cleared and perf_callchain_kernel() unwinds the
  * current stack from regs->sp instead of trusting them (perf_hw_regs()).
  */
 static void pvperf_sample_regs(struct pt_regs *out,
@@ -748,13 +772,20 @@ static void pvperf_sample_regs(struct pt_regs *out,
 			       struct pt_regs *irq_regs)
 {
 	bool user = rec->mode == PVPERF_MODE_USER;
+	bool exact = rec->flags & PVPERF_SAMPLE_REGS;
 
-	if (irq_regs && !!user_mode(irq_regs) == user)
+	if (exact)
+		memset(out, 0, sizeof(*out));
+	else if (irq_regs && !!user_mode(irq_regs) == user)
 		*out = *irq_regs;
 	else if (user && current->mm)
 		*out = *task_pt_regs(current);
 	else
 		memset(out, 0, sizeof(*out));
+	if (exact) {
+		pvperf_copy_gprs(out, rec);
+		out->flags = X86_EFLAGS_FIXED | X86_EFLAGS_IF;
+	}
 	out->ip = rec->ip;
 	if (user) {
 		out->cs = __USER_CS;
@@ -762,7 +793,8 @@ static void pvperf_sample_regs(struct pt_regs *out,
 	} else {
 		out->cs = __KERNEL_CS;
 		out->ss = __KERNEL_DS;
-		out->flags &= ~X86_EFLAGS_FIXED;
+		if (!exact)
+			out->flags &= ~X86_EFLAGS_FIXED;
 	}
 }
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-ABI_VERSION = 2   # 2: sampling (SET_PERIOD, SAMPLE_BUF, sample records)
+ABI_VERSION = 3   # 2: sampling (SET_PERIOD, SAMPLE_BUF, sample records)
+                  # 3: registers at the overflowing instruction in records
 
 DOORBELL_MAGIC = 0x46505650
 DOORBELL_INSN_BYTES = bytes([0xC7, 0x00, 0x50, 0x56, 0x50, 0x46])
@@ -60,6 +61,7 @@ ATTR_KNOWN = (1 << 15) - 1
 
 # Counting stays on this long after the last CLOSE (pvperf_abi.h).
 COUNT_LINGER_MS = 2000
+MAX_RAM_MB = 2048
 MIN_PERIOD = 128
 MAX_PERIOD = 1 << 62
 SAMPLE_BUF_MIN = 4096
@@ -85,9 +87,16 @@ GUEST_EVENT = struct.Struct("<QII")
 PARAM = struct.Struct("<QQII")
 PARAM_OFFSET_ID = 16
 
-# struct pvperf_sample: event_id, mode, ip, data_addr, period
-SAMPLE = struct.Struct("<IIQQQ")
+# struct pvperf_sample: event_id, mode, flags, ip, data_addr, period,
+# regs[NR_REGS] (gdb's x86-64 order: rax rbx rcx rdx rsi rdi rbp rsp r8..r15)
+SAMPLE_REGS = 1 << 0
+NR_REGS = 16
+REG_AX, REG_BX, REG_CX, REG_DX, REG_SI, REG_DI, REG_BP, REG_SP, REG_R8 = \
+    range(9)
+SAMPLE = struct.Struct(f"<IHHQQQ{NR_REGS}Q")
+SAMPLE_OFFSET_FLAGS = 6
 SAMPLE_OFFSET_IP = 8
+SAMPLE_OFFSET_REGS = 32
 # struct pvperf_sample_buf header: head, tail, lost, nmis, reserved[6]
 SAMPLE_BUF = struct.Struct("<IIII6Q")
 SAMPLE_BUF_OFFSET_HEAD = 0
@@ -99,7 +108,7 @@ assert HCALL.size == 64
 assert ATTR.size == 72
 assert GUEST_EVENT.size == 16
 assert PARAM.size == 24
-assert SAMPLE.size == 32
+assert SAMPLE.size == 160
 assert SAMPLE_BUF.size == 64
 
 STRUCT_SIZES = {
@@ -117,7 +126,9 @@ STRUCT_OFFSETS = {
     ("pvperf_guest_perf_attr", "flags"): ATTR_OFFSET_FLAGS,
     ("pvperf_guest_perf_attr", "bp_addr"): ATTR_OFFSET_BP_ADDR,
     ("pvperf_guest_perf_param", "id"): PARAM_OFFSET_ID,
+    ("pvperf_sample", "flags"): SAMPLE_OFFSET_FLAGS,
     ("pvperf_sample", "ip"): SAMPLE_OFFSET_IP,
+    ("pvperf_sample", "regs"): SAMPLE_OFFSET_REGS,
     ("pvperf_sample_buf", "tail"): SAMPLE_BUF_OFFSET_TAIL,
     ("pvperf_sample_buf", "lost"): SAMPLE_BUF_OFFSET_LOST,
     ("pvperf_sample_buf", "nmis"): SAMPLE_BUF_OFFSET_NMIS,

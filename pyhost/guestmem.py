@@ -11,8 +11,7 @@ from __future__ import annotations
 import mmap
 import os
 
-# pc machine: RAM above this is remapped at 4 GiB (we never go there).
-PC_LOWMEM_LIMIT = 3 << 30
+from . import abi
 
 
 class GuestMemoryError(ValueError):
@@ -25,8 +24,9 @@ class GuestMemory:
     def __init__(self, buf, size: int | None = None):
         self._buf = memoryview(buf)
         self.size = len(self._buf) if size is None else size
-        if self.size > PC_LOWMEM_LIMIT:
-            raise GuestMemoryError("guest RAM above 3 GiB is not supported")
+        if self.size > abi.MAX_RAM_MB << 20:
+            raise GuestMemoryError(f"guest RAM above {abi.MAX_RAM_MB} MiB "
+                                   "is not supported")
         self._mmap = None
         self._fd = None
 

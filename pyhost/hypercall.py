@@ -130,6 +130,8 @@ class PerfBackend:
             flags = proto.REPLY_COUNTING if self._counting(msg) else 0
             if self.pmu.sampling_needed():
                 flags |= proto.REPLY_SAMPLING
+            if self.pmu.regs_needed():
+                flags |= proto.REPLY_REGS
             slots = (self.pmu.slots(msg.vcpu) if msg.vcpu < self.max_vcpus
                      else [])
         return flags, slots
@@ -187,9 +189,11 @@ class PerfBackend:
         else:
             slot = ring.gpa + abi.SAMPLE_BUF.size + \
                 (ring.head % ring.capacity) * abi.SAMPLE.size
+            has_regs = bool(msg.flags & proto.REGS)
             self.memory.write(slot, abi.SAMPLE.pack(
-                event.event_id, msg.mode, msg.ip, 0,
-                event.spec.scale(event.period)), align=8)
+                event.event_id, msg.mode, abi.SAMPLE_REGS if has_regs else 0,
+                msg.ip, 0, event.spec.scale(event.period),
+                *(msg.regs if has_regs else (0,) * abi.NR_REGS)), align=8)
             # Record first, then head: the guest reads head, then records.
             ring.head = (ring.head + 1) & U32
             self.memory.write(ring.gpa + abi.SAMPLE_BUF_OFFSET_HEAD,

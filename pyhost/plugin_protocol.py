@@ -10,6 +10,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from . import abi
+
 HCALL_MAGIC = 0x51505650
 REPLY_MAGIC = 0x52505650
 OVERFLOW_MAGIC = 0x4F505650
@@ -22,8 +24,11 @@ NR_COUNTERS = 4
 
 REPLY_COUNTING = 1 << 0
 REPLY_SAMPLING = 1 << 1
+REPLY_REGS = 1 << 2        # some sampling event needs registers
 # Slot / overflow flag: the vCPU waits for the answer (callchain events).
 SYNC = 1 << 0
+# Slot: capture registers at the overflow; overflow message: regs valid.
+REGS = 1 << 1
 MAX_SLOTS = 8
 DISARMED = (1 << 64) - 1
 
@@ -33,11 +38,11 @@ HCALL_MSG = struct.Struct("<IIQQ%dQ" % NR_COUNTERS)
 SLOT = struct.Struct("<QQIBBBB")
 REPLY_HEAD = struct.Struct("<IIII")
 REPLY_MSG_SIZE = REPLY_HEAD.size + MAX_SLOTS * SLOT.size
-OVERFLOW_MSG = struct.Struct("<IIIHHQQQ")
+OVERFLOW_MSG = struct.Struct(f"<IIIHHQQQ{abi.NR_REGS}Q")
 assert HCALL_MSG.size == 56
 assert SLOT.size == 24
 assert REPLY_MSG_SIZE == 208
-assert OVERFLOW_MSG.size == 40
+assert OVERFLOW_MSG.size == 168
 
 
 class ProtocolError(ValueError):
@@ -91,7 +96,9 @@ class OverflowMessage:
     ip: int
     threshold: int
     next_threshold: int
-    flags: int = 0          # SYNC: the plugin waits for an answer
+    flags: int = 0          # SYNC: the plugin waits for an answer;
+                            # REGS: regs holds the state before ip ran
+    regs: tuple[int, ...] = (0,) * abi.NR_REGS
 
     @classmethod
     def unpack(cls, raw: bytes) -> "OverflowMessage":
@@ -100,13 +107,15 @@ class OverflowMessage:
         f = OVERFLOW_MSG.unpack(raw)
         if f[0] != OVERFLOW_MAGIC:
             raise ProtocolError(f"bad magic {f[0]:#x}")
-        magic, vcpu, event_id, mode, flags, ip, threshold, nxt = f
-        return cls(vcpu, event_id, mode, ip, threshold, nxt, flags)
+        magic, vcpu, event_id, mode, flags, ip, threshold, nxt = f[:8]
+        return cls(vcpu, event_id, mode, ip, threshold, nxt, flags,
+                   tuple(f[8:]))
 
     def pack(self) -> bytes:
         return OVERFLOW_MSG.pack(OVERFLOW_MAGIC, self.vcpu, self.event_id,
                                  self.mode, self.flags, self.ip,
-                                 self.threshold, self.next_threshold)
+                                 self.threshold, self.next_threshold,
+                                 *self.regs)
 
 
 def unpack_message(raw: bytes):

@@ -43,6 +43,16 @@ PERF_TYPE_HARDWARE = 0
 PERF_TYPE_HW_CACHE = 3
 PERF_TYPE_RAW = 4
 PERF_SAMPLE_CALLCHAIN = 1 << 5     # include/uapi/linux/perf_event.h
+PERF_SAMPLE_REGS_USER = 1 << 12
+PERF_SAMPLE_STACK_USER = 1 << 13
+PERF_SAMPLE_REGS_INTR = 1 << 18
+# Sample types whose records need the registers of the overflowing
+# instruction (the plugin captures them) ...
+SAMPLE_TYPES_WITH_REGS = (PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER |
+                          PERF_SAMPLE_STACK_USER | PERF_SAMPLE_REGS_INTR)
+# ... and those that also read guest memory at delivery (the walked or
+# copied stack), so the NMI must land before the vCPU leaves the frame.
+SAMPLE_TYPES_WITH_STACK = PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_STACK_USER
 
 # PERF_TYPE_HARDWARE configs.
 HW_CPU_CYCLES = 0
@@ -162,9 +172,20 @@ class PmuEvent:
 
     @property
     def callchain(self) -> bool:
-        """A callchain is walked from the registers at the NMI, so the NMI
-        must be raised before the vCPU leaves the overflowing frame."""
-        return bool(self.attr.sample_type & PERF_SAMPLE_CALLCHAIN)
+        """A callchain (or user stack copy) is read from guest memory when
+        the guest delivers the sample, so the NMI must be raised before the
+        vCPU leaves the overflowing frame."""
+        return bool(self.attr.sample_type & SAMPLE_TYPES_WITH_STACK)
+
+    @property
+    def needs_regs(self) -> bool:
+        """Samples carry the registers of the overflowing instruction."""
+        return bool(self.attr.sample_type & SAMPLE_TYPES_WITH_REGS)
+
+    @property
+    def slot_flags(self) -> int:
+        return ((proto.SYNC if self.callchain else 0) |
+                (proto.REGS if self.needs_regs else 0))
 
     @property
     def freq(self) -> bool:
@@ -407,7 +428,7 @@ class Pmu:
                 # guest's SET_PERIOD after each sample (pvperf_abi.h).
                 out.append(proto.Slot(e.threshold, 0 if e.freq else e.period,
                                       event_id, e.ctr_mask, e.rand_bits,
-                                      proto.SYNC if e.callchain else 0))
+                                      e.slot_flags))
         return out[:proto.MAX_SLOTS]
 
     def counting_needed(self) -> bool:
@@ -417,3 +438,8 @@ class Pmu:
     def sampling_needed(self) -> bool:
         """Whether the plugin must detect overflows (a sampling event open)."""
         return any(e.sampling for e in self.events.values())
+
+    def regs_needed(self) -> bool:
+        """Whether the plugin must be able to capture registers at any
+        instruction (a sampling event whose samples carry them open)."""
+        return any(e.sampling and e.needs_regs for e in self.events.values())

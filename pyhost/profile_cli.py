@@ -1,7 +1,8 @@
 """``pvperf profile``: a system-wide profile of QEMU and its guest.
 
   pvperf profile [--output DIR] [--smp N] [--mem SIZE] [--share DIR]
-                 [--timeout S] [--hooks first|last|all] -- CMD [ARGS...]
+                 [--timeout S] [--tb-size MIB] [--compare-perfmap]
+                 -- CMD [ARGS...]
 
 Runs CMD in the guest (in /mnt/host, like ``pvperf run``) while the host's
 perf samples QEMU, prints the merged report and writes into DIR (default
@@ -17,7 +18,10 @@ perf samples QEMU, prints the merged report and writes into DIR (default
   perf-report.txt   the host's own `perf report` using that map (it was
                     placed at /tmp/perf-PID.map only while perf report ran)
   annotate.txt      capstone listings of the hottest guest and host code
-  perf.data, rmap.bin   the raw recordings
+  perf.data, jit-PID.dump, rmap.bin
+                    the raw recordings: host samples, QEMU's jitdump, the
+                    reverse-map plugin's records
+  qemu-perf.map     with --compare-perfmap: QEMU's own -perfmap
 """
 from __future__ import annotations
 
@@ -78,14 +82,16 @@ def render_all(session: dict, outdir: Path) -> str:
               "[default: current directory]")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
               help="stop the guest after S seconds")
-@click.option("--hooks", type=click.Choice(["first", "last", "all"]),
-              default="first", show_default=True,
-              help="reverse-map markers: per TB only, also on its last "
-              "insn, or on every insn (resolution vs overhead)")
+@click.option("--tb-size", "tb_size", type=click.IntRange(1, 2048),
+              default=None, help="QEMU's code buffer in MiB (-accel "
+              "tcg,tb-size; small values force code-cache flushes)")
+@click.option("--compare-perfmap", "perfmap", is_flag=True,
+              help="also run QEMU's -perfmap and compare its resolution "
+              "with the reverse map's (session meta, report)")
 @click.option("--console", "echo_console", is_flag=True,
               help="show the guest's serial console on stderr")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def profile(command, output, smp, mem, share, timeout, hooks,
+def profile(command, output, smp, mem, share, timeout, tb_size, perfmap,
             echo_console) -> None:
     """Run COMMAND in the guest while sampling QEMU; report emulator,
     guest kernel and guest user functions in one profile."""
@@ -93,7 +99,8 @@ def profile(command, output, smp, mem, share, timeout, hooks,
     config = make_config("run", shlex.join(command), smp, mem, share,
                          timeout, True, echo_console)
     output.mkdir(parents=True, exist_ok=True)
-    rec = asyncio.run(prof.record(config, output.resolve(), hooks=hooks))
+    rec = asyncio.run(prof.record(config, output.resolve(),
+                                  tb_size_mb=tb_size, perfmap=perfmap))
     try:
         session = prof.resolve(rec, config.image, config.share)
     finally:

@@ -36,6 +36,20 @@ def _pct(n: int, total: int) -> float:
     return 100.0 * n / total if total else 0.0
 
 
+def perfmap_line(meta: dict) -> list[str]:
+    """The --compare-perfmap figures (profile.compare_perfmap), if any."""
+    c = meta.get("perfmap_comparison")
+    if not c:
+        return []
+    return [f"# QEMU -perfmap on the same {c['code_cache_samples']} "
+            f"code-cache samples: {100 * c['perfmap_resolved']:.1f}% "
+            f"resolved, {100 * c['perfmap_guest_function']:.1f}% to a guest "
+            f"function, {100 * c['perfmap_agrees_with_rmap']:.1f}% the "
+            f"reverse map's function (reverse map: "
+            f"{100 * c['rmap_resolved']:.1f}% resolved, "
+            f"{100 * c['rmap_guest_function']:.1f}% to a guest function)"]
+
+
 def preamble(session: dict) -> str:
     m = session["meta"]
     return "\n".join([
@@ -47,8 +61,9 @@ def preamble(session: dict) -> str:
         f"# Target: {m['target']}",
         f"# Command: {m['command']} (exit status {m['exit_status']})",
         f"# Reverse map: {m['rmap_translations']} translations, "
-        f"generations {m['rmap_generations']}",
-        "#"])
+        f"{len(m['rmap_generations'])} generations "
+        f"({m.get('rmap_flushes_in_window', 0)} flushes while profiling)",
+        *perfmap_line(m), "#"])
 
 
 def top_functions(session: dict, n: int = 20) -> list[dict]:
@@ -82,6 +97,17 @@ def on_behalf_view(session: dict) -> Counter:
     return c
 
 
+def process_view(session: dict) -> list[dict]:
+    """Guest code samples (code cache) per guest process: pid and comm of
+    the address space that ran them (profile.py's CR3 timeline)."""
+    c = Counter((s.get("pid"), s.get("comm") or "") for s in session["samples"]
+                if s.get("resolved"))
+    total = sum(c.values())
+    return [{"pid": pid, "comm": comm, "samples": v,
+             "share": round(_pct(v, total), 2)}
+            for (pid, comm), v in c.most_common()]
+
+
 def summary(session: dict, n: int = 20) -> dict:
     samples = session["samples"]
     cc = sum(1 for s in samples if s.get("code_cache"))
@@ -93,7 +119,8 @@ def summary(session: dict, n: int = 20) -> dict:
             "spaces": space_totals(session),
             "top": top_functions(session, n),
             "guest_only": _view_rows(guest_only_view(session), n),
-            "guest_plus_emulator": _view_rows(on_behalf_view(session), n)}
+            "guest_plus_emulator": _view_rows(on_behalf_view(session), n),
+            "processes": process_view(session)[:n]}
 
 
 def _view_rows(c: Counter, n: int) -> list[dict]:
@@ -128,7 +155,13 @@ def text_report(session: dict, n: int = 20) -> str:
                     "code-cache samples)")
     lines += _table(s["guest_plus_emulator"], "Guest code + emulator work "
                     "on its behalf (domain switch: share of all samples)")
-    return "\n".join(lines)
+    lines += ["# Guest processes (share of code-cache samples; pid of the "
+              "address space that ran them)",
+              f"# {'Overhead':>8}  {'Samples':>7}  {'Pid':>7}  Command"]
+    lines += [f"  {r['share']:7.2f}%  {r['samples']:7d}  "
+              f"{'?' if r['pid'] is None else r['pid']:>7}  {r['comm']}"
+              for r in s["processes"]]
+    return "\n".join(lines + [""])
 
 
 def folded(session: dict) -> str:

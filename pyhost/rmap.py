@@ -1,183 +1,364 @@
-"""The binary-translation reverse map: code-cache address -> guest PC.
+"""The binary-translation reverse map: code-cache address -> guest code,
+and which guest address space a vCPU ran at a given time.
 
-Reads the record file of ``qemu_plugin/pvperf-rmap.so`` (format defined
-once in ``qemu_plugin/rmap_format.h``; the struct formats below mirror it
-and tests/test_rmap.py compares them with the header).
+Two recordings of one QEMU run are joined here:
+
+* QEMU's own jitdump (``qemu-system-x86_64 -jitdump`` writes
+  ``jit-<qemu pid>.dump`` into its current directory; writer: QEMU 10.0
+  tcg/perf.c; format: the Linux perf jitdump specification,
+  tools/perf/Documentation/jitdump-specification.txt, structs in
+  tools/perf/util/jitdump.h).  A file header, then records, each with a
+  prefix (id, total_size, timestamp).  QEMU writes one JIT_CODE_LOAD (id 0)
+  per translation block, from perf_report_code(), which tb_gen_code calls
+  once the TB's host code is generated and before the TB is linked: pid,
+  tid (the translating thread), vma = code_addr (host start), code_size
+  (the host code up to the end of the last guest instruction,
+  gen_insn_end_off[icount-1]: without the out-of-line slow paths that
+  follow), code_index, then the NUL-terminated name ``guest-0x<vaddr>``
+  (the TB's first guest instruction; for CF_PCREL TBs the page offset from
+  the TB's insn_start data with the translation-time pc's page) and the
+  host code bytes.  Before each load a JIT_CODE_DEBUG_INFO (id 2), whose
+  entries carry guest source lines only where QEMU has debug info for the
+  guest (linux-user); in system mode it only has the trailing entry and is
+  skipped here.  Timestamps are QEMU's get_clock(): CLOCK_MONOTONIC (the
+  header's flags have no JITDUMP_FLAGS_ARCH_TIMESTAMP), the clock of
+  ``perf record -k mono``.
+* The records of ``qemu_plugin/pvperf-rmap.so`` (format defined once in
+  ``qemu_plugin/rmap_format.h``; the struct formats below mirror it and
+  tests/test_rmap.py compares them with the header): per translation the
+  guest instruction sizes and bytes, kernel/user, the translating vCPU's
+  CR3, its thread and time; code-cache flushes; each vCPU's host thread;
+  and every guest write to CR3 (the address-space timeline).
 
 Index spaces (named once, used in every name below):
 
   hostpc      a host virtual address in QEMU's TCG code cache
   guestpc     a guest virtual address of a guest instruction
-  gpa         a guest physical address (offset into the guest RAM file)
-  generation  how many code-cache flushes happened before; a hostpc
-              means something only together with its generation, because
-              a flush lets QEMU reuse every code-cache address
-  vcpu        QEMU's cpu_index (version 2 records do not know it: None)
+  cr3         the guest physical address of a top-level page table
+  vcpu        QEMU's cpu_index
+  tid         a host thread id (gettid); jitdump loads, plugin TB records
+              and host perf samples all carry one
+  tgid        a guest process id
+  generation  how many code-cache flushes happened before; a hostpc means
+              something only together with its generation, because a
+              flush lets QEMU reuse every code-cache address
 
-Markers.  The plugin gives every TB an inline op on its own counter slot,
-and QEMU's x86-64 backend puts the slot's 64-bit address into the TB's host
-code as the immediate of a ``movabs $slot,%reg``; the plugin finds these
-immediates by scanning the code cache (at every flush, at exit and about
-once a second while QEMU runs) and records each one's address, the
-"marker address" (``Translation.hostpc``).  Every TB whose code is in the
-cache is recorded, executed or not.
+Matching a jitdump load with the plugin's TB record.  On one host thread
+translation is serial: tb_gen_code runs the translator, which calls the
+plugin's tb_trans (plugin_gen_tb_end), then generates host code and calls
+perf_report_code, before that thread translates anything else.  A retried
+translation (tb_gen_code's restarts for a too-large TB or a page-lock
+conflict, or after a code-buffer overflow) calls tb_trans again, and the
+last call is the one whose code is reported.  So a load of vaddr V at time
+t on thread h pairs with h's last TB record at or before t, which must be
+for V; both timestamps come from CLOCK_MONOTONIC on the same thread, so
+their order is program order.  Limits: a TB record whose translation was
+abandoned (a code-buffer overflow that forced a flush) pairs with nothing
+and is ignored; if either file lost its tail (QEMU killed: both are
+buffered), loads without a record, or pairing with the wrong vaddr, are
+counted as unmatched and resolve to their vaddr without code bytes.
 
-Host extent of a TB.  QEMU 7.2 starts a TB's host code on a 64-byte
-boundary (tcg_tb_alloc aligns to the icache line) and the TB's marker op
-is the first code after the few bytes of the icount/exit check (its imm64
-measured ``TB_MARKER_OFFSET`` = 13 bytes in), so the TB starts at
-``hostpc & ~63`` (``Translation.host_start``): samples in the prologue
-bytes before the marker belong to the TB too.  It ends where the next
-recorded TB of the same generation starts (address order), capped at
-``MAX_TB_HOST``: QEMU allocates TBs from the code cache in increasing
-address order per region, so the code, its out-of-line slow paths and the
-next TB's header lie in between.  TBs without a marker (QEMU's one-insn
-I/O TBs, CF_MEMI_ONLY, get no exec ops) are not recorded; a sample in one
-falls into the extent of the TB before it.
+Host extent of a TB.  A load's [code_addr, code_addr + code_size) is
+exact; the slow paths, the TB's search data, alignment and the next TB's
+header follow it.  A TB's extent runs to the next TB's start of the same
+generation (address order), capped at ``MAX_TB_HOST``, so samples in its
+slow paths count for it: QEMU allocates TBs in increasing address order in
+each code-buffer region until a flush resets them all.  Within a
+generation two loads share a start only when tb_gen_code discarded its
+work (another vCPU linked the same TB first) and rolled the allocation
+back; the later load at or before a sample's time is the code that ran.
+Samples in QEMU's prologue (tcg_qemu_tb_exec's entry and exit, at the
+buffer's start) fall before the first TB and stay unresolved.
 
-Guest PC inside a TB.  With the plugin's ``hooks=first`` (the default and
-cheapest) a sample maps to the TB; its guest PC is the TB's first
-instruction, which is precise for symbols because a TB rarely crosses a
-function boundary (any branch or call ends it).  With ``hooks=last`` a
-sample at or past the last instruction's marker op maps to the last
-instruction; with ``hooks=all`` every instruction has its own host range,
-from its marker op (the movabs, ``MARKER_IMM_OFFSET`` = 2 bytes before
-its marker address) to the next one's.
+Guest PC inside a TB: the jitdump has host ranges per TB only, so a sample
+maps to the TB's first instruction, which is precise for symbols because a
+TB rarely crosses a function boundary (any branch or call ends it).
+
+Address spaces.  x86 system-mode TBs are PC-relative, so one TB serves
+every process that maps its physical page, at any vaddr with the same page
+offset; ``Translation.guestpc`` is where the translating process had it.
+``AddressSpaces`` gives the CR3 (and, with the plugin's task= option, the
+process) live on a vCPU at a time, from the plugin's CR3 records; a host
+sample's tid names its vCPU through the plugin's vCPU records (MTTCG: one
+thread per vCPU; with round-robin TCG every vCPU shares one thread, and
+only smp 1 can be told).  profile.py uses it to move a user TB's guestpc
+into the address space that ran it.
 """
 from __future__ import annotations
 
 import bisect
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# -- the plugin's records (qemu_plugin/rmap_format.h) ----------------------------
+
 MAGIC = b"PVRMAP\0\0"
-VERSION = 2
-REC_TB, REC_INSN, REC_FLUSH = 1, 2, 3
-HOOK_LAST, HOOK_ALL = 0x1, 0x2
-TB_KERNEL, TB_GPA_VALID = 0x1, 0x2
-NO_GPA = (1 << 64) - 1
-VCPU_UNKNOWN = (1 << 32) - 1
+VERSION = 3
+REC_TB, REC_FLUSH, REC_VCPU, REC_CR3 = 1, 2, 3, 4
+FILE_TASKS = 0x1
+TB_KERNEL, TB_CR3_VALID = 0x1, 0x2
+NO_PID = (1 << 32) - 1
+COMM_LEN = 16
 
 FILE_HEADER = struct.Struct("<8sIIIIQ")       # rmap_file_header
 REC_HEADER = struct.Struct("<HHIQ")           # rmap_rec_header
-TB_BODY = struct.Struct("<QQQIIII")           # rmap_tb
-INSN_BODY = struct.Struct("<QQII")            # rmap_insn
-FLUSH_BODY = struct.Struct("<Q")              # rmap_flush
+TB_BODY = struct.Struct("<QQIIII")            # rmap_tb
+VCPU_BODY = struct.Struct("<II")              # rmap_vcpu
+CR3_BODY = struct.Struct(f"<QQII{COMM_LEN}s")  # rmap_cr3
 assert FILE_HEADER.size == 32 and REC_HEADER.size == 16
-assert TB_BODY.size == 40 and INSN_BODY.size == 24 and FLUSH_BODY.size == 8
+assert TB_BODY.size == 32 and VCPU_BODY.size == 8 and CR3_BODY.size == 40
 
-TB_HOST_ALIGN = 64
-TB_MARKER_OFFSET = 13       # a TB's marker address - its host code start
-MARKER_IMM_OFFSET = 2       # REX.W, B8+r, then the imm64
-MAX_TB_HOST = 32 * 1024
+# -- QEMU's jitdump (tcg/perf.c; perf's jitdump.h) -------------------------------
+
+JIT_MAGIC = 0x4A695444                          # "JiTD" little-endian
+JIT_VERSION = 1
+JIT_HEADER = struct.Struct("<IIIIIIQQ")         # magic version total_size
+#                                                 elf_mach pad1 pid
+#                                                 timestamp flags
+JIT_PREFIX = struct.Struct("<IIQ")              # id total_size timestamp
+JIT_CODE_LOAD_BODY = struct.Struct("<IIQQQQ")   # pid tid vma code_addr
+#                                                 code_size code_index
+JIT_CODE_LOAD = 0
+JITDUMP_FLAGS_ARCH_TIMESTAMP = 1
+GUEST_NAME_RE = re.compile(rb"guest-0x([0-9a-f]+)$")
+
+MAX_TB_HOST = 64 * 1024     # QEMU caps a TB's host code at 64 KiB (unwind)
 KERNEL_HALF = 0xFFFF800000000000
 
 
 class RmapFormatError(ValueError):
-    """The record file is not a pvperf-rmap file of a known version."""
+    """A record file or jitdump is not of a known format or version."""
 
 
-@dataclass
-class Translation:
-    """One TB: where its host code is and which guest code it translates."""
-    generation: int
-    hostpc: int                      # marker address (imm64 in TB code)
+@dataclass(slots=True)
+class TbRecord:
+    """The plugin's view of one translation."""
+    time_ns: int
+    tid: int
     guestpc: int
-    gpa: int | None
-    vcpu: int | None                 # None: unknown (version 2)
+    cr3: int | None
     kernel: bool
     insn_sizes: list[int]
     code: bytes
-    insn_hostpc: dict[int, int] = field(default_factory=dict)
-    host_end: int = 0                # set by ReverseMap.finish()
 
-    @property
-    def host_start(self) -> int:
-        return self.hostpc & ~(TB_HOST_ALIGN - 1)
 
-    @property
-    def insn_guestpcs(self) -> list[int]:
-        pcs, pc = [], self.guestpc
-        for size in self.insn_sizes:
-            pcs.append(pc)
-            pc += size
-        return pcs
-
-    @property
-    def guest_end(self) -> int:
-        return self.guestpc + len(self.code)
-
-    def insn_host_start(self, index: int) -> int | None:
-        """Where instruction ``index``'s marker op starts (hooks), if
-        recorded; instruction 0's host code starts at the TB's."""
-        if index == 0:
-            return self.host_start
-        marker = self.insn_hostpc.get(index)
-        return None if marker is None else marker - MARKER_IMM_OFFSET
-
-    def hostpc_to_insn_index(self, hostpc: int) -> int:
-        """Index of the instruction whose host code holds ``hostpc``: the
-        last marked instruction whose marker op starts at or before it
-        (instruction 0 without a marker of its own)."""
-        best, best_start = 0, self.host_start
-        for index in self.insn_hostpc:
-            start = self.insn_host_start(index)
-            if best_start < start <= hostpc:
-                best, best_start = index, start
-        return best
-
-    def hostpc_to_guestpc(self, hostpc: int) -> int:
-        return self.insn_guestpcs[self.hostpc_to_insn_index(hostpc)]
+@dataclass(slots=True)
+class Cr3Event:
+    """A guest write to CR3: from ``time_ns`` on, ``vcpu`` runs ``cr3``."""
+    time_ns: int
+    vcpu: int
+    cr3: int
+    tgid: int | None        # None: not named (no task=, or a borrowed mm)
+    comm: str
+    guestpc: int
 
 
 @dataclass
-class Resolution:
-    translation: Translation
-    guestpc: int
-    precise: bool       # per-instruction (hooks) or only the TB's start
+class PluginRecords:
+    tbs: list[TbRecord] = field(default_factory=list)
+    flushes_ns: list[int] = field(default_factory=list)
+    vcpu_tids: dict[int, int] = field(default_factory=dict)
+    cr3_events: list[Cr3Event] = field(default_factory=list)
+    names_tasks: bool = False
+    max_vcpus: int = 1
+    truncated: bool = False
+
+
+@dataclass(slots=True)
+class JitLoad:
+    """One JIT_CODE_LOAD of QEMU's jitdump."""
+    time_ns: int
+    tid: int
+    host_start: int
+    host_size: int
+    name: str
+    guestpc: int | None     # from the name; None if not "guest-0x..."
+
+
+@dataclass
+class JitDump:
+    pid: int
+    loads: list[JitLoad]
+    truncated: bool = False
+
+
+@dataclass(slots=True)
+class Translation:
+    """One TB: its host code, when, and which guest code it translates."""
+    host_start: int
+    host_size: int           # exact code (jitdump code_size)
+    time_ns: int             # jitdump timestamp: code exists from here on
+    tid: int
+    generation: int
+    guestpc: int             # where the translating process had it
+    kernel: bool
+    insn_sizes: list[int] | None     # None: no matching plugin record
+    code: bytes | None
+    cr3: int | None          # the translating vCPU's address space
+    host_end: int = 0        # extent; set by ReverseMap
+
+    @property
+    def matched(self) -> bool:
+        return self.code is not None
+
+
+# -- reading the plugin's records -------------------------------------------------
+
+def _parse_tb(time_ns: int, body: bytes) -> TbRecord:
+    guestpc, cr3, tid, n_insns, n_bytes, flags = TB_BODY.unpack_from(body)
+    off = TB_BODY.size
+    return TbRecord(time_ns=time_ns, tid=tid, guestpc=guestpc,
+                    cr3=cr3 if flags & TB_CR3_VALID else None,
+                    kernel=bool(flags & TB_KERNEL),
+                    insn_sizes=list(body[off:off + n_insns]),
+                    code=bytes(body[off + n_insns:off + n_insns + n_bytes]))
+
+
+def _parse_cr3(time_ns: int, body: bytes) -> Cr3Event:
+    cr3, guestpc, vcpu, tgid, comm = CR3_BODY.unpack_from(body)
+    return Cr3Event(time_ns=time_ns, vcpu=vcpu, cr3=cr3,
+                    tgid=None if tgid == NO_PID else tgid,
+                    comm=comm.rstrip(b"\0").decode("utf-8", "replace"),
+                    guestpc=guestpc)
+
+
+def parse_records(data: bytes) -> PluginRecords:
+    if len(data) < FILE_HEADER.size:
+        raise RmapFormatError("rmap file shorter than its header")
+    magic, version, hsize, flags, max_vcpus, _ = FILE_HEADER.unpack_from(data)
+    if magic != MAGIC or version != VERSION:
+        raise RmapFormatError(f"not a pvperf-rmap v{VERSION} file "
+                              f"(magic {magic!r}, version {version})")
+    out = PluginRecords(names_tasks=bool(flags & FILE_TASKS),
+                        max_vcpus=max_vcpus)
+    off = hsize
+    while off + REC_HEADER.size <= len(data):
+        rtype, _, size, time_ns = REC_HEADER.unpack_from(data, off)
+        if size < REC_HEADER.size or size % 8 or off + size > len(data):
+            break
+        body = memoryview(data)[off + REC_HEADER.size:off + size]
+        if rtype == REC_TB:
+            out.tbs.append(_parse_tb(time_ns, body))
+        elif rtype == REC_FLUSH:
+            out.flushes_ns.append(time_ns)
+        elif rtype == REC_VCPU:
+            vcpu, tid = VCPU_BODY.unpack_from(body)
+            out.vcpu_tids[vcpu] = tid
+        elif rtype == REC_CR3:
+            out.cr3_events.append(_parse_cr3(time_ns, body))
+        off += size
+    out.truncated = off != len(data)
+    out.flushes_ns.sort()
+    return out
+
+
+# -- reading the jitdump ---------------------------------------------------------
+
+def _jit_load(time_ns: int, data: bytes, off: int, end: int) -> JitLoad:
+    """The JIT_CODE_LOAD whose body is data[off:end]."""
+    _, tid, _, code_addr, code_size, _ = \
+        JIT_CODE_LOAD_BODY.unpack_from(data, off)
+    start = off + JIT_CODE_LOAD_BODY.size
+    nul = data.find(b"\0", start, end)
+    raw = data[start:nul if nul >= 0 else end]
+    m = GUEST_NAME_RE.match(raw)
+    return JitLoad(time_ns=time_ns, tid=tid, host_start=code_addr,
+                   host_size=code_size, name=raw.decode("utf-8", "replace"),
+                   guestpc=int(m.group(1), 16) if m else None)
+
+
+def parse_jitdump(data: bytes) -> JitDump:
+    if len(data) < JIT_HEADER.size:
+        raise RmapFormatError("jitdump shorter than its header")
+    magic, version, total, _, _, pid, _, flags = JIT_HEADER.unpack_from(data)
+    if magic != JIT_MAGIC or version != JIT_VERSION:
+        raise RmapFormatError(f"not a little-endian jitdump v{JIT_VERSION} "
+                              f"(magic {magic:#x}, version {version})")
+    if flags & JITDUMP_FLAGS_ARCH_TIMESTAMP:
+        raise RmapFormatError("jitdump uses the arch timestamp, not "
+                              "CLOCK_MONOTONIC")
+    loads, off = [], total
+    while off + JIT_PREFIX.size <= len(data):
+        rid, size, time_ns = JIT_PREFIX.unpack_from(data, off)
+        if size < JIT_PREFIX.size or off + size > len(data):
+            break
+        if rid == JIT_CODE_LOAD:
+            loads.append(_jit_load(time_ns, data, off + JIT_PREFIX.size,
+                                   off + size))
+        off += size
+    return JitDump(pid=pid, loads=loads, truncated=off != len(data))
+
+
+# -- the join -------------------------------------------------------------------
+
+def records_by_tid(tbs: list[TbRecord]) -> dict[int, tuple[list, list]]:
+    """tid -> (times, records), each in time order."""
+    by_tid: dict[int, list[TbRecord]] = {}
+    for r in tbs:
+        by_tid.setdefault(r.tid, []).append(r)
+    out = {}
+    for tid, recs in by_tid.items():
+        recs.sort(key=lambda r: r.time_ns)
+        out[tid] = ([r.time_ns for r in recs], recs)
+    return out
+
+
+def match_record(load: JitLoad, by_tid) -> TbRecord | None:
+    """The plugin record of ``load``: its thread's last TB record at or
+    before it, if that is for the same vaddr (see the module docstring)."""
+    times, recs = by_tid.get(load.tid, ((), ()))
+    i = bisect.bisect_right(times, load.time_ns) - 1
+    if i < 0 or recs[i].guestpc != load.guestpc:
+        return None
+    return recs[i]
 
 
 class ReverseMap:
-    """All translations of one run, indexed by generation and host start."""
+    """Every translation of one run, by generation and host start."""
 
-    def __init__(self, hooks: int = 0, n_vcpus: int = 1):
-        self.hooks = hooks
-        self.n_vcpus = n_vcpus
-        self.flush_times_ns: dict[int, int] = {}     # generation -> time
+    def __init__(self, jit: JitDump, records: PluginRecords):
+        self.flushes_ns = records.flushes_ns
+        self.truncated = jit.truncated or records.truncated
+        self.spaces = AddressSpaces(records)
+        self.n_loads = len(jit.loads)
+        self.n_unmatched = 0
         self._by_gen: dict[int, list[Translation]] = {}
         self._starts: dict[int, list[int]] = {}
-        self._pending_insn: list[tuple[int, int, int, int]] = []
-        self.truncated = False
+        by_tid = records_by_tid(records.tbs)
+        for load in jit.loads:
+            self._add(self._translation(load, match_record(load, by_tid)))
+        self._index()
 
-    # -- building ------------------------------------------------------------
+    def _translation(self, load: JitLoad, rec: TbRecord | None
+                     ) -> Translation:
+        self.n_unmatched += rec is None
+        guestpc = load.guestpc if load.guestpc is not None else 0
+        return Translation(
+            host_start=load.host_start, host_size=load.host_size,
+            time_ns=load.time_ns, tid=load.tid,
+            generation=self.generation_at(load.time_ns), guestpc=guestpc,
+            kernel=rec.kernel if rec else guestpc >= KERNEL_HALF,
+            insn_sizes=rec.insn_sizes if rec else None,
+            code=rec.code if rec else None, cr3=rec.cr3 if rec else None)
 
-    def add(self, tr: Translation) -> None:
+    def _add(self, tr: Translation) -> None:
         self._by_gen.setdefault(tr.generation, []).append(tr)
 
-    def add_insn_hostpc(self, generation: int, tb_hostpc: int, index: int,
-                        hostpc: int) -> None:
-        self._pending_insn.append((generation, tb_hostpc, index, hostpc))
-
-    def add_flush(self, generation: int, monotonic_ns: int) -> None:
-        self.flush_times_ns[generation] = monotonic_ns
-
-    def finish(self) -> "ReverseMap":
-        """Sort each generation by host start and set host extents."""
-        by_key = {}
+    def _index(self) -> None:
+        """Sort each generation by (host start, time); set extents."""
         for gen, trs in self._by_gen.items():
-            trs.sort(key=lambda t: t.host_start)
+            trs.sort(key=lambda t: (t.host_start, t.time_ns))
             self._starts[gen] = [t.host_start for t in trs]
-            for cur, nxt in zip(trs, trs[1:] + [None]):
-                end = cur.host_start + MAX_TB_HOST
-                cur.host_end = min(end, nxt.host_start) if nxt else end
-                by_key[(gen, cur.hostpc)] = cur
-        for gen, tb_hostpc, index, hostpc in self._pending_insn:
-            tr = by_key.get((gen, tb_hostpc))
-            if tr is not None and 0 < index < len(tr.insn_sizes):
-                tr.insn_hostpc[index] = hostpc
-        self._pending_insn.clear()
-        return self
+            ends = {}
+            starts = sorted(set(self._starts[gen]))
+            for cur, nxt in zip(starts, starts[1:] + [None]):
+                cap = cur + MAX_TB_HOST
+                ends[cur] = min(cap, nxt) if nxt is not None else cap
+            for t in trs:
+                t.host_end = max(ends[t.host_start],
+                                 t.host_start + t.host_size)
 
     # -- queries -------------------------------------------------------------
 
@@ -190,86 +371,132 @@ class ReverseMap:
             return list(self._by_gen.get(generation, []))
         return [t for g in self.generations for t in self._by_gen[g]]
 
-    def generation_at(self, monotonic_ns: int | None) -> int:
+    def generation_at(self, time_ns: int) -> int:
         """The generation live at a host CLOCK_MONOTONIC time."""
-        gen = 0
-        if monotonic_ns is None:
-            return max(self._by_gen, default=0)
-        for g, t in sorted(self.flush_times_ns.items()):
-            if t <= monotonic_ns:
-                gen = g
-        return gen
+        return bisect.bisect_right(self.flushes_ns, time_ns)
 
-    def hostpc_to_translation(self, hostpc: int, generation: int
+    def hostpc_to_translation(self, hostpc: int, time_ns: int
                               ) -> Translation | None:
-        starts = self._starts.get(generation)
+        """The TB whose host code held ``hostpc`` at ``time_ns``."""
+        gen = self.generation_at(time_ns)
+        starts = self._starts.get(gen)
         if not starts:
             return None
         i = bisect.bisect_right(starts, hostpc) - 1
         if i < 0:
             return None
-        tr = self._by_gen[generation][i]
-        return tr if hostpc < tr.host_end else None
+        start, trs = starts[i], self._by_gen[gen]
+        while i >= 0 and starts[i] == start:
+            tr = trs[i]
+            if tr.time_ns <= time_ns:
+                return tr if hostpc < tr.host_end else None
+            i -= 1
+        return None
 
-    def hostpc_to_guestpc(self, hostpc: int, generation: int
-                          ) -> Resolution | None:
-        tr = self.hostpc_to_translation(hostpc, generation)
-        if tr is None:
+
+class AddressSpaces:
+    """Which CR3 (and guest process) each vCPU ran, over host time."""
+
+    def __init__(self, records: PluginRecords):
+        self.names_tasks = records.names_tasks
+        self.vcpu_tids = dict(records.vcpu_tids)
+        per_tid: dict[int, list[int]] = {}
+        for vcpu, tid in self.vcpu_tids.items():
+            per_tid.setdefault(tid, []).append(vcpu)
+        # round-robin TCG runs every vCPU on one thread: not attributable
+        self._tid_vcpu = {tid: v[0] for tid, v in per_tid.items()
+                          if len(v) == 1}
+        self._events: dict[int, list[Cr3Event]] = {}
+        for ev in sorted(records.cr3_events, key=lambda e: e.time_ns):
+            self._events.setdefault(ev.vcpu, []).append(ev)
+        self._times = {v: [e.time_ns for e in evs]
+                       for v, evs in self._events.items()}
+
+    @property
+    def n_events(self) -> int:
+        return sum(len(evs) for evs in self._events.values())
+
+    def events(self, vcpu: int | None = None) -> list[Cr3Event]:
+        if vcpu is not None:
+            return list(self._events.get(vcpu, []))
+        return sorted((e for evs in self._events.values() for e in evs),
+                      key=lambda e: e.time_ns)
+
+    def tid_to_vcpu(self, tid: int) -> int | None:
+        return self._tid_vcpu.get(tid)
+
+    def at(self, vcpu: int | None, time_ns: int) -> Cr3Event | None:
+        """The last CR3 write on ``vcpu`` at or before ``time_ns``."""
+        times = self._times.get(vcpu)
+        if not times:
             return None
-        precise = bool(self.hooks & HOOK_ALL) or len(tr.insn_sizes) == 1
-        if self.hooks & HOOK_LAST and not precise:
-            last = len(tr.insn_sizes) - 1
-            start = tr.insn_host_start(last)
-            precise = start is not None and hostpc >= start
-        return Resolution(tr, tr.hostpc_to_guestpc(hostpc), precise)
+        i = bisect.bisect_right(times, time_ns) - 1
+        return self._events[vcpu][i] if i >= 0 else None
 
-    def host_ranges(self):
-        """(host_start, host_end) of every translation, all generations."""
-        return [(t.host_start, t.host_end) for t in self.translations()]
+    def sample_space(self, tid: int, time_ns: int) -> Cr3Event | None:
+        """The address space a host sample of thread ``tid`` ran."""
+        return self.at(self.tid_to_vcpu(tid), time_ns)
 
-
-# -- reading -------------------------------------------------------------------
-
-def _parse_tb(gen: int, body: bytes) -> Translation:
-    hostpc, guestpc, gpa, n_insns, n_bytes, vcpu, flags = \
-        TB_BODY.unpack_from(body)
-    off = TB_BODY.size
-    sizes = list(body[off:off + n_insns])
-    code = bytes(body[off + n_insns:off + n_insns + n_bytes])
-    return Translation(generation=gen, hostpc=hostpc, guestpc=guestpc,
-                       gpa=gpa if flags & TB_GPA_VALID else None,
-                       vcpu=None if vcpu == VCPU_UNKNOWN else vcpu,
-                       kernel=bool(flags & TB_KERNEL), insn_sizes=sizes,
-                       code=code)
+    def translation_cr3(self, tr: Translation) -> int | None:
+        """The translating vCPU's CR3: recorded, or from the timeline."""
+        if tr.cr3 is not None:
+            return tr.cr3
+        ev = self.sample_space(tr.tid, tr.time_ns)
+        return ev.cr3 if ev else None
 
 
-def parse(data: bytes) -> ReverseMap:
-    if len(data) < FILE_HEADER.size:
-        raise RmapFormatError("rmap file shorter than its header")
-    magic, version, hsize, hooks, n_vcpus, _ = FILE_HEADER.unpack_from(data)
-    if magic != MAGIC or version != VERSION:
-        raise RmapFormatError(f"not a pvperf-rmap v{VERSION} file "
-                              f"(magic {magic!r}, version {version})")
-    rmap = ReverseMap(hooks=hooks, n_vcpus=n_vcpus)
-    off = hsize
-    while off + REC_HEADER.size <= len(data):
-        rtype, _, size, gen = REC_HEADER.unpack_from(data, off)
-        if size < REC_HEADER.size or size % 8 or off + size > len(data):
-            rmap.truncated = True
-            break
-        body = memoryview(data)[off + REC_HEADER.size:off + size]
-        if rtype == REC_TB:
-            rmap.add(_parse_tb(gen, body))
-        elif rtype == REC_INSN:
-            tb_hostpc, hostpc, index, _ = INSN_BODY.unpack_from(body)
-            rmap.add_insn_hostpc(gen, tb_hostpc, index, hostpc)
-        elif rtype == REC_FLUSH:
-            rmap.add_flush(gen, FLUSH_BODY.unpack_from(body)[0])
-        off += size
-    if off != len(data) and not rmap.truncated:
-        rmap.truncated = True
-    return rmap.finish()
+# -- QEMU's -perfmap (for comparison) -------------------------------------------
+
+class PerfMap:
+    """QEMU's ``-perfmap`` file (tcg/perf.c write_perfmap_entry): one line
+    "HOSTPC SIZE NAME" (hex, hex) per guest instruction of every TB ever
+    translated, named ``guest-0x<vaddr>``, in translation order, without
+    time.  A lookup does what perf does with a perf-PID.map: the line with
+    the greatest start at or below the address, if the address is inside
+    it; a start written more than once keeps its last line."""
+
+    def __init__(self, lines: list[tuple[int, int, int | None]]):
+        by_start = {start: (size, vaddr) for start, size, vaddr in lines}
+        self._starts = sorted(by_start)
+        self._lines = [by_start[s] for s in self._starts]
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    @classmethod
+    def parse(cls, text: str) -> "PerfMap":
+        lines = []
+        for line in text.splitlines():
+            parts = line.split(None, 2)
+            if len(parts) != 3:
+                continue
+            m = GUEST_NAME_RE.match(parts[2].encode())
+            lines.append((int(parts[0], 16), int(parts[1], 16),
+                          int(m.group(1), 16) if m else None))
+        return cls(lines)
+
+    @classmethod
+    def read(cls, path: str | Path) -> "PerfMap":
+        return cls.parse(Path(path).read_text())
+
+    def hostpc_to_guestpc(self, hostpc: int) -> int | None:
+        i = bisect.bisect_right(self._starts, hostpc) - 1
+        if i < 0:
+            return None
+        size, vaddr = self._lines[i]
+        return vaddr if hostpc < self._starts[i] + size else None
 
 
-def read(path: str | Path) -> ReverseMap:
-    return parse(Path(path).read_bytes())
+# -- entry points ---------------------------------------------------------------
+
+def parse(jitdump: bytes, records: bytes) -> ReverseMap:
+    return ReverseMap(parse_jitdump(jitdump), parse_records(records))
+
+
+def read_records(path: str | Path) -> PluginRecords:
+    return parse_records(Path(path).read_bytes())
+
+
+def read(jitdump_path: str | Path, records_path: str | Path) -> ReverseMap:
+    return parse(Path(jitdump_path).read_bytes(),
+                 Path(records_path).read_bytes())

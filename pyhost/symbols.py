@@ -7,12 +7,16 @@
                 profiled run itself, because module load addresses vary)
   guest user    ELF files (pyelftools .symtab, else .dynsym) found in the
                 image's root/ tree or in the host directory shared at
-                /mnt/host, placed by the guest's /proc/PID/maps of the
-                profiled process, or, for static executables without a
-                maps snapshot, by their own load addresses; a candidate is
-                accepted only if its bytes at that address equal the code
-                bytes the plugin recorded for the TB, so two processes
-                using one user vaddr for different code are told apart
+                /mnt/host, placed by the guest's /proc/PID/maps of each
+                guest process (the running process's own mappings first),
+                or, for static executables without a maps snapshot, by
+                their own load addresses; a candidate is accepted only if
+                its bytes at that address equal the code bytes the plugin
+                recorded for the TB, so two processes using one user vaddr
+                for different code are told apart.  ``relocate`` moves a
+                TB translated in one process to where another process has
+                the same code (same file offset, or the same bytes at the
+                same page offset)
   emulator      qemu-system-x86_64 and its libraries: .symtab if present,
                 else .dynsym.  Debian strips QEMU and ships no dbgsym in
                 the default archive: .dynsym names ~10k exported functions;
@@ -35,6 +39,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 GUEST_SHARE_MOUNT = "/mnt/host"
+PAGE = 4096
 
 
 @dataclass(frozen=True)
@@ -203,13 +208,18 @@ class Mapping:
 
 
 class GuestUserSymbols:
-    """guestpc + code bytes -> (ELF, symbol) for guest user space."""
+    """guestpc + code bytes -> (ELF, symbol) for guest user space, per
+    guest process (``mappings``: pid -> its maps lines; a plain list is
+    one process of unknown pid)."""
 
     def __init__(self, image_root: Path | None, share: Path | None,
-                 mappings: list[Mapping] = (), extra_elves: list[Path] = ()):
+                 mappings=(), extra_elves: list[Path] = ()):
         self.image_root = image_root
         self.share = share
-        self.mappings = list(mappings)
+        self.by_pid: dict[int | None, list[Mapping]] = \
+            {k: list(v) for k, v in mappings.items()} \
+            if isinstance(mappings, dict) else {None: list(mappings)}
+        self.mappings = [m for ms in self.by_pid.values() for m in ms]
         self._elves: dict[str, ElfImage | None] = {}
         self.candidates = [p for p in (self._host_path(m.path)
                                        for m in self.mappings) if p]
@@ -233,25 +243,82 @@ class GuestUserSymbols:
                 self._elves[key] = None
         return self._elves[key]
 
-    def guestpc_to_symbol(self, guestpc: int, code: bytes
-                          ) -> tuple[Symbol, ElfImage] | None:
+    def _mapped_elf(self, m: Mapping) -> ElfImage | None:
+        host = self._host_path(m.path)
+        return self.elf(host) if host else None
+
+    def _in_pid(self, pid: int | None) -> list[Mapping]:
+        """pid's mappings first, then every other process's."""
+        own = self.by_pid.get(pid, []) if pid is not None else []
+        return own + [m for m in self.mappings if m not in own]
+
+    def locate(self, guestpc: int, code: bytes, pid: int | None = None,
+               only_pid: bool = False):
+        """(ElfImage, file offset, Mapping) of the mapping that holds
+        ``code`` (its first 16 bytes; b"": unchecked) at ``guestpc``:
+        pid's own mappings, then (unless only_pid) any process's."""
         probe = code[:16]
-        for m in self.mappings:
+        pool = self.by_pid.get(pid, []) if only_pid else self._in_pid(pid)
+        for m in pool:
             if not m.start <= guestpc < m.end:
                 continue
-            host = self._host_path(m.path)
-            img = self.elf(host) if host else None
+            img = self._mapped_elf(m)
+            offset = guestpc - m.start + m.offset
+            if img is not None and (not probe or img.bytes_at_offset(
+                    offset, len(probe)) == probe):
+                return img, offset, m
+        return None
+
+    def has_code(self, pid: int, guestpc: int, code: bytes) -> bool:
+        return self.locate(guestpc, code, pid, only_pid=True) is not None
+
+    def relocate(self, guestpc: int, code: bytes, pid: int) -> int | None:
+        """Where process ``pid`` has the code that another process had at
+        ``guestpc`` (x86 TBs are shared through the physical page, so the
+        page offset is kept): at the same file offset of the same ELF if a
+        snapshot shows where ``guestpc`` came from, else the first place
+        in pid's executable mappings with these bytes at this page
+        offset."""
+        src = self.locate(guestpc, code)
+        if src is not None:
+            img, offset, _ = src
+            for m in self.by_pid.get(pid, []):
+                if self._mapped_elf(m) is img and \
+                        m.offset <= offset < m.offset + (m.end - m.start):
+                    return m.start + offset - m.offset
+        return self._scan(guestpc, code, pid)
+
+    def _scan(self, guestpc: int, code: bytes, pid: int) -> int | None:
+        probe, page_offset = code[:64], guestpc & (PAGE - 1)
+        if not probe:
+            return None
+        for m in self.by_pid.get(pid, []):
+            img = self._mapped_elf(m)
             if img is None:
                 continue
-            offset = guestpc - m.start + m.offset
-            if probe and img.bytes_at_offset(offset, len(probe)) != probe:
-                continue
+            hi = m.offset + (m.end - m.start)
+            pos = img.data.find(probe, m.offset, hi)
+            while pos >= 0:
+                vaddr = m.start + pos - m.offset
+                if vaddr & (PAGE - 1) == page_offset:
+                    return vaddr
+                pos = img.data.find(probe, pos + 1, hi)
+        return None
+
+    def guestpc_to_symbol(self, guestpc: int, code: bytes,
+                          pid: int | None = None
+                          ) -> tuple[Symbol, ElfImage] | None:
+        """The function at ``guestpc`` whose ELF bytes match ``code``,
+        looked up in pid's mappings first."""
+        found = self.locate(guestpc, code, pid)
+        if found is not None:
+            img, offset, _ = found
             elf_vaddr = img.offset_to_elf_vaddr(offset)
             sym = img.symbols.lookup(elf_vaddr) if elf_vaddr is not None \
                 else None
             if sym:
                 return sym, img
-        return self._static_candidates(guestpc, probe)
+        return self._static_candidates(guestpc, code[:16])
 
     def _static_candidates(self, guestpc: int, probe: bytes):
         for host in self.candidates:

@@ -30,18 +30,20 @@ import functools
 import glob
 import logging
 import os
+import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import qmp
+from . import abi, qmp
 from .console import Console
 from .errors import (GuestPanicError, GuestStatusError, GuestTimeoutError,
                      SetupError, VMError)
-from .guestmem import PC_LOWMEM_LIMIT, GuestMemory
+from .guestmem import GuestMemory
 from .hypercall import PerfBackend
 from .image import GuestImage
 from .service import PluginService, abstract_name
@@ -55,8 +57,9 @@ SHM_PREFIX = "pvperf-"
 PORTS = ("control", "stdout", "stderr")
 BOOT_TIMEOUT = 60.0
 POWEROFF_TIMEOUT = 15.0
-# Guest RAM must stay below the pc machine's 3 GiB low-memory limit.
-MAX_MEM_MB = PC_LOWMEM_LIMIT >> 20
+# One limit for every side (pvperf_abi.h PVPERF_MAX_RAM_MB): guest RAM
+# stays below the low-memory hole, where RAM file offsets are gpas.
+MAX_MEM_MB = abi.MAX_RAM_MB
 
 
 class Runstate(enum.Enum):
@@ -95,6 +98,12 @@ class VMConfig:
     qemu: str = "qemu-system-x86_64"
 
 
+# The plugin is built against plugin API v4 (QEMU 10.0): per-vCPU
+# scoreboards, conditional callbacks, register reads.  A QEMU older than
+# this cannot load it and would only exit before QMP comes up.
+QEMU_MIN_VERSION = (10, 0)
+
+
 def find_qemu(name: str) -> str:
     path = shutil.which(name)
     if path is None:
@@ -102,6 +111,27 @@ def find_qemu(name: str) -> str:
                          "run scripts/setup.sh (apt-get install "
                          "qemu-system-x86)")
     return path
+
+
+@functools.lru_cache(maxsize=None)
+def qemu_version(path: str) -> tuple[int, int]:
+    """(major, minor) of `path --version`; (0, 0) if it says nothing."""
+    out = subprocess.run([path, "--version"], capture_output=True, text=True,
+                         timeout=30).stdout
+    m = re.search(r"version (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def check_qemu_for_plugin(path: str) -> None:
+    """Refuse, in one line, a QEMU too old for the plugin."""
+    have = qemu_version(path)
+    if have < QEMU_MIN_VERSION:
+        want = ".".join(map(str, QEMU_MIN_VERSION))
+        raise SetupError(
+            f"{path} is QEMU {have[0]}.{have[1]}",
+            f"the pvperf plugin needs QEMU {want} or newer (plugin API v4)",
+            "run scripts/setup.sh (on Debian 12 it installs QEMU 10 from "
+            "bookworm-backports), or use --no-pmu")
 
 
 def _set_pdeathsig() -> None:
@@ -273,6 +303,8 @@ class VM:
         if not 64 <= c.mem_mb <= MAX_MEM_MB:
             raise VMError("bad --mem", f"{c.mem_mb} MiB",
                           f"use 64M..{MAX_MEM_MB}M")
+        if c.pmu:
+            check_qemu_for_plugin(find_qemu(c.qemu))
         sweep_stale_shm()
         self._create_ram()
         if c.pmu:

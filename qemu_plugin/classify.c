@@ -14,19 +14,6 @@
  * by id, since capstone files sysret/sysexit under IRET and syscall/
  * sysenter under INT but we do not want to depend on that.
  *
- * Phantoms.  QEMU 7.2's x86 translator (target/i386/tcg/translate.c,
- * advance_pc) aborts an instruction that is not the first of its TB and
- * straddles the end of the TB's first page: siglongjmp(s->jmpbuf, 2)
- * removes its TCG ops and ends the TB before it.  But translator_loop had
- * already called plugin_gen_insn_start for it, so the plugin still sees it
- * as the TB's last instruction, with only the bytes read so far.  It never
- * runs as part of this TB (it starts the next one); counting it would
- * over-count by one per execution.  We recognise it: the last instruction
- * of a TB of two or more, starting in the last 15 bytes of the first page,
- * whose bytes do not decode to an instruction of exactly that length.
- * (A real instruction capstone 4 cannot decode, in that very place, would
- * be taken for a phantom: one instruction under-counted per execution.)
- *
  * Decoding mode.  The plugin API does not tell the CPU mode.  Kernel-half
  * code is 64-bit.  Elsewhere (firmware, 32-bit compat processes) we try
  * 64-, 32- and 16-bit decoding and keep the first mode in which every
@@ -38,10 +25,8 @@
 #include <capstone/capstone.h>
 #include <string.h>
 
-#include "pvperf.h"
-
-#define X86_MAX_INSN_LEN 15
-#define GUEST_PAGE_SIZE 4096
+#include "classify.h"
+#include "pvperf_abi.h"
 
 enum { MODE_64, MODE_32, MODE_16, N_MODES };
 
@@ -287,28 +272,27 @@ static bool decode_all(int mode, const struct cls_insn *insn, size_t n,
 	return true;
 }
 
-static bool may_be_phantom(const struct cls_insn *insn, size_t n)
+bool classify_is_doorbell(const uint8_t *bytes, size_t len)
 {
-	const struct cls_insn *last = &insn[n - 1];
-	uint64_t page = insn[0].vaddr & ~(uint64_t)(GUEST_PAGE_SIZE - 1);
+	static const uint8_t doorbell[PVPERF_DOORBELL_INSN_LEN] =
+		PVPERF_DOORBELL_INSN_BYTES;
 
-	return n >= 2 && last->vaddr >= page &&
-	       last->vaddr - page < GUEST_PAGE_SIZE &&
-	       last->vaddr - page > GUEST_PAGE_SIZE - X86_MAX_INSN_LEN;
+	return len == sizeof(doorbell) && !memcmp(bytes, doorbell, len);
 }
 
-void classify_tb(const struct cls_insn *insn, size_t n, uint8_t *cls)
+void classify_tb(const struct cls_insn *insn, size_t n, bool kernel,
+		 uint8_t *cls)
 {
-	bool suspect = may_be_phantom(insn, n);
-	size_t sure = suspect ? n - 1 : n;
-	int last_mode = vaddr_is_kernel(insn[0].vaddr) ? MODE_64 : MODE_16;
+	int last_mode = kernel ? MODE_64 : MODE_16;
+	int mode;
 
-	for (int mode = MODE_64; mode <= last_mode; mode++) {
-		if (decode_all(mode, insn, sure, cls)) {
-			if (suspect && !decode_cached(mode, &insn[n - 1], &cls[n - 1]))
-				cls[n - 1] = CLS_PHANTOM;
-			return;
-		}
+	for (mode = MODE_64; mode <= last_mode; mode++) {
+		if (decode_all(mode, insn, n, cls))
+			break;
 	}
-	memset(cls, CLS_BOUNDARY, n);
+	if (mode > last_mode)
+		memset(cls, CLS_BOUNDARY, n);
+	for (size_t i = 0; kernel && i < n; i++)
+		if (classify_is_doorbell(insn[i].bytes, insn[i].len))
+			cls[i] |= CLS_DOORBELL;
 }

@@ -4,15 +4,18 @@
 # fetch-plugin-header.sh - put QEMU's qemu-plugin.h, matching the installed
 # qemu-system-x86, into the pvperf cache and print its include directory.
 #
-# No Debian package ships qemu-plugin.h (QEMU 7.2), so we take it from the
-# Debian source package of exactly the installed version:
+# No Debian package ships qemu-plugin.h (neither 7.2 nor 10.0), so we take it
+# from the Debian source package of exactly the installed version:
 #
 #   apt-get source --download-only qemu=<source version>
 #   tar -xf qemu_<upstream>.orig.tar.xz --wildcards '*/include/qemu/qemu-plugin.h'
 #
-# The Debian patch series (7.2.x stable updates) does not touch this header;
-# we check that rather than assume it, and refuse to guess if a later upload
-# changes it.
+# We check that the Debian patch series does not touch this header rather
+# than assume it, and refuse to guess if an upload changes it.  The registry
+# may hold a backport's orig tarball but not its .dsc and .debian.tar (seen
+# for 1:10.0.2+ds-2+deb13u1~bpo12+1); apt verifies the orig tarball's
+# checksum before it keeps it, so we use it and say that the patch check
+# could not be made.
 #
 # Usage: fetch-plugin-header.sh [CACHE_DIR]
 #   CACHE_DIR defaults to ${XDG_CACHE_HOME:-~/.cache}/pvperf/qemu-src
@@ -69,17 +72,18 @@ have_deb_src || enable_deb_src
 
 DL_DIR=$VER_DIR/download
 mkdir -p "$DL_DIR"
-if ! ls "$DL_DIR"/*.orig.tar.* >/dev/null 2>&1; then
-	if ! download; then
-		# deb-src present but its index never fetched: update once, retry.
-		[ "$(id -u)" = 0 ] || die "apt-get source $SRC_PKG=$SRC_VER failed; as root run apt-get update and retry"
-		apt-get update >&2
-		download || die "apt-get source $SRC_PKG=$SRC_VER failed"
-	fi
+have_orig() { ls "$DL_DIR"/*.orig.tar.* >/dev/null 2>&1; }
+if ! have_orig && ! { download || have_orig; }; then
+	# deb-src present but its index never fetched: update once, retry.
+	[ "$(id -u)" = 0 ] || die "apt-get source $SRC_PKG=$SRC_VER failed; as root run apt-get update and retry"
+	apt-get update >&2
+	download || have_orig || die "apt-get source $SRC_PKG=$SRC_VER failed"
 fi
 
 ORIG=$(ls "$DL_DIR"/*.orig.tar.* | head -n 1)
 DEBIAN=$(ls "$DL_DIR"/*.debian.tar.* 2>/dev/null | head -n 1 || true)
+[ -n "$DEBIAN" ] ||
+	echo "fetch-plugin-header: the registry has no Debian patches for $SRC_VER; using the upstream header from $(basename "$ORIG") unchecked" >&2
 
 # Refuse if the Debian patches modify the header: the orig copy would lie.
 if [ -n "$DEBIAN" ] &&

@@ -32,6 +32,8 @@
 
 #include <linux/types.h>
 
+#include "pvperf_abi.h"
+
 #define PVPERF_PROTO_HCALL_MAGIC	0x51505650	/* "PVPQ" */
 #define PVPERF_PROTO_REPLY_MAGIC	0x52505650	/* "PVPR" */
 #define PVPERF_PROTO_OVERFLOW_MAGIC	0x4f505650	/* "PVPO" */
@@ -47,6 +49,8 @@
 #define PVPERF_REPLY_COUNTING		(1U << 0)
 /* Some event samples somewhere: instrument for exact overflow detection. */
 #define PVPERF_REPLY_SAMPLING		(1U << 1)
+/* Some sampling event needs registers: instrument capture points too. */
+#define PVPERF_REPLY_REGS		(1U << 2)
 
 /*
  * Slot and overflow flags.  SYNC: the vCPU waits for the service's (empty)
@@ -55,6 +59,12 @@
  * overflows are sent without an answer and the vCPU never waits.
  */
 #define PVPERF_PROTO_SYNC		(1U << 0)
+/*
+ * REGS on a slot: capture the registers just before the overflowing
+ * instruction runs; on an overflow message: regs[] holds them (order and
+ * meaning: struct pvperf_sample in pvperf_abi.h).
+ */
+#define PVPERF_PROTO_REGS		(1U << 1)
 
 /* Thresholds a reply can arm per vCPU (= the guest's counters per CPU). */
 #define PVPERF_PROTO_MAX_SLOTS		8
@@ -76,7 +86,7 @@ struct pvperf_proto_slot {
 	__u32 event_id;
 	__u8 ctr_mask;			/* bit i: raw counter i is summed */
 	__u8 rand_bits;			/* re-arm randomization, 0..31 */
-	__u8 flags;			/* PVPERF_PROTO_SYNC */
+	__u8 flags;			/* PVPERF_PROTO_SYNC, _REGS */
 	__u8 __pad0;
 };
 
@@ -93,15 +103,17 @@ struct pvperf_proto_overflow {
 	__u32 vcpu;			/* vcpu index */
 	__u32 event_id;
 	__u16 mode;			/* PVPERF_MODE_* of ip */
-	__u16 flags;			/* PVPERF_PROTO_SYNC: answer it */
+	__u16 flags;			/* PVPERF_PROTO_SYNC: answer it;
+					 * PVPERF_PROTO_REGS: regs[] valid */
 	__u64 ip;			/* the overflowing instruction */
 	__u64 threshold;		/* the threshold it reached */
 	__u64 next_threshold;		/* re-armed at; ~0: disarmed */
+	__u64 regs[PVPERF_NR_REGS];	/* before ip ran (pvperf_abi.h) */
 };
 
 _Static_assert(sizeof(struct pvperf_proto_hcall) == 56, "hcall msg size");
 _Static_assert(sizeof(struct pvperf_proto_slot) == 24, "slot size");
 _Static_assert(sizeof(struct pvperf_proto_reply) == 208, "reply msg size");
-_Static_assert(sizeof(struct pvperf_proto_overflow) == 40, "overflow msg size");
+_Static_assert(sizeof(struct pvperf_proto_overflow) == 168, "overflow msg size");
 
 #endif /* PVPERF_PROTO_H */

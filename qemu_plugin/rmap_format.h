@@ -5,48 +5,41 @@
  * layouts with struct formats and asserts their sizes; tests/test_rmap.py
  * parses this header and compares.
  *
- * Index spaces: a "hostpc" is an address in QEMU's TCG code cache (host
- * virtual); a "guestpc" a guest virtual address of a guest instruction; a
- * "gpa" a guest physical address (offset into the guest RAM file); a
- * "generation" counts code-cache flushes (0 before the first flush): a
- * hostpc means something only together with its generation.
+ * The file is one half of the reverse map.  The other half is QEMU's own
+ * jitdump (qemu-system-x86_64 -jitdump, tcg/perf.c): a timestamped
+ * JIT_CODE_LOAD record per TB with its host code address and size, its
+ * guest vaddr (the name "guest-0x...") and the thread that translated it.
+ * This file adds what the jitdump lacks, per TB at translation time: the
+ * guest instruction sizes and bytes, kernel/user and the CR3 live on the
+ * translating vCPU; and at run time the address-space timeline (every
+ * guest write to CR3, per vCPU, with the task it switches to).
+ *
+ * Index spaces: a "guestpc" is a guest virtual address; "cr3" the guest
+ * physical address of a top-level page table (CR3 with the PCID and flag
+ * bits masked: bits 12..51); a "vcpu" QEMU's cpu_index; a "tid" a host
+ * thread id (gettid(), what the jitdump's JIT_CODE_LOAD.tid and host perf
+ * samples carry); a "tgid" a guest process id.
  *
  * File: one struct rmap_file_header, then records.  Every record starts
  * with struct rmap_rec_header; `size` is the whole record in bytes, a
- * multiple of 8, so a reader can skip unknown types.  Little-endian (x86
- * host).  The order of records in the file carries no meaning beyond
- * what their fields say.  A file cut short (QEMU killed) ends in the
- * middle of a record: readers stop at the last whole one.
+ * multiple of 8, so a reader can skip unknown types.  `monotonic_ns` is
+ * host CLOCK_MONOTONIC, the clock of the jitdump (QEMU's get_clock()) and
+ * of `perf record -k mono`.  Little-endian (x86 host).  Records of one
+ * host thread appear in time order; threads interleave.  A file cut short
+ * (QEMU killed) ends in the middle of a record: readers stop at the last
+ * whole one.
  *
- * Markers (version 2).  The plugin gives every TB an inline op on its own
- * counter slot; QEMU's x86-64 backend materialises the slot's address in
- * the TB's host code as the 64-bit immediate of a 10-byte
- * `movabs $slot,%reg` (REX.W B8+r), the first code after the TB's
- * icount/exit-request check.  A "marker address" is the address of that
- * imm64 (2 bytes into the movabs): measured 13 bytes past the TB's host
- * code start (2 for the rare TB without the check, CF_NOIRQ), which QEMU
- * 7.2 aligns to 64 bytes (tcg/tcg.c tcg_tb_alloc), so the TB starts at
- * hostpc & ~63.  The plugin finds markers by scanning
- * the code cache, so records are written when a scan finds them: at every
- * code-cache flush (for the generation that ends), at QEMU's exit (the
- * live generation) and about every second while QEMU runs (a marker seen
- * at the same place by two scans) -- not at a TB's first execution.
- * Every TB whose code is in the cache is recorded, executed or not; a TB
- * QEMU translated but discarded is not.
- *
- * RMAP_REC_TB, once per translation block and generation:
- *   header, struct rmap_tb, then u8 insn_size[n_insns], then the TB's guest
+ * RMAP_REC_TB, once per translation (tb_trans; QEMU may translate a block
+ *   again after a flush, an invalidation, or a retry in tb_gen_code):
+ *   header, struct rmap_tb, then u8 insn_size[n_insns], then the guest
  *   code bytes[n_bytes] (insn i starts at guestpc + sum(size[0..i-1])),
- *   zero-padded to 8.  hostpc is the TB's marker address; vcpu is
- *   RMAP_VCPU_UNKNOWN (a marker does not say which vCPU ran the TB).
- * RMAP_REC_INSN, with hooks=last|all: the marker address of instruction
- *   `index` (> 0) of the TB whose marker address is tb_hostpc (same
- *   generation).  That instruction's host code starts at the movabs,
- *   hostpc - 2; instruction 0's starts right after the TB's marker op.
- * RMAP_REC_FLUSH, at every code-cache flush: header.generation is the new
- *   generation, then struct rmap_flush with the host CLOCK_MONOTONIC time
- *   at the flush (the clock `perf record -k mono` stamps samples with), so
- *   a sample maps through the generation live at its time.
+ *   zero-padded to 8.  `tid` is the translating thread.
+ * RMAP_REC_FLUSH, at every code-cache flush (tb_flush, after the code
+ *   buffer was reset): no body.  Code-cache addresses may be reused after.
+ * RMAP_REC_VCPU, at each vCPU's init, on its own thread: its vcpu and tid.
+ * RMAP_REC_CR3, before each executed `mov %reg,%cr3` in kernel code: the
+ *   value written, the vCPU, and (with the plugin's task= option) the tgid
+ *   and comm of the task the CPU switches to, or RMAP_NO_PID.
  */
 #ifndef PVPERF_RMAP_FORMAT_H
 #define PVPERF_RMAP_FORMAT_H
@@ -54,29 +47,29 @@
 #include <stdint.h>
 
 #define RMAP_MAGIC		"PVRMAP\0\0"
-#define RMAP_VERSION		2
+#define RMAP_VERSION		3
 
 #define RMAP_REC_TB		1
-#define RMAP_REC_INSN		2
-#define RMAP_REC_FLUSH		3
+#define RMAP_REC_FLUSH		2
+#define RMAP_REC_VCPU		3
+#define RMAP_REC_CR3		4
 
-/* rmap_file_header.flags: which instruction markers were placed */
-#define RMAP_HOOK_LAST		0x1	/* the last insn of each TB */
-#define RMAP_HOOK_ALL		0x2	/* every insn */
+/* rmap_file_header.flags */
+#define RMAP_FILE_TASKS		0x1	/* CR3 records name tasks (task=) */
 
 /* rmap_tb.flags */
 #define RMAP_TB_KERNEL		0x1	/* guestpc in the kernel half */
-#define RMAP_TB_GPA_VALID	0x2	/* gpa is the first insn's gpa */
+#define RMAP_TB_CR3_VALID	0x2	/* cr3 was read at translation */
 
-#define RMAP_NO_GPA		UINT64_MAX
-#define RMAP_VCPU_UNKNOWN	UINT32_MAX
+#define RMAP_NO_PID		UINT32_MAX
+#define RMAP_COMM_LEN		16	/* the kernel's TASK_COMM_LEN */
 
 struct rmap_file_header {
 	char magic[8];
 	uint32_t version;
 	uint32_t header_size;	/* sizeof(struct rmap_file_header) */
-	uint32_t flags;		/* RMAP_HOOK_* */
-	uint32_t n_vcpus;
+	uint32_t flags;		/* RMAP_FILE_* */
+	uint32_t max_vcpus;
 	uint64_t reserved;	/* 0 */
 };
 
@@ -84,34 +77,35 @@ struct rmap_rec_header {
 	uint16_t type;		/* RMAP_REC_* */
 	uint16_t reserved;
 	uint32_t size;		/* whole record, bytes, multiple of 8 */
-	uint64_t generation;
+	uint64_t monotonic_ns;	/* host CLOCK_MONOTONIC */
 };
 
 struct rmap_tb {
-	uint64_t hostpc;	/* marker address (imm64 in the TB code) */
 	uint64_t guestpc;	/* vaddr of the first instruction */
-	uint64_t gpa;		/* gpa of the first instruction or RMAP_NO_GPA */
+	uint64_t cr3;		/* masked CR3 of the translating vCPU */
+	uint32_t tid;		/* host thread that translated */
 	uint32_t n_insns;
 	uint32_t n_bytes;
-	uint32_t vcpu;		/* RMAP_VCPU_UNKNOWN (v1: first runner) */
 	uint32_t flags;		/* RMAP_TB_* */
 };
 
-struct rmap_insn {
-	uint64_t tb_hostpc;	/* the TB's rmap_tb.hostpc */
-	uint64_t hostpc;	/* this insn's marker address */
-	uint32_t index;		/* instruction index in the TB */
-	uint32_t reserved;
+struct rmap_vcpu {
+	uint32_t vcpu;
+	uint32_t tid;
 };
 
-struct rmap_flush {
-	uint64_t monotonic_ns;
+struct rmap_cr3 {
+	uint64_t cr3;		/* masked value written */
+	uint64_t guestpc;	/* of the mov to CR3 */
+	uint32_t vcpu;
+	uint32_t tgid;		/* RMAP_NO_PID: unknown */
+	char comm[RMAP_COMM_LEN];	/* NUL-padded; empty if unknown */
 };
 
 _Static_assert(sizeof(struct rmap_file_header) == 32, "file header");
 _Static_assert(sizeof(struct rmap_rec_header) == 16, "record header");
-_Static_assert(sizeof(struct rmap_tb) == 40, "rmap_tb");
-_Static_assert(sizeof(struct rmap_insn) == 24, "rmap_insn");
-_Static_assert(sizeof(struct rmap_flush) == 8, "rmap_flush");
+_Static_assert(sizeof(struct rmap_tb) == 32, "rmap_tb");
+_Static_assert(sizeof(struct rmap_vcpu) == 8, "rmap_vcpu");
+_Static_assert(sizeof(struct rmap_cr3) == 40, "rmap_cr3");
 
 #endif

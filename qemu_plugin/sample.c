@@ -2,49 +2,79 @@
 /*
  * sample.c - counter overflow at the exact guest instruction.
  *
- * While any event samples, count.c emits an exec callback per segment
- * (even with one vCPU) whose udata lists the segment's instruction and
- * branch vaddrs; after adding the segment's counts, sample_segment()
- * compares each armed slot's counter sum with its threshold.  A crossing
- * inside the segment names the exact instruction: if the sum before the
- * segment was S and the threshold T, the overflowing instruction is the
- * (T - S)th of the segment (for a branch event, the (T - S)th branch).
+ * While any event samples, count.c gives every chunk, after its inline
+ * adds, one more inline add and a conditional callback: the vCPU's `room`
+ * (struct pvperf_score) goes down by the chunk's instructions, and only a
+ * chunk that takes it below zero calls sample_chunk_exec().  room is the
+ * number of instructions that may still run before any armed threshold
+ * can be reached (for a branch event too: branches never outnumber
+ * instructions), so the armed path is a load, an add, a store and a
+ * compare, and the callback runs about once per sample.
  *
- * Faults.  Only a segment's last instruction may fault (count.c cuts
- * segments there), so an overflow on any earlier instruction retires for
- * sure and is sent at once.  One on the last instruction, if that may
- * fault, is held ("pending") until the vCPU shows it retired:
- *   - a later user-mode segment runs (a faulting user instruction sends
- *     the kernel into its page-fault handler, which reports FAULT before
- *     any user code runs again on this vCPU);
+ * The callback runs at the chunk's start, after its counts were added.
+ * A threshold T reached by the chunk, with the slot's sum S before it,
+ * names the overflowing instruction: the (T - S)th of the chunk (for a
+ * branch event, the (T - S)th branch).  The slot is re-armed at once
+ * (T + period [+ xorshift & mask]; period 0 disarms it until the guest's
+ * SET_PERIOD) and the sample leaves as one pvperf_proto_overflow.
+ *
+ * Runtime addresses.  x86 TBs are PC-relative: a TB translated while one
+ * process ran a page of shared code is reused by every process mapping
+ * that physical page, at its own virtual address.  QEMU keeps rip exact
+ * at TB entry and updates it within a TB only where a helper needs it,
+ * always to an instruction of the same TB, whose first page holds every
+ * instruction start.  The page offset of code is the same in every
+ * mapping, so the runtime TB is the translated one moved by a multiple of
+ * the page size: delta = (rip - tb_vaddr) rounded down to a page.
+ *
+ * Faults.  If an instruction of the chunk up to and including the
+ * overflowing one may fault (count.c's first_fault), the overflow may not
+ * have happened; it is held ("pending") until the vCPU shows it retired:
+ *   - a later user-mode chunk runs (a faulting user instruction sends the
+ *     kernel into its page-fault handler, which reports FAULT before any
+ *     user code runs again on this vCPU);
  *   - any hypercall but that FAULT (sample_confirm_all, before forwarding);
  *   - for a kernel-mode ip, CONFIRM_WINDOW kernel instructions later (the
  *     handler's FAULT comes well before that).
- * A FAULT for the held ip cancels it and restores the threshold, so the
- * re-executed instruction crosses again and is sampled then, once.
+ * While one is held, room is 0, so the next chunk calls back.  A FAULT
+ * between the chunk's start and the held ip cancels it and restores the
+ * threshold, so the re-executed instruction crosses again and is sampled
+ * then, once.
+ *
+ * Registers (PVPERF_PROTO_REGS slots: callchains, sample registers, user
+ * stacks).  The registers of the overflowing instruction, as they were
+ * just before it ran, go with the sample.  A callback registered with
+ * QEMU_PLUGIN_CB_R_REGS sees the general-purpose registers exact at its
+ * instruction (TCG writes them back before the call), so an overflow on
+ * a chunk's first instruction reads them at once; one on a later
+ * instruction is "awaiting": the chunk callback sets the vCPU's capture
+ * key and that instruction's capture point (sample.h) reads them and
+ * goes on as above.  An awaiting overflow whose capture point did not
+ * run (an instruction before it faulted) is held without registers, so
+ * the FAULT cancels it like any other.
  *
  * Delivery (habit: overflow only flags; delivery happens later): the
- * sample leaves the vCPU as one pvperf_proto_overflow message on its own
- * socket once it provably retired; the service writes the record into
- * guest memory and injects the NMI over QMP.  For callchain events (slot
- * flag PVPERF_PROTO_SYNC) the vCPU waits for the service's answer, given
- * once the NMI is raised, so the guest takes it at the next TB boundary
- * in the frame that overflowed (synchronous delivery, seed 003); other
- * overflows cost the vCPU one send.  The plugin re-arms by itself
- * (threshold += period [+ random]).
+ * service writes the record into guest memory and injects the NMI over
+ * QMP; for callchain events (PVPERF_PROTO_SYNC) the vCPU waits until the
+ * NMI is raised (link.c).
  *
  * Context: everything here runs on the vCPU thread that owns the slots
- * (exec callbacks, the doorbell and FAULT handlers of that vCPU); no
- * locks, no allocation.
+ * (its callbacks, its doorbell and FAULT handlers); no locks, no
+ * allocation.
  */
 #include <string.h>
 
+#include "guest.h"
+#include "link.h"
 #include "pvperf.h"
+#include "sample.h"
 
 /* Kernel instructions after which a held kernel-mode overflow is taken
  * as retired: a kernel page fault reaches the FAULT tracepoint in far
  * fewer (exception entry + handle_page_fault prologue). */
 #define CONFIRM_WINDOW 4096
+/* room when nothing is armed: never reached, never wraps. */
+#define ROOM_NONE (1ULL << 62)
 
 static uint64_t prng_next(uint64_t *state)
 {
@@ -55,6 +85,43 @@ static uint64_t prng_next(uint64_t *state)
 	x ^= x << 17;
 	*state = x;
 	return x;
+}
+
+static uint64_t slot_sum(const uint64_t *ctr, uint8_t mask)
+{
+	uint64_t sum = 0;
+
+	for (unsigned c = 0; c < PVPERF_NR_COUNTERS; c++)
+		if (mask & (1u << c))
+			sum += ctr[c];
+	return sum;
+}
+
+/* room (pvperf.h), from the slots and counters as they are now. */
+void sample_update_room(unsigned vcpu)
+{
+	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	struct pvperf_score *s = score_of(vcpu);
+	const uint8_t insn_mask = 1u << PVPERF_CTR_INSN_KERNEL |
+				  1u << PVPERF_CTR_INSN_USER;
+	uint64_t room = v->pending_mask | v->awaiting_mask ? 0 : ROOM_NONE;
+
+	for (unsigned i = 0; i < v->n_slots; i++) {
+		const struct pvperf_sample_slot *sl = &v->slot[i];
+		uint64_t sum = slot_sum(s->ctr, sl->ctr_mask);
+		uint64_t left = sl->threshold > sum ? sl->threshold - sum : 0;
+
+		/* Instructions and branches in one slot: its sum grows by up
+		 * to twice the instructions. */
+		if ((sl->ctr_mask & insn_mask) && (sl->ctr_mask & ~insn_mask))
+			left /= 2;
+		/* A chunk of `left` instructions reaches the threshold with its
+		 * last one: it must take room below zero. */
+		left = left ? left - 1 : 0;
+		if (left < room)
+			room = left;
+	}
+	s->room = room;
 }
 
 /* A reply's slot table (service -> this vCPU): validate and copy. */
@@ -69,20 +136,23 @@ void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 		if (!ps->ctr_mask || ps->ctr_mask >> PVPERF_NR_COUNTERS ||
 		    ps->rand_bits > 31)
 			continue;
-		v->slot[n].threshold = ps->threshold;
-		v->slot[n].period = ps->period;
-		v->slot[n].event_id = ps->event_id;
-		v->slot[n].ctr_mask = ps->ctr_mask;
-		v->slot[n].rand_bits = ps->rand_bits;
-		v->slot[n].flags = ps->flags & PVPERF_PROTO_SYNC;
+		v->slot[n] = (struct pvperf_sample_slot){
+			.threshold = ps->threshold,
+			.period = ps->period,
+			.event_id = ps->event_id,
+			.ctr_mask = ps->ctr_mask,
+			.rand_bits = ps->rand_bits,
+			.flags = ps->flags & (PVPERF_PROTO_SYNC | PVPERF_PROTO_REGS),
+		};
 		n++;
 	}
 	v->n_slots = n;
-	v->pending_mask = 0;	/* confirmed before the hypercall went out */
+	/* confirmed before the hypercall went out */
+	v->pending_mask = v->awaiting_mask = 0;
 	sample_update_room(vcpu);
 }
 
-static void send_one(unsigned vcpu, const struct pvperf_slot *sl,
+static void send_one(unsigned vcpu, const struct pvperf_sample_slot *sl,
 		     const struct pvperf_pending *p)
 {
 	struct pvperf_proto_overflow m = {
@@ -90,13 +160,16 @@ static void send_one(unsigned vcpu, const struct pvperf_slot *sl,
 		.vcpu = vcpu,
 		.event_id = sl->event_id,
 		.mode = p->mode,
-		.flags = sl->flags,
+		.flags = (sl->flags & PVPERF_PROTO_SYNC) |
+			 (p->has_regs ? PVPERF_PROTO_REGS : 0),
 		.ip = p->ip,
 		.threshold = p->threshold,
 		.next_threshold = p->next_threshold,
 	};
 
-	hcall_send_overflow(vcpu, &m);
+	if (p->has_regs)
+		memcpy(m.regs, p->regs, sizeof(m.regs));
+	link_send_overflow(vcpu, &m);
 }
 
 static void confirm(unsigned vcpu, unsigned i)
@@ -107,62 +180,46 @@ static void confirm(unsigned vcpu, unsigned i)
 	send_one(vcpu, &v->slot[i], &v->pending[i]);
 }
 
+/* Awaiting overflows whose capture point did not run: held, no regs. */
+static void hold_awaiting(struct pvperf_vcpu *v)
+{
+	for (unsigned m = v->awaiting_mask; m; m &= m - 1)
+		v->pending[__builtin_ctz(m)].has_regs = false;
+	v->pending_mask |= v->awaiting_mask;
+	v->awaiting_mask = 0;
+}
+
 void sample_confirm_all(unsigned vcpu)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
 
+	hold_awaiting(v);
 	while (v->pending_mask)
 		confirm(vcpu, __builtin_ctz(v->pending_mask));
 }
 
-static uint64_t slot_sum(const struct pvperf_vcpu *v, uint8_t mask);
-
-/* The fast path's room (pvperf.h), from the slots and counters as they are. */
-void sample_update_room(unsigned vcpu)
-{
-	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
-	const uint8_t insn_mask = 1u << PVPERF_CTR_INSN_KERNEL |
-				  1u << PVPERF_CTR_INSN_USER;
-	int64_t room[2] = { INT64_MAX, INT64_MAX };
-
-	for (unsigned i = 0; i < v->n_slots; i++) {
-		const struct pvperf_slot *sl = &v->slot[i];
-		uint64_t sum = slot_sum(v, sl->ctr_mask);
-		uint64_t left = sl->threshold > sum ? sl->threshold - sum : 0;
-		unsigned kind = (sl->ctr_mask & insn_mask) ? 0 : 1;
-
-		/* Instructions and branches in one slot: its sum grows by up
-		 * to twice the instructions, which room[0] alone tracks. */
-		if (kind == 0 && (sl->ctr_mask & ~insn_mask))
-			left /= 2;
-		if (left < (uint64_t)room[kind])
-			room[kind] = left;
-	}
-	v->room[0] = room[0];
-	v->room[1] = room[1];
-}
-
-/* FAULT at ip (this vCPU): a held overflow there did not happen. */
+/* FAULT at ip (this vCPU, counters already corrected by count.c). */
 void sample_fault(unsigned vcpu, uint64_t ip)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
 
+	hold_awaiting(v);
 	for (unsigned m = v->pending_mask; m; m &= m - 1) {
 		unsigned i = __builtin_ctz(m);
+		const struct pvperf_pending *p = &v->pending[i];
 
-		if (v->pending[i].ip != ip)
+		if (ip < p->chunk_ip || ip > p->ip)
 			continue;
-		v->slot[i].threshold = v->pending[i].threshold;
+		v->slot[i].threshold = p->threshold;
 		v->pending_mask &= ~(1u << i);
 	}
 	sample_update_room(vcpu);
 }
 
-/* At a segment's start: held overflows this segment proves retired. */
-static void confirm_held(unsigned vcpu, bool kernel)
+/* At a chunk's start: held overflows that this chunk proves retired. */
+static void confirm_held(unsigned vcpu, bool kernel, uint64_t kctr)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
-	uint64_t kctr = v->ctr[PVPERF_CTR_INSN_KERNEL];
 
 	for (unsigned m = v->pending_mask; m; m &= m - 1) {
 		unsigned i = __builtin_ctz(m);
@@ -173,7 +230,8 @@ static void confirm_held(unsigned vcpu, bool kernel)
 	}
 }
 
-static uint64_t next_threshold(struct pvperf_vcpu *v, const struct pvperf_slot *sl)
+static uint64_t next_threshold(struct pvperf_vcpu *v,
+			       const struct pvperf_sample_slot *sl)
 {
 	uint64_t next;
 
@@ -185,66 +243,137 @@ static uint64_t next_threshold(struct pvperf_vcpu *v, const struct pvperf_slot *
 	return next < sl->threshold ? UINT64_MAX : next;
 }
 
-static uint64_t slot_sum(const struct pvperf_vcpu *v, uint8_t mask)
+/* How far this execution of the chunk lies from where it was translated. */
+static uint64_t runtime_delta(const struct sample_chunk *c)
 {
-	uint64_t sum = 0;
+	uint64_t rip;
 
-	for (unsigned c = 0; c < PVPERF_NR_COUNTERS; c++)
-		if (mask & (1u << c))
-			sum += v->ctr[c];
-	return sum;
+	if (c->kernel || !guest_read_reg(REG_RIP, &rip))
+		return 0;	/* kernel code is mapped alike everywhere */
+	return (rip - c->tb_vaddr) & GUEST_PAGE_MASK;
 }
 
-/* Every threshold of slot i reached by this segment's `delta` events. */
-static void check_slot(unsigned vcpu, unsigned i, bool kernel,
-		       const uint64_t *list, uint32_t delta, uint64_t last_ip,
-		       bool last_may_fault)
+/* The insn index of the k-th (0-based) counted event of the chunk. */
+static unsigned event_insn(const struct sample_chunk *c, bool branches,
+			   uint64_t k)
+{
+	return branches ? c->branch[k] : (unsigned)k;
+}
+
+/* An overflow of slot i at idx: held if it may not retire, else sent. */
+static void hold_or_send(unsigned vcpu, unsigned i, const struct sample_chunk *c,
+			 const struct pvperf_pending *p)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
-	struct pvperf_slot *sl = &v->slot[i];
-	uint64_t sum = slot_sum(v, sl->ctr_mask);
-	uint64_t before = sum - delta;
 
-	while (sum >= sl->threshold) {
-		uint64_t k = sl->threshold > before ? sl->threshold - before - 1 : 0;
-		struct pvperf_pending p = {
-			.ip = list[k],
-			.threshold = sl->threshold,
-			.next_threshold = next_threshold(v, sl),
-			.kctr_at = v->ctr[PVPERF_CTR_INSN_KERNEL],
-			.mode = kernel ? PVPERF_MODE_KERNEL : PVPERF_MODE_USER,
-		};
-
-		sl->threshold = p.next_threshold;
-		if (last_may_fault && p.ip == last_ip && !(v->pending_mask & (1u << i))) {
-			v->pending[i] = p;
-			v->pending_mask |= 1u << i;
-		} else {
-			send_one(vcpu, sl, &p);
-		}
+	if (p->idx >= c->first_fault && !(v->pending_mask & (1u << i))) {
+		v->pending[i] = *p;
+		v->pending_mask |= 1u << i;
+	} else {
+		send_one(vcpu, &v->slot[i], p);
 	}
 }
 
-/* Exec callback body for a sampling segment, after its counts were added. */
-void sample_segment(unsigned vcpu, bool kernel, const uint64_t *insn_vaddr,
-		    uint32_t n_insns, const uint64_t *branch_vaddr,
-		    uint32_t n_branches, bool last_may_fault)
+/*
+ * Can slot i's overflow at idx wait for its capture point?  Only with
+ * capture points translated in, one key per vCPU (overflows of several
+ * slots on one instruction share it; one on another instruction of the
+ * same chunk goes without registers), one overflow per slot.
+ */
+static bool can_await(const struct pvperf_vcpu *v, unsigned i,
+		      const struct sample_chunk *c, unsigned idx)
+{
+	if (!c->point || ((v->pending_mask | v->awaiting_mask) & (1u << i)))
+		return false;
+	return !v->awaiting_mask ||
+	       v->pending[__builtin_ctz(v->awaiting_mask)].idx == idx;
+}
+
+/* Every threshold of slot i reached within this chunk. */
+static void check_slot(unsigned vcpu, unsigned i, const struct sample_chunk *c,
+		       bool branches, uint64_t delta_events, uint64_t delta_ip,
+		       const uint64_t *ctr)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
-	unsigned ci = ctr_insn(kernel), cb = ctr_branch(kernel);
-	uint64_t last_ip = insn_vaddr[n_insns - 1];
+	struct pvperf_sample_slot *sl = &v->slot[i];
+	uint64_t sum = slot_sum(ctr, sl->ctr_mask);
+	uint64_t before = sum - delta_events;
 
+	while (sum >= sl->threshold) {
+		uint64_t k = sl->threshold > before ? sl->threshold - before - 1 : 0;
+		unsigned idx = event_insn(c, branches, k);
+		struct pvperf_pending p = {
+			.chunk_ip = c->vaddr[0] + delta_ip,
+			.ip = c->vaddr[idx] + delta_ip,
+			.threshold = sl->threshold,
+			.next_threshold = next_threshold(v, sl),
+			.kctr_at = ctr[PVPERF_CTR_INSN_KERNEL],
+			.idx = idx,
+			.mode = c->kernel ? PVPERF_MODE_KERNEL : PVPERF_MODE_USER,
+		};
+
+		sl->threshold = p.next_threshold;
+		if ((sl->flags & PVPERF_PROTO_REGS) && idx == 0)
+			p.has_regs = guest_read_gprs(p.regs);
+		else if ((sl->flags & PVPERF_PROTO_REGS) && can_await(v, i, c, idx)) {
+			v->pending[i] = p;
+			v->awaiting_mask |= 1u << i;
+			score_of(vcpu)->capture = capture_key(c, idx);
+			continue;
+		}
+		hold_or_send(vcpu, i, c, &p);
+	}
+}
+
+void sample_chunk_exec(unsigned int vcpu, void *udata)
+{
+	const struct sample_chunk *c = udata;
+	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	const uint64_t *ctr = score_of(vcpu)->ctr;
+	unsigned ci = ctr_insn(c->kernel), cb = ctr_branch(c->kernel);
+	bool have_delta = false;
+	uint64_t delta = 0;
+
+	hold_awaiting(v);
 	if (v->pending_mask)
-		confirm_held(vcpu, kernel);
+		confirm_held(vcpu, c->kernel, ctr[PVPERF_CTR_INSN_KERNEL]);
 	for (unsigned i = 0; i < v->n_slots; i++) {
 		uint8_t mask = v->slot[i].ctr_mask;
+		bool insns = (mask & (1u << ci)) && c->n_insns;
+		bool branches = !insns && (mask & (1u << cb)) && c->n_branches;
 
-		if ((mask & (1u << ci)) && n_insns)
-			check_slot(vcpu, i, kernel, insn_vaddr, n_insns, last_ip,
-				   last_may_fault);
-		else if ((mask & (1u << cb)) && n_branches)
-			check_slot(vcpu, i, kernel, branch_vaddr, n_branches,
-				   last_ip, last_may_fault);
+		if ((!insns && !branches) ||
+		    slot_sum(ctr, mask) < v->slot[i].threshold)
+			continue;
+		if (!have_delta) {
+			delta = runtime_delta(c);
+			have_delta = true;
+		}
+		check_slot(vcpu, i, c, branches,
+			   branches ? c->n_branches : c->n_insns, delta, ctr);
+	}
+	sample_update_room(vcpu);
+}
+
+/* A capture point whose key matched: the registers of the awaiting
+ * overflows (all on this instruction), then on as check_slot would. */
+void sample_capture_exec(unsigned int vcpu, void *udata)
+{
+	const struct capture_point *pt = udata;
+	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	uint64_t regs[PVPERF_NR_REGS];
+	bool ok;
+
+	score_of(vcpu)->capture = 0;
+	ok = guest_read_gprs(regs);
+	for (unsigned m = v->awaiting_mask; m; m &= m - 1) {
+		unsigned i = __builtin_ctz(m);
+		struct pvperf_pending *p = &v->pending[i];
+
+		memcpy(p->regs, regs, sizeof(regs));
+		p->has_regs = ok;
+		v->awaiting_mask &= ~(1u << i);
+		hold_or_send(vcpu, i, pt->chunk, p);
 	}
 	sample_update_room(vcpu);
 }

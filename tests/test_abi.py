@@ -31,6 +31,12 @@ CONSTANTS = {
     "PVPERF_SAMPLE_BUF_MIN": "SAMPLE_BUF_MIN",
     "PVPERF_MODE_KERNEL": "MODE_KERNEL", "PVPERF_MODE_USER": "MODE_USER",
     "PVPERF_MAX_EVENTS": "MAX_EVENTS", "PVPERF_MAX_EVENT_ID": "MAX_EVENT_ID",
+    "PVPERF_SAMPLE_REGS": "SAMPLE_REGS", "PVPERF_NR_REGS": "NR_REGS",
+    "PVPERF_REG_AX": "REG_AX", "PVPERF_REG_BX": "REG_BX",
+    "PVPERF_REG_CX": "REG_CX", "PVPERF_REG_DX": "REG_DX",
+    "PVPERF_REG_SI": "REG_SI", "PVPERF_REG_DI": "REG_DI",
+    "PVPERF_REG_BP": "REG_BP", "PVPERF_REG_SP": "REG_SP",
+    "PVPERF_REG_R8": "REG_R8",
 }
 
 
@@ -42,9 +48,16 @@ def header_defines() -> dict[str, str]:
     return defs
 
 
+def c_int(expr: str) -> int:
+    """A header macro's value: a number or a shift of numbers."""
+    m = re.fullmatch(r"\(?\s*(\w+?)U?L*\s*(?:<<\s*(\w+)\s*)?\)?", expr)
+    assert m, expr
+    return int(m.group(1), 0) << int(m.group(2) or "0", 0)
+
+
 @pytest.mark.parametrize("macro,attr", sorted(CONSTANTS.items()))
 def test_constant_matches_header(macro, attr):
-    assert int(header_defines()[macro], 0) == getattr(abi, attr)
+    assert c_int(header_defines()[macro]) == getattr(abi, attr)
 
 
 def test_attr_flags_match_header():

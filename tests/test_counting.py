@@ -11,7 +11,7 @@ import pytest
 
 from pyhost import abi
 
-from conftest import PROGRAMS, run_pvperf, sections, valgrind_irefs
+from conftest import PROGRAMS, run_guest_script, run_pvperf, valgrind_irefs
 
 pytestmark = pytest.mark.vm
 
@@ -57,12 +57,7 @@ def counts(lines: list[str]) -> list[tuple[str, int | None, float]]:
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["smp1", "smp2"])
 def guest(request):
-    r = run_pvperf(["run", "--smp", str(request.param), "--share",
-                    str(PROGRAMS), "--", "sh", "-c", SCRIPT], timeout=600)
-    assert r.returncode == 0, r.stderr
-    s = sections(r.stdout)
-    assert "end" in s, r.stdout
-    return s
+    return run_guest_script(SCRIPT, request.param, timeout=600)
 
 
 def test_driver_found_the_host(guest):

@@ -32,10 +32,15 @@ def test_constants(macro, attr):
     assert int(defines()[macro], 0) == getattr(proto, attr)
 
 
-def test_reply_flag():
-    assert "(1U << 0)" in HEADER.read_text()
-    assert "(1U << 1)" in HEADER.read_text()
-    assert proto.REPLY_COUNTING == 1 and proto.REPLY_SAMPLING == 2
+@pytest.mark.parametrize("macro,attr", [
+    ("PVPERF_REPLY_COUNTING", "REPLY_COUNTING"),
+    ("PVPERF_REPLY_SAMPLING", "REPLY_SAMPLING"),
+    ("PVPERF_REPLY_REGS", "REPLY_REGS"),
+    ("PVPERF_PROTO_SYNC", "SYNC"),
+    ("PVPERF_PROTO_REGS", "REGS"),
+])
+def test_flags(tmp_path, macro, attr):
+    assert c_values(tmp_path, macro) == [getattr(proto, attr)]
 
 
 def c_values(tmp_path, *exprs: str) -> list[int]:
@@ -45,7 +50,8 @@ def c_values(tmp_path, *exprs: str) -> list[int]:
                    "int main(void){"
                    + "".join(f'printf("%zu\\n", (size_t)({e}));' for e in exprs)
                    + "return 0;}\n")
-    subprocess.run(["gcc", "-o", tmp_path / "values", src], check=True)
+    subprocess.run(["gcc", "-I", REPO / "guest_kernel_patch",
+                    "-o", tmp_path / "values", src], check=True)
     out = subprocess.run([tmp_path / "values"], capture_output=True,
                          text=True, check=True).stdout.split()
     return [int(x) for x in out]
@@ -73,8 +79,9 @@ def test_reply_and_overflow_roundtrip():
     slots = [proto.Slot(100003, 100003, 7, 1 << proto.CTR_INSN_USER, 4),
              proto.Slot(5, 7, 8, 1, 0, proto.SYNC)]
     assert proto.unpack_reply(proto.pack_reply(3, slots)) == (3, slots)
-    for flags in (0, proto.SYNC):
-        ov = proto.OverflowMessage(1, 7, 1, 0x401000, 100003, 200006, flags)
+    for flags in (0, proto.SYNC, proto.SYNC | proto.REGS):
+        ov = proto.OverflowMessage(1, 7, 1, 0x401000, 100003, 200006, flags,
+                                   tuple(range(100, 116)))
         assert proto.unpack_message(ov.pack()) == ov
     with pytest.raises(ValueError):
         proto.pack_reply(0, slots * 9)
@@ -87,10 +94,14 @@ def test_flag_fields_offsets_match_c(tmp_path):
     out = c_values(tmp_path, "offsetof(struct pvperf_proto_slot, flags)",
                    "offsetof(struct pvperf_proto_overflow, mode)",
                    "offsetof(struct pvperf_proto_overflow, flags)",
-                   "offsetof(struct pvperf_proto_overflow, ip)")
+                   "offsetof(struct pvperf_proto_overflow, ip)",
+                   "offsetof(struct pvperf_proto_overflow, regs)")
     slot = proto.Slot(0, 0, 0, 0, 0, 0xA5).pack()
-    ov = proto.OverflowMessage(0, 0, 0x1234, 0, 0, 0, 0x5678).pack()
+    regs = (0,) * 7 + (0x1122334455667788,) + (0,) * 8   # rsp
+    ov = proto.OverflowMessage(0, 0, 0x1234, 0, 0, 0, 0x5678, regs).pack()
     assert slot.index(0xA5) == out[0]
     assert ov.index((0x1234).to_bytes(2, "little")) == out[1]
     assert ov.index((0x5678).to_bytes(2, "little")) == out[2]
-    assert proto.OVERFLOW_MSG.size - 3 * 8 == out[3]
+    assert proto.OVERFLOW_MSG.size - (3 + 16) * 8 == out[3]
+    assert ov.index((0x1122334455667788).to_bytes(8, "little")) == \
+        out[4] + 8 * 7

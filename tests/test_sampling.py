@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from conftest import PROGRAMS, run_pvperf, sections
+from conftest import PROGRAMS, run_guest_script
 
 pytestmark = pytest.mark.vm
 
@@ -222,12 +222,7 @@ def report_shares(lines: list[str]) -> dict[str, float]:
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["smp1", "smp2"])
 def guest(request):
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
-    r = run_pvperf(["run", "--smp", str(request.param), "--share",
-                    str(PROGRAMS), "--", "sh", "-c", SCRIPT], timeout=900)
-    assert r.returncode == 0, r.stderr
-    s = sections(r.stdout)
-    assert "end" in s, r.stdout + r.stderr
+    s = run_guest_script(SCRIPT, request.param, timeout=900)
     s["smp"] = request.param
     return s
 

@@ -64,3 +64,26 @@ def test_host_qemu_symbols():
     hs = symbols.HostSymbols()
     name = hs.dso_offset_to_name("/usr/bin/qemu-system-x86_64", 0x1)
     assert name  # a named or "qemu-system-x86_64!…" label, never empty
+
+
+def test_relocate_into_another_process(tmp_path):
+    # one PIE mapped by two processes at different bases: pid 2 runs the
+    # TB pid 1 translated at pid 1's address
+    p = make_elf(tmp_path, "pie", [("f", b"\x55" * 8), ("g", b"\x5d" * 8)],
+                 base=0x1000, etype="DYN")
+    one = symbols.Mapping.parse_maps(
+        "55550000000-55550002000 r-xp 00000000 00:1f 12 /mnt/host/pie\n")
+    two = symbols.Mapping.parse_maps(
+        "7f0000000000-7f0000002000 r-xp 00000000 00:1f 12 /mnt/host/pie\n")
+    u = symbols.GuestUserSymbols(None, tmp_path, {1: one, 2: two})
+    code = b"\x5d" * 8
+    assert u.has_code(1, 0x55550001008, code)
+    assert not u.has_code(2, 0x55550001008, code)
+    moved = u.relocate(0x55550001008, code, 2)
+    assert moved == 0x7F0000001008
+    sym, img = u.guestpc_to_symbol(moved, code, 2)
+    assert sym.name == "g" and img.path == p
+    # without a snapshot of the translator: found by bytes at the same
+    # page offset in pid 2's mappings
+    u2 = symbols.GuestUserSymbols(None, tmp_path, {2: two})
+    assert u2.relocate(0x55550001008, code, 2) == 0x7F0000001008

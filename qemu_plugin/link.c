@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * link.c - the vCPU's connection to the pvperf host service.
+ *
+ * One SOCK_SEQPACKET connection per vCPU, opened by that vCPU's thread on
+ * its first message and used only by it.  A hypercall is one message and
+ * one reply, which the vCPU waits for at most PVPERF_PROTO_TIMEOUT_MS; an
+ * overflow is one message and, for PVPERF_PROTO_SYNC ones, an empty reply.
+ * If the service is absent, silent or broken, the first vCPU to notice
+ * declares it dead and every later hypercall fails at once with -ENODEV:
+ * a vCPU never blocks forever.  Sockets are non-blocking throughout (a
+ * full listen backlog must not block a vCPU in connect).
+ *
+ * Exit.  plugin_exit may run while vCPUs still execute (exit() called
+ * from a vCPU thread, e.g. isa-debug-exit).  A vCPU counts itself in
+ * `inflight` before it touches guest RAM or its socket and checks
+ * `exiting`; link_exit sets `exiting` and reports whether `inflight`
+ * drained, so that the caller unmaps and closes only then.  Both are
+ * sequentially consistent so that one side always sees the other.
+ */
+#include <errno.h>
+#include <glib.h>
+#include <poll.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "link.h"
+#include "pvperf.h"
+
+/* Set once by the first vCPU that finds the service gone; read by all. */
+static int service_dead;
+static int inflight;
+static int exiting;
+
+/*
+ * Spin this long for the answer before sleeping in poll(): a wake-up costs
+ * 5-30 us on these hosts, the service usually answers within that, and the
+ * vCPU can do nothing else meanwhile.
+ */
+#define REPLY_SPIN_US	100
+
+bool link_enter(void)
+{
+	__atomic_add_fetch(&inflight, 1, __ATOMIC_SEQ_CST);
+	if (!__atomic_load_n(&exiting, __ATOMIC_SEQ_CST))
+		return true;
+	__atomic_sub_fetch(&inflight, 1, __ATOMIC_SEQ_CST);
+	return false;
+}
+
+void link_leave(void)
+{
+	__atomic_sub_fetch(&inflight, 1, __ATOMIC_SEQ_CST);
+}
+
+static bool link_usable(void)
+{
+	return pv.sock_path && !__atomic_load_n(&service_dead, __ATOMIC_RELAXED);
+}
+
+static socklen_t service_addr(struct sockaddr_un *sa)
+{
+	const char *path = pv.sock_path;
+	size_t len = strlen(path);
+
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	memcpy(sa->sun_path, path, len);	/* length checked at install */
+	if (path[0] == '@')			/* Linux abstract namespace */
+		sa->sun_path[0] = '\0';
+	return offsetof(struct sockaddr_un, sun_path) + len + (path[0] != '@');
+}
+
+static int vcpu_socket(struct pvperf_vcpu *v)
+{
+	struct sockaddr_un sa;
+	socklen_t len;
+	int fd;
+
+	if (v->fd >= 0)
+		return v->fd;
+	len = service_addr(&sa);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, len) < 0) {
+		close(fd);
+		fd = -1;
+	}
+	return v->fd = fd;
+}
+
+static int64_t wait_readable(int fd, int64_t deadline_us)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	for (;;) {
+		int64_t left_us = deadline_us - g_get_monotonic_time();
+		int r;
+
+		if (left_us <= 0)
+			return -ETIMEDOUT;
+		r = poll(&p, 1, (int)((left_us + 999) / 1000));
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return -ENODEV;
+	}
+}
+
+static int64_t recv_reply(int fd, struct pvperf_proto_reply *reply)
+{
+	int64_t now = g_get_monotonic_time();
+	int64_t deadline = now + PVPERF_PROTO_TIMEOUT_MS * (int64_t)1000;
+	int64_t spin_until = now + REPLY_SPIN_US;
+
+	for (;;) {
+		ssize_t r = recv(fd, reply, sizeof(*reply), MSG_DONTWAIT | MSG_TRUNC);
+		int64_t err;
+
+		if (r == sizeof(*reply))
+			return reply->magic == PVPERF_PROTO_REPLY_MAGIC ? 0 : -ENODEV;
+		if (r >= 0 || (errno != EAGAIN && errno != EINTR))
+			return -ENODEV;		/* EOF, bad size, error */
+		if (g_get_monotonic_time() < spin_until) {
+			__builtin_ia32_pause();
+			continue;
+		}
+		err = wait_readable(fd, deadline);
+		if (err)
+			return err;
+	}
+}
+
+static void service_failed(unsigned vcpu, int64_t err)
+{
+	link_vcpu_exit(vcpu);
+	if (!__atomic_exchange_n(&service_dead, 1, __ATOMIC_SEQ_CST))
+		pvperf_log("vcpu %u: service %s %s; hypercalls now fail with -ENODEV\n",
+			   vcpu, pv.sock_path,
+			   err == -ETIMEDOUT ? "timed out" : "unreachable");
+}
+
+/* A hypercall to the service.  0: it answered (and wrote ->ret). */
+int64_t link_exchange(unsigned vcpu, const struct pvperf_proto_hcall *msg,
+		      struct pvperf_proto_reply *reply)
+{
+	int fd;
+	int64_t err = -ENODEV;
+
+	if (!link_usable())
+		return -ENODEV;
+	fd = vcpu_socket(&pv.vcpu[vcpu]);
+	if (fd >= 0 && send(fd, msg, sizeof(*msg), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+	    (ssize_t)sizeof(*msg))
+		err = recv_reply(fd, reply);
+	if (err)
+		service_failed(vcpu, err);
+	return err;
+}
+
+/*
+ * An overflow (sample.c, on the vCPU thread): one datagram, and for a
+ * PVPERF_PROTO_SYNC one the (empty) answer, given once the service has
+ * raised the NMI, so that the guest takes it at the next TB boundary,
+ * still in the frame that overflowed.  A full socket buffer means the
+ * service is behind: the sample is lost (counted).
+ */
+void link_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m)
+{
+	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	struct pvperf_proto_reply reply;
+	int64_t err;
+	int fd;
+
+	if (!link_usable() || !link_enter())
+		return;
+	fd = vcpu_socket(v);
+	if (fd < 0 || send(fd, m, sizeof(*m), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+	    (ssize_t)sizeof(*m)) {
+		v->lost++;
+		pvperf_guest_log(vcpu, "overflow message not sent (%" PRIu64 " lost)\n",
+				 v->lost);
+	} else if (m->flags & PVPERF_PROTO_SYNC) {
+		err = recv_reply(fd, &reply);
+		if (err)
+			service_failed(vcpu, err);
+	}
+	link_leave();
+}
+
+/* vCPU exit callback, or a failed service: drop that vCPU's connection. */
+void link_vcpu_exit(unsigned vcpu)
+{
+	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+
+	if (v->fd >= 0) {
+		close(v->fd);
+		v->fd = -1;
+	}
+}
+
+/*
+ * atexit: stop new messages and wait for those in flight.  False if a
+ * vCPU is still waiting for the service: then the caller leaves guest
+ * RAM and the sockets to the process teardown.
+ */
+bool link_exit(void)
+{
+	__atomic_store_n(&exiting, 1, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < 100; i++) {
+		if (!__atomic_load_n(&inflight, __ATOMIC_SEQ_CST)) {
+			for (unsigned c = 0; c < pv.n_vcpus; c++)
+				link_vcpu_exit(c);
+			return true;
+		}
+		g_usleep(1000);
+	}
+	return false;
+}

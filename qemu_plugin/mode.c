@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * mode.c - counting off / on / sampling (with register capture), switched
+ * at the service's request (PVPERF_REPLY_COUNTING, _SAMPLING, _REGS) by
+ * qemu_plugin_reset(),
+ * which flushes every TB inside an exclusive section and unregisters all
+ * our callbacks (plugins/loader.c plugin_flush_destroy); reset_done()
+ * re-registers them through the reinstall hook.
+ *
+ * desired: what the service asked for last.  Written by any vCPU thread in
+ *   a doorbell callback, read in reset_done; atomic.
+ * applied: what tb_trans instruments and the FAULT handler assumes.
+ *   Written only in reset_done, inside the exclusive section (no vCPU runs,
+ *   no TB is being translated), so every TB in the code cache agrees with
+ *   it; read (atomically) by tb_trans and the callbacks.
+ * reset_pending: a reset is in flight.  QEMU ignores a second
+ *   qemu_plugin_reset while one is pending, so a request that finds one
+ *   pending only updates desired, which reset_done reads when it finally
+ *   runs.  Set by the requesting thread, cleared in reset_done; atomic.
+ *
+ * Why counts stay exact across a switch: the service turns counting on at
+ * an event's OPEN and off after the last CLOSE, and an event counts only
+ * between its ENABLE and DISABLE, which are later hypercalls.  QEMU enters
+ * the exclusive section as soon as the current TB ends (every vCPU is
+ * kicked out of its TB chain first), so the flush happens before this vCPU
+ * runs another TB, and any later hypercall runs in a TB translated with
+ * the new setting.  Only the rest of the doorbell's own TB runs with the
+ * old instrumentation: the guest must not put two hypercalls in one TB
+ * (any branch ends a TB; the driver's hypercall helper returns with ret).
+ */
+#include "mode.h"
+#include "pvperf_proto.h"
+
+static qemu_plugin_id_t plugin_id;
+static void (*reinstall_cb)(qemu_plugin_id_t id);
+static void (*settled_cb)(void);
+static int desired;		/* enum pvperf_mode */
+static int applied;		/* enum pvperf_mode */
+static int reset_pending;
+
+bool mode_counting(void)
+{
+	return __atomic_load_n(&applied, __ATOMIC_RELAXED) != MODE_OFF;
+}
+
+bool mode_sampling(void)
+{
+	return __atomic_load_n(&applied, __ATOMIC_RELAXED) >= MODE_SAMPLE;
+}
+
+bool mode_capturing(void)
+{
+	return __atomic_load_n(&applied, __ATOMIC_RELAXED) == MODE_SAMPLE_REGS;
+}
+
+/* Exclusive section, all our callbacks gone: apply the latest request. */
+static void reset_done(qemu_plugin_id_t id)
+{
+	__atomic_store_n(&applied, __atomic_load_n(&desired, __ATOMIC_SEQ_CST),
+			 __ATOMIC_SEQ_CST);
+	settled_cb();
+	reinstall_cb(id);
+	__atomic_store_n(&reset_pending, 0, __ATOMIC_SEQ_CST);
+}
+
+/* Retranslate everything in the newest desired mode.  Any thread. */
+void mode_request_flush(void)
+{
+	if (__atomic_exchange_n(&reset_pending, 1, __ATOMIC_SEQ_CST))
+		return;		/* the pending reset flushes too */
+	qemu_plugin_reset(plugin_id, reset_done);
+}
+
+/* The mode a reply's PVPERF_REPLY_* flags ask for. */
+enum pvperf_mode reply_mode(uint32_t flags)
+{
+	if (flags & PVPERF_REPLY_SAMPLING)
+		return flags & PVPERF_REPLY_REGS ? MODE_SAMPLE_REGS : MODE_SAMPLE;
+	return flags & PVPERF_REPLY_COUNTING ? MODE_COUNT : MODE_OFF;
+}
+
+/* Doorbell callback (vCPU thread): the mode the service asked for. */
+void mode_request(enum pvperf_mode mode)
+{
+	__atomic_store_n(&desired, mode, __ATOMIC_SEQ_CST);
+	if ((int)mode == __atomic_load_n(&applied, __ATOMIC_SEQ_CST))
+		return;
+	mode_request_flush();	/* reset_done applies desired */
+}
+
+void mode_init(qemu_plugin_id_t id, enum pvperf_mode initial,
+	       void (*reinstall)(qemu_plugin_id_t id), void (*settled)(void))
+{
+	plugin_id = id;
+	reinstall_cb = reinstall;
+	settled_cb = settled;
+	desired = applied = initial;
+}

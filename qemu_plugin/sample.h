@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * sample.h - counter overflow at the exact guest instruction.
+ */
+#ifndef PVPERF_SAMPLE_H
+#define PVPERF_SAMPLE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pvperf_proto.h"
+
+/*
+ * What the conditional callback of a chunk needs (udata, in count.c's
+ * arena): the chunk's instructions at translation time (the process that
+ * translated it; runtime addresses come from rip), which of them are
+ * branches, and the first one that may fault.
+ */
+struct sample_chunk {
+	uint64_t tb_vaddr;	/* the TB's first instruction */
+	uint16_t n_insns;
+	uint16_t n_branches;
+	uint16_t first_fault;	/* index of the first may-fault insn, or n_insns */
+	bool kernel;
+	uint64_t *vaddr;	/* [n_insns] */
+	uint16_t *branch;	/* [n_branches]: insn indices of the branches */
+	/* MODE_SAMPLE_REGS only: */
+	uint64_t uid;		/* unique per chunk, never 0 */
+	struct capture_point *point;	/* [n_insns]: their udata */
+};
+
+/*
+ * Capture points (MODE_SAMPLE_REGS): every instruction but a chunk's
+ * first has a conditional callback that runs, before the instruction,
+ * iff the vCPU's scoreboard `capture` equals its key.  The chunk's own
+ * callback sets that key when an overflow that needs registers falls on
+ * a later instruction of the chunk; the first one reads them itself.
+ */
+struct capture_point {
+	const struct sample_chunk *chunk;
+	uint16_t idx;
+};
+
+#define CAPTURE_IDX_BITS 16	/* > log2(TCG_MAX_INSNS) */
+
+static inline uint64_t capture_key(const struct sample_chunk *c, unsigned idx)
+{
+	return c->uid << CAPTURE_IDX_BITS | idx;
+}
+
+/* The callbacks; registered with QEMU_PLUGIN_CB_R_REGS. */
+void sample_chunk_exec(unsigned int vcpu, void *udata);
+void sample_capture_exec(unsigned int vcpu, void *udata);
+
+void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply);
+void sample_confirm_all(unsigned vcpu);
+void sample_fault(unsigned vcpu, uint64_t ip);
+void sample_update_room(unsigned vcpu);
+
+#endif /* PVPERF_SAMPLE_H */
