@@ -177,6 +177,7 @@ static DEFINE_IDA(pvperf_ida);
 
 static struct tracepoint *pvperf_tp_fault_user;
 static struct tracepoint *pvperf_tp_fault_kernel;
+static struct tracepoint *pvperf_tp_sched_switch;
 
 /* ----------------------------------------------------------------------
  * Transport
@@ -1077,6 +1078,28 @@ static void pvperf_fault_probe(void *data, unsigned long address,
 			 user_mode(regs) ? PVPERF_MODE_USER : PVPERF_MODE_KERNEL, 0);
 }
 
+/*
+ * Samples leave with the task that ran them.  A record in the ring is
+ * delivered with `current`'s pid and maps; one still there when its task
+ * is switched out would go out as the next task's (a buffered ring waits
+ * for its watermark).  Most switches schedule our events out, and del()
+ * drains the ring; but between two tasks whose contexts are clones of one
+ * parent (inherited events: perf record -- sh -c "a & b") perf core swaps
+ * the contexts and leaves the events running, like x86's large PEBS,
+ * which drains in its sched_task hook.  sched_switch fires in __schedule
+ * before perf's sched-out, IRQs off, with prev still current: drain here.
+ */
+static void pvperf_switch_probe(void *data, bool preempt,
+				struct task_struct *prev,
+				struct task_struct *next,
+				unsigned int prev_state)
+{
+	struct pvperf_sample_buf *ring = this_cpu_read(pvperf_cpu.ring);
+
+	if (ring && READ_ONCE(ring->head) != READ_ONCE(ring->tail))
+		pvperf_drain(NULL);
+}
+
 /* Not exported to modules: find them by name. */
 static void pvperf_find_tracepoint(struct tracepoint *tp, void *priv)
 {
@@ -1084,6 +1107,8 @@ static void pvperf_find_tracepoint(struct tracepoint *tp, void *priv)
 		pvperf_tp_fault_user = tp;
 	else if (!strcmp(tp->name, "page_fault_kernel"))
 		pvperf_tp_fault_kernel = tp;
+	else if (!strcmp(tp->name, "sched_switch"))
+		pvperf_tp_sched_switch = tp;
 }
 
 static int pvperf_fault_probes_register(void)
@@ -1106,12 +1131,23 @@ static int pvperf_fault_probes_register(void)
 		tracepoint_probe_unregister(pvperf_tp_fault_user,
 					    pvperf_fault_probe, NULL);
 		tracepoint_synchronize_unregister();
+		return err;
 	}
-	return err;
+	/* Without it only samples of cloned contexts can go astray. */
+	if (!pvperf_tp_sched_switch ||
+	    tracepoint_probe_register(pvperf_tp_sched_switch,
+				      pvperf_switch_probe, NULL)) {
+		pr_warn("no sched_switch probe: samples of inherited events may be reported for the next task\n");
+		pvperf_tp_sched_switch = NULL;
+	}
+	return 0;
 }
 
 static void pvperf_fault_probes_unregister(void)
 {
+	if (pvperf_tp_sched_switch)
+		tracepoint_probe_unregister(pvperf_tp_sched_switch,
+					    pvperf_switch_probe, NULL);
 	tracepoint_probe_unregister(pvperf_tp_fault_kernel,
 				    pvperf_fault_probe, NULL);
 	tracepoint_probe_unregister(pvperf_tp_fault_user,
