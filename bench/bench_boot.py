@@ -45,7 +45,7 @@ def pvperf_run(pmu: bool) -> float:
 def ready_time(pmu: bool) -> float:
     """Boot-to-READY measured inside the launcher."""
     import asyncio
-    from pyhost.vm import VM, VMConfig
+    from pyhost.vm.launcher import VM, VMConfig
 
     async def go():
         cfg = VMConfig(image=image.image_status(), command="true",

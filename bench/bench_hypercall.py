@@ -6,7 +6,7 @@
            (ktime_get_ns, IRQs off), doorbell to ->ret written.  This is
            TCG + plugin + socket + service, everything a hypercall costs.
   service  the host service alone: a separate Python client process sends
-           the plugin's PROBE message to a pyhost.service.PluginService
+           the plugin's PROBE message to a pyhost.pmu.service.PluginService
            over its SOCK_SEQPACKET socket and waits for the reply, as the
            plugin does (tests/test_service.py's round trip).
   echo     the same client against a bare recv/send thread on the same
@@ -33,11 +33,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pyhost import abi  # noqa: E402
-from pyhost import plugin_protocol as proto  # noqa: E402
-from pyhost.guestmem import GuestMemory  # noqa: E402
-from pyhost.hypercall import PerfBackend  # noqa: E402
-from pyhost.service import PluginService, abstract_name  # noqa: E402
+from pyhost.pmu import abi  # noqa: E402
+from pyhost.pmu import plugin_protocol as proto  # noqa: E402
+from pyhost.pmu.guestmem import GuestMemory  # noqa: E402
+from pyhost.pmu.hypercall import PerfBackend  # noqa: E402
+from pyhost.pmu.service import PluginService, abstract_name  # noqa: E402
 
 PVPERF = REPO / ".venv" / "bin" / "pvperf"
 KO = REPO / "guest_kernel_patch" / "hctest" / "pvperf_hctest.ko"

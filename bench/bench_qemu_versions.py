@@ -31,7 +31,8 @@ sys.path.insert(0, str(REPO))
 
 from benchlib import task_clock_ms  # noqa: E402
 from pyhost.cli import ensure_image  # noqa: E402
-from pyhost.vm import VMConfig, qemu_version, run_command  # noqa: E402
+from pyhost.vm.launcher import VMConfig, run_command  # noqa: E402
+from pyhost.vm.qemu import qemu_version  # noqa: E402
 
 PROGRAMS = REPO / "tests" / "guest_programs"
 QEMU72_DIR = REPO / "build" / "qemu72"

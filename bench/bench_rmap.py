@@ -57,8 +57,9 @@ sys.path.insert(0, str(REPO))
 
 from benchlib import task_clock_ms as parse_task_clock  # noqa: E402
 from pyhost import image  # noqa: E402
-from pyhost import profile as prof  # noqa: E402
-from pyhost.vm import VM, VMConfig  # noqa: E402
+from pyhost.profile import record as prof  # noqa: E402
+from pyhost.profile import resolve as prof_resolve  # noqa: E402
+from pyhost.vm.launcher import VM, VMConfig  # noqa: E402
 
 PROGRAMS = REPO / "tests" / "guest_programs"
 CFLAGS = ["-O2", "-static", "-nostdlib", "-fno-pic", "-no-pie",
@@ -166,7 +167,7 @@ def compare_perfmap(share: Path) -> None:
                                           stdout=io.BytesIO(),
                                           stderr=io.BytesIO()))
             try:
-                meta = prof.resolve(rec, cfg.image, share)["meta"]
+                meta = prof_resolve.resolve(rec, cfg.image, share)["meta"]
             finally:
                 prof.cleanup_workdir(rec)
         c = meta["perfmap_comparison"]

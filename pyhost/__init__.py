@@ -1,19 +1,26 @@
-"""pvperf host side: VM launcher, paravirtual PMU service, reverse map, CLI.
+"""pvperf host side: the paravirtual PMU service, the VM launcher, the
+guest image builder, the system-wide profiler and the CLI.
 
-Module map (one responsibility each):
+Subsystems, each a package; imports only point down this list (checked
+by tests/test_layering.py), and nothing imports in a circle:
 
-  errors           the exception hierarchy (one root: PvperfError)
-  abi              Python mirror of guest_kernel_patch/pvperf_abi.h
-  plugin_protocol  Python mirror of qemu_plugin/pvperf_proto.h
-  guestmem         bounds-checked access to guest RAM (the shared file)
-  pmu              the PMU programming model: events, modes, counters
-  hypercall        the paravirtual perf backend (validates guest input)
-  service          the unix-socket server the TCG plugin talks to
-  image            builds the default guest image from Debian packages
-  qmp              QMP client (qemu.qmp) helpers
-  console          the serial console (pexpect)
-  vm               the VM launcher (QEMU process, ports, clean-up)
-  cli              the `pvperf` command
+  cli        the `pvperf` command (click): run, shell, profile, report,
+             events, image status|build
+  profile/   host profiles of QEMU + guest: record, reverse map,
+             symbols, resolve, session, report
+  image/     the guest image builder: recipe, apt, host programs, kernel,
+             System.map, modules, cpio, root tree, smoke boot, cache
+  vm/        the VM launcher: QEMU process, QMP, serial console
+  pmu/       the paravirtual PMU: ABI and protocol mirrors, guest RAM,
+             event table, PMU model, sampling, NMI injection, hypercall
+             backend, plugin service
+  paths      where pvperf's files and cache are
+  errors     the exception hierarchy (one root: PvperfError)
+
+The image builder sits above the VM launcher because its smoke boot
+uses that one launcher; the launcher takes any object with ``vmlinux``
+and ``initramfs`` paths (vm.launcher.BootImage).  Each package's
+``__init__`` lists its modules.
 """
 import logging
 

@@ -1,13 +1,15 @@
-"""The ``pvperf`` command.
+"""The ``pvperf`` command: one click CLI for everything.
 
   pvperf run [options] -- CMD [ARGS...]   run CMD in a fresh guest
   pvperf shell [options]                  interactive guest shell
-  pvperf image build [--force]            build or refresh the guest image
-  pvperf events                           events the paravirtual PMU counts
   pvperf profile [options] -- CMD         host profile of QEMU + guest
+  pvperf report DIR                       re-render a saved profile
+  pvperf events                           events the paravirtual PMU counts
+  pvperf image status | build [--force]   the guest image
 
-Errors print one line, "pvperf: <what failed>: <cause> — <what to do>";
-tracebacks only with --debug.
+Every argument is checked before any slow step (the image check or
+build, the boot).  Errors print one line, "pvperf: <what failed>: <cause>
+— <what to do>"; tracebacks only with --debug.  Exit statuses: EPILOG.
 """
 from __future__ import annotations
 
@@ -16,74 +18,118 @@ import logging
 import re
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import click
 
-from . import image as image_mod
-from .errors import PvperfError, VMError
-from .vm import VMConfig, run_command, run_shell
+from .errors import GuestTimeoutError, PvperfError
+from .image import build as image_build
+from .image.inputs import DEFAULT_DRIVER
+from .paths import DRIVER_KO_PATH
+from .pmu import abi
+from .pmu.events import default_events
+from .profile import record as prof_record
+from .profile import resolve as prof_resolve
+from .profile import session as prof_session
+from .vm.launcher import GUEST_SHARE, MIN_MEM_MB, VMConfig, check_mem, \
+    preflight, run_command, run_shell
 
 log = logging.getLogger("pvperf")
+
+# Exit statuses of pvperf itself.  `run` and `profile` otherwise exit with
+# the guest command's own status, which may be any of 0..255: these follow
+# timeout(1) and sysexits.h so that scripts can tell them apart in practice.
+EXIT_USAGE = 64          # EX_USAGE: bad arguments or options
+EXIT_TIMEOUT = 124       # the guest command did not finish in --timeout
+EXIT_FAILURE = 125       # pvperf failed (setup, image, VM, service)
+EXIT_INTERRUPTED = 130   # Ctrl-C (128 + SIGINT)
+
+EPILOG = f"""\b
+Exit status:
+  run, profile  the guest command's own status, except:
+  {EXIT_USAGE}            usage error (bad arguments or options)
+  {EXIT_TIMEOUT}           the guest command ran longer than --timeout
+  {EXIT_FAILURE}           pvperf itself failed (setup, image, VM)
+  {EXIT_INTERRUPTED}           interrupted (Ctrl-C); the VM was cleaned up
+  image status  0 up to date, 1 missing or out of date
+"""
 
 SIZE_RE = re.compile(r"^(\d+)([MmGg]?)$")
 
 
 def parse_mem(text: str) -> int:
-    """'1G' / '512M' / '768' (MiB) -> MiB."""
+    """'1G' / '512M' / '768' (MiB) -> MiB, within the ABI's RAM limit."""
     m = SIZE_RE.match(text.strip())
     if not m:
         raise click.BadParameter(f"{text!r} is not a size like 512M or 1G")
     value, unit = int(m.group(1)), m.group(2).upper()
-    return value * 1024 if unit == "G" else value
+    mib = value * 1024 if unit == "G" else value
+    try:
+        check_mem(mib)
+    except PvperfError as e:
+        raise click.BadParameter(f"{text}: {e.cause}")
+    return mib
 
 
-def ensure_image() -> image_mod.GuestImage:
-    img = image_mod.image_status("default")
-    if img is not None:
-        return img
-    click.echo("pvperf: building the default guest image (first use)...",
-               err=True)
-    return image_mod.build_image("default")
+def _mem_callback(ctx, param, value: str) -> int:
+    return parse_mem(value)
 
 
-def vm_options(fn):
-    """Options shared by run and shell."""
+def vm_options(pmu_switch: bool = True):
+    """Options shared by run, shell and profile (decorator factory)."""
     opts = [
         click.option("--smp", type=click.IntRange(1, 8), default=1,
                      show_default=True, help="number of vCPUs"),
         click.option("--mem", "mem", default="1G", show_default=True,
-                     help="guest RAM (e.g. 512M, 2G; at most 3G)"),
-        click.option("--share", type=click.Path(file_okay=False,
+                     callback=_mem_callback,
+                     help=f"guest RAM, {MIN_MEM_MB}M.."
+                     f"{abi.MAX_RAM_MB // 1024}G (e.g. 512M, 2G)"),
+        click.option("--share", type=click.Path(exists=True, file_okay=False,
                                                 path_type=Path),
                      default=None, help="host directory mounted read-write "
-                     "at /mnt/host [default: current directory]"),
+                     f"at {GUEST_SHARE} [default: current directory]"),
         click.option("--timeout", type=click.FloatRange(min=0.1),
                      default=None, help="stop the guest after S seconds"),
-        click.option("--no-pmu", is_flag=True, help="plain TCG: no plugin, "
-                     "no guest PMU driver"),
         click.option("--console", "echo_console", is_flag=True,
                      help="show the guest's serial console on stderr"),
     ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
+    if pmu_switch:
+        opts.append(click.option("--no-pmu", is_flag=True,
+                                 help="plain TCG: no plugin, no guest PMU "
+                                 "driver"))
+
+    def deco(fn):
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+    return deco
 
 
-def make_config(mode: str, command: str, smp: int, mem: str,
-                share: Path | None, timeout: float | None, no_pmu: bool,
-                echo_console: bool) -> VMConfig:
-    share = (share or Path.cwd()).resolve()
-    if not share.is_dir():
-        raise VMError("bad --share", f"{share} is not a directory",
-                      "create it or pass an existing directory")
-    return VMConfig(image=ensure_image(), mode=mode, command=command,
-                    smp=smp, mem_mb=parse_mem(mem), share=share,
-                    pmu=not no_pmu, timeout=timeout,
-                    echo_console=echo_console)
+def ensure_image():
+    img = image_build.image_status("default")
+    if img is not None:
+        return img
+    click.echo("pvperf: building the default guest image (first use)...",
+               err=True)
+    return image_build.build_image("default")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def make_config(mode: str, command: str, smp: int, mem: int,
+                share: Path | None, timeout: float | None,
+                echo_console: bool, no_pmu: bool = False) -> VMConfig:
+    """The VMConfig of a run: checked (preflight), then the image."""
+    config = VMConfig(image=None, mode=mode, command=command, smp=smp,
+                      mem_mb=mem, share=(share or Path.cwd()).resolve(),
+                      pmu=not no_pmu, timeout=timeout,
+                      echo_console=echo_console)
+    preflight(config)
+    config.image = ensure_image()
+    return config
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=EPILOG)
 @click.option("--debug", is_flag=True, help="show tracebacks and debug logs")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
@@ -93,8 +139,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
                         format="pvperf: %(name)s: %(message)s")
 
 
-@cli.command(context_settings={"allow_interspersed_args": False})
-@vm_options
+@cli.command(context_settings={"allow_interspersed_args": False},
+             epilog=EPILOG)
+@vm_options()
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(command, **opts) -> None:
     """Boot the default image and run COMMAND in /mnt/host as root.
@@ -106,35 +153,122 @@ def run(command, **opts) -> None:
     sys.exit(asyncio.run(run_command(config)))
 
 
-@cli.command()
-@vm_options
+@cli.command(epilog=EPILOG)
+@vm_options()
 def shell(**opts) -> None:
     """Boot the default image and open an interactive shell (Ctrl-] quits)."""
     config = make_config("shell", "", **opts)
     sys.exit(asyncio.run(run_shell(config)))
 
 
-@cli.group()
-def image() -> None:
-    """Guest images."""
+@cli.command(context_settings={"allow_interspersed_args": False},
+             epilog=EPILOG)
+@click.option("--output", "-o", type=click.Path(file_okay=False,
+              path_type=Path), default=Path("pvperf-profile"),
+              show_default=True, help="directory for the profile files")
+@vm_options(pmu_switch=False)
+@click.option("--tb-size", "tb_size", type=click.IntRange(1, 2048),
+              default=None, help="QEMU's code buffer in MiB (-accel "
+              "tcg,tb-size; small values force code-cache flushes)")
+@click.option("--compare-perfmap", "perfmap", is_flag=True,
+              help="also run QEMU's -perfmap and compare its resolution "
+              "with the reverse map's (session meta, report)")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def profile(command, output, tb_size, perfmap, **opts) -> None:
+    """Run COMMAND in the guest (plain TCG) while sampling QEMU; report
+    emulator, guest kernel and guest user functions in one profile.
+
+    Writes session.json and its renderings into --output (see `pvperf
+    report`); exits with COMMAND's exit status.
+    """
+    prof_record.preflight()
+    config = make_config("run", shlex.join(command), no_pmu=True, **opts)
+    output.mkdir(parents=True, exist_ok=True)
+    rec = asyncio.run(prof_record.record(config, output.resolve(),
+                                         tb_size_mb=tb_size,
+                                         perfmap=perfmap))
+    try:
+        session = prof_resolve.resolve(rec, config.image, config.share)
+    finally:
+        prof_record.cleanup_workdir(rec)
+    prof_session.write_session(session, output)
+    click.echo(prof_session.render_all(session, output))
+    click.echo(f"pvperf: profile written to {output}/", err=True)
+    sys.exit(rec.status)
 
 
-@image.command("build")
-@click.option("--force", is_flag=True, help="rebuild even if up to date")
-def image_build(force: bool) -> None:
-    """Build or refresh the default guest image from Debian packages."""
-    img = image_mod.build_image("default", force=force)
-    click.echo(f"vmlinux:   {img.vmlinux}\ninitramfs: {img.initramfs}\n"
-               f"kernel:    {img.kernel_version}")
+@cli.command(epilog=EPILOG)
+@click.argument("directory", type=click.Path(exists=True, file_okay=False,
+                                             path_type=Path))
+def report(directory: Path) -> None:
+    """Re-render the profile saved in DIRECTORY (its session.json): print
+    the report and rewrite every output file, without recording again."""
+    session = prof_session.load_session(directory)
+    click.echo(prof_session.render_all(session, directory))
 
 
 @cli.command()
 def events() -> None:
     """List the events the paravirtual PMU counts and what they mean."""
-    from .pmu import Pmu
-    for ev in Pmu().event_defs():
+    for ev in default_events():
         raw = ",".join(f"r{c:04x}" for c in ev.raw_configs)
         click.echo(f"  {ev.name:<22} [Hardware event, {raw}]  {ev.doc}")
+
+
+@cli.group()
+def image() -> None:
+    """The guest image (built from Debian packages, cached)."""
+
+
+def image_options(fn):
+    """The image to look at and the driver to put in it."""
+    fn = click.option("--no-driver", is_flag=True,
+                      help="without the guest PMU driver")(fn)
+    fn = click.option("--driver-ko", type=click.Path(exists=True,
+                      dir_okay=False, path_type=Path), default=None,
+                      help=f"guest PMU driver [default: {DRIVER_KO_PATH} "
+                      "if built]")(fn)
+    return click.option("--name", default="default", show_default=True,
+                        help="recipe: a directory in images/")(fn)
+
+
+def _driver(driver_ko: Path | None, no_driver: bool):
+    if driver_ko is not None and no_driver:
+        raise click.UsageError("--driver-ko and --no-driver exclude each "
+                               "other")
+    return None if no_driver else (driver_ko or DEFAULT_DRIVER)
+
+
+@image.command("status")
+@image_options
+def image_status(name: str, driver_ko: Path | None, no_driver: bool) -> None:
+    """Say whether the image is up to date (exit 0) or not (exit 1)."""
+    img = image_build.image_status(name, driver_ko=_driver(driver_ko,
+                                                           no_driver))
+    click.echo(f"{name}: " + (f"up to date ({img.vmlinux.parent})" if img
+                              else "missing or out of date"))
+    sys.exit(0 if img else 1)
+
+
+@image.command("build")
+@click.option("--force", is_flag=True, help="rebuild even if up to date")
+@image_options
+def image_build_cmd(force: bool, name: str, driver_ko: Path | None,
+                    no_driver: bool) -> None:
+    """Build or refresh the image from Debian packages."""
+    t0 = time.monotonic()
+    img = image_build.build_image(name, force=force,
+                                  driver_ko=_driver(driver_ko, no_driver))
+    click.echo(f"vmlinux:   {img.vmlinux}\ninitramfs: {img.initramfs}\n"
+               f"kernel:    {img.kernel_version}")
+    click.echo(f"pvperf: image: {img.name} ready in "
+               f"{time.monotonic() - t0:.1f} s", err=True)
+
+
+def _interrupted() -> None:
+    click.echo("pvperf: interrupted \u2014 the VM was stopped and "
+               "cleaned up", err=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def main(argv=None) -> None:
@@ -143,31 +277,25 @@ def main(argv=None) -> None:
         cli.main(args=argv, prog_name="pvperf", standalone_mode=False)
     except click.exceptions.Abort:
         # click turns KeyboardInterrupt into Abort; our finally blocks ran.
-        click.echo("pvperf: interrupted \u2014 the VM was stopped and "
-                   "cleaned up", err=True)
-        sys.exit(130)
+        _interrupted()
+    except KeyboardInterrupt:
+        _interrupted()
+    except click.UsageError as e:
+        where = e.ctx.command_path if e.ctx else "pvperf"
+        click.echo(f"pvperf: usage: {e.format_message()} \u2014 see "
+                   f"`{where} --help`", err=True)
+        sys.exit(EXIT_USAGE)
     except click.ClickException as e:
         e.show()
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        click.echo("pvperf: interrupted \u2014 the VM was stopped and "
-                   "cleaned up", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_FAILURE)
     except PvperfError as e:
         if debug:
             log.exception("failed")
         click.echo(f"pvperf: {e.one_line()}", err=True)
         if e.details:
             click.echo("--- last console lines ---\n" + e.details, err=True)
-        sys.exit(2)
-
-
-def _register_profile() -> None:
-    from .profile_cli import profile
-    cli.add_command(profile)
-
-
-_register_profile()
+        sys.exit(EXIT_TIMEOUT if isinstance(e, GuestTimeoutError)
+                 else EXIT_FAILURE)
 
 
 if __name__ == "__main__":

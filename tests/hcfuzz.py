@@ -21,8 +21,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from pyhost import abi
-from pyhost.pmu import COUNTERS_PER_VCPU
+from pyhost.pmu import abi
+from pyhost.pmu.model import COUNTERS_PER_VCPU
 
 MASK64 = (1 << 64) - 1
 

@@ -27,12 +27,12 @@ def test_error_line_format():
 
 def test_run_without_command_is_a_usage_error():
     r = run_pvperf(["run"])
-    assert r.returncode == 2 and "Missing argument" in r.stderr
+    assert r.returncode == 64 and "Missing argument" in r.stderr
 
 
 def test_bad_smp_is_a_usage_error():
     r = run_pvperf(["run", "--smp", "0", "--", "true"])
-    assert r.returncode == 2 and "--smp" in r.stderr
+    assert r.returncode == 64 and "--smp" in r.stderr
 
 
 def test_events_lists_the_model():
@@ -45,7 +45,7 @@ def test_events_lists_the_model():
 
 def test_unknown_option_is_refused_not_run_as_the_command():
     r = run_pvperf(["run", "--bogus", "--", "true"])
-    assert r.returncode == 2
+    assert r.returncode == 64
     assert "No such option" in r.stderr and "--bogus" in r.stderr
 
 

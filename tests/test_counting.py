@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyhost import abi
+from pyhost.pmu import abi
 
 from conftest import PROGRAMS, run_guest_script, run_pvperf, valgrind_irefs
 

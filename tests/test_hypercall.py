@@ -10,10 +10,10 @@ import random
 
 import pytest
 
-from pyhost import abi
-from pyhost import plugin_protocol as proto
-from pyhost.guestmem import GuestMemory, GuestMemoryError
-from pyhost.hypercall import PerfBackend, RateLimiter
+from pyhost.pmu import abi
+from pyhost.pmu import plugin_protocol as proto
+from pyhost.pmu.guestmem import GuestMemory, GuestMemoryError
+from pyhost.pmu.hypercall import PerfBackend, RateLimiter
 
 RAM = 1 << 20
 BLOCK = 0x1000

@@ -1,4 +1,4 @@
-"""Unit tests for pyhost/image.py: the pure pieces (newc writer/reader,
+"""Unit tests for pyhost/image/: the pure pieces (newc writer/reader,
 bzImage extractor, ELF readers, module dependencies, cache key), with no
 network and no VM.  One optional test boots the cached image; it runs only
 with PVPERF_IMAGE_BOOT_TEST=1 (it needs a built image and takes ~5 s)."""
@@ -16,9 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from pyhost import image
-from pyhost.image import (CpioWriter, ModuleDB, extract_vmlinux, pvh_entry,
-                          read_modinfo, read_newc)
+from pyhost.errors import ImageError
+from pyhost.image import apt, build, host, kernel, smoke, store, sysmap
+from pyhost.image import recipe as image_recipe
+from pyhost.image import root as image_root
+from pyhost.image import inputs as image_inputs
+from pyhost.image.cpio import CpioWriter, read_newc
+from pyhost.image.kernel import extract_vmlinux, pvh_entry, read_modinfo
+from pyhost.image.modules import ModuleDB
 
 # ---------------------------------------------------------------------------
 # tiny ELF64 builders
@@ -203,9 +208,9 @@ def test_pvh_entry_and_banner():
     assert pvh_entry(make_elf(notes=[(b"Linux", 6, b"x")])) is None
     with pytest.raises(ValueError):
         pvh_entry(b"MZ" + b"\0" * 100)
-    assert image.kernel_banner(b"\0Linux version 6.1.0-56-amd64 (x) #1\n\0") \
+    assert kernel.kernel_banner(b"\0Linux version 6.1.0-56-amd64 (x) #1\n\0") \
         == "Linux version 6.1.0-56-amd64 (x) #1"
-    assert image._first_load_vaddr(PVH_ELF) == 0xFFFFFFFF81000000
+    assert kernel.first_load_vaddr(PVH_ELF) == 0xFFFFFFFF81000000
 
 
 def test_read_modinfo():
@@ -214,9 +219,6 @@ def test_read_modinfo():
                                  "parmtype=debug:int"]))
     assert info["name"] == ["9p"]
     assert info["depends"] == ["netfs,9pnet"]
-    assert image._ksym_params(make_ko("pvperf", [], [
-        "parmtype=ksym_perf_event_overflow:ulong",
-        "parmtype=debug:int"])) == ["perf_event_overflow"]
 
 
 # ---------------------------------------------------------------------------
@@ -309,20 +311,20 @@ def test_module_tree_without_modules_dep(tmp_path):
 
 
 def test_apt_parsing():
-    recs = image.parse_apt_records(
+    recs = apt.parse_apt_records(
         "Package: linux-image-amd64\nVersion: 6.1.192-2\n"
         "Depends: linux-image-6.1.0-56-amd64 (= 6.1.192-2)\n\n"
         "Package: busybox-static\nVersion: 1:1.35.0-4\nDescription: x\n"
         " continued\n")
     assert [r["Package"] for r in recs] == ["linux-image-amd64",
                                             "busybox-static"]
-    assert image.kernel_from_depends(recs[0]["Depends"]) == (
+    assert apt.kernel_from_depends(recs[0]["Depends"]) == (
         "linux-image-6.1.0-56-amd64", "6.1.192-2")
-    assert image.kernel_from_depends(
+    assert apt.kernel_from_depends(
         "kmod, linux-image-6.1.0-9-amd64-unsigned | linux-image-6.1.0-9-amd64"
     ) == ("linux-image-6.1.0-9-amd64-unsigned", None)
-    assert image.kernel_from_depends("kmod, linux-base (>= 4.3~)") is None
-    assert image._deb_filename("busybox-static", "1:1.35") == \
+    assert apt.kernel_from_depends("kmod, linux-base (>= 4.3~)") is None
+    assert apt.deb_filename("busybox-static", "1:1.35") == \
         "busybox-static_1%3a1.35_"
 
 
@@ -331,7 +333,7 @@ def test_system_map_from_kallsyms():
             "ffffffff81000000 T _text\n"
             "ffffffffc0200000 t virtio_init\t[virtio]\n"
             "0000000000000000 A fixed_percpu_data\n")
-    assert image.system_map_from_kallsyms(text) == (
+    assert sysmap.system_map_from_kallsyms(text) == (
         "0000000000000000 A fixed_percpu_data\n"
         "ffffffff81000000 T _text\n"
         "ffffffff81000100 T second\n")
@@ -359,11 +361,11 @@ def fake_inputs(tmp_path, monkeypatch):
     lib.write_bytes(b"\x7fELF libc")
     versions = {"linux-image-6.1.0-56-amd64": "6.1.192-2",
                 "busybox-static": "1:1.35.0-4"}
-    monkeypatch.setattr(image, "recipe_dir", lambda name: recipes / name)
-    monkeypatch.setattr(image, "resolve_packages", lambda meta, others: (
+    monkeypatch.setattr(image_recipe, "recipe_dir", lambda name: recipes / name)
+    monkeypatch.setattr(apt, "resolve_packages", lambda meta, others: (
         "linux-image-6.1.0-56-amd64", dict(versions)))
-    monkeypatch.setattr(image, "find_perf_binary", lambda r: (perf, "6.1.187-1"))
-    monkeypatch.setattr(image, "ldd_libraries", lambda b: [
+    monkeypatch.setattr(host, "find_perf_binary", lambda r: (perf, "6.1.187-1"))
+    monkeypatch.setattr(host, "ldd_libraries", lambda b: [
         ("/lib/x86_64-linux-gnu/libc.so.6", lib)])
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
@@ -372,7 +374,7 @@ def fake_inputs(tmp_path, monkeypatch):
     ctx = Ctx()
     ctx.recipe, ctx.perf, ctx.lib, ctx.versions = d, perf, lib, versions
     ctx.tmp = tmp_path
-    ctx.hash = lambda driver=None: image.gather_inputs("default", driver).hash
+    ctx.hash = lambda driver=None: image_inputs.gather_inputs("default", driver).hash
     return ctx
 
 
@@ -403,7 +405,7 @@ def test_cache_key_driver_change(fake_inputs):
     assert without != with_ko
     ko.write_bytes(make_ko("pvperf", extra=["parmtype=x:int"]))
     assert fake_inputs.hash(ko) not in (without, with_ko)
-    with pytest.raises(image.ImageError, match="PMU driver"):
+    with pytest.raises(ImageError, match="PMU driver"):
         fake_inputs.hash(fake_inputs.tmp / "missing.ko")
 
 
@@ -415,13 +417,12 @@ def test_cache_key_host_perf_change(fake_inputs):
 
 def test_cache_key_builder_change(fake_inputs, monkeypatch):
     before = fake_inputs.hash()
-    monkeypatch.setattr(image, "_sha256_file", lambda p, _real=image._sha256_file:
-                        "0" * 64 if Path(p) == Path(image.__file__) else _real(p))
+    monkeypatch.setattr(image_inputs, "builder_hash", lambda: "0" * 64)
     assert fake_inputs.hash() != before
 
 
 def test_image_status_without_image(fake_inputs):
-    assert image.image_status("default", driver_ko=None) is None
+    assert build.image_status("default", driver_ko=None) is None
 
 
 # ---------------------------------------------------------------------------
@@ -432,11 +433,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_default_recipe_loads():
-    r = image.load_recipe("default")
+    r = image_recipe.load_recipe("default")
     assert r.init.is_file()
     assert "virtio_console" in r.modules and "9p" in r.modules
     # perf annotate runs `objdump` from PATH
-    assert image.ToolSpec("binutils", "/usr/bin/objdump",
+    assert image_recipe.ToolSpec("binutils", "/usr/bin/objdump",
                           "/usr/bin/objdump") in r.tools
 
 
@@ -446,27 +447,26 @@ def test_init_mentions_contract_names():
                  "org.pvperf.stderr", "opt/org.pvperf/cmd", "pvperf-host",
                  "pvperf.mode=", "pvperf.share=", "pvperf.pmu=",
                  "poweroff -f", "perf_event_paranoid", "kptr_restrict",
-                 "/lib/modules/pvperf/pvperf.ko", image.GUEST_MODULE_LIST):
+                 "/lib/modules/pvperf/pvperf.ko", image_root.GUEST_MODULE_LIST):
         assert word in init, word
 
 
 def test_init_parses_with_busybox():
-    bb = image.image_dir("default") / "root" / "bin" / "busybox"
+    bb = store.image_dir("default") / "root" / "bin" / "busybox"
     if not bb.exists():
         pytest.skip(f"no built image with busybox at {bb} "
-                    "(run python3 -m pyhost.image build)")
+                    "(run pvperf image build)")
     subprocess.run([str(bb), "sh", "-n",
                     str(REPO / "images" / "default" / "init")], check=True)
 
 
 @pytest.mark.skipif(os.environ.get("PVPERF_IMAGE_BOOT_TEST") != "1",
                     reason="boots the cached image; set PVPERF_IMAGE_BOOT_TEST=1")
-def test_cached_image_boots(tmp_path):
-    img = image.image_status("default")
+def test_cached_image_boots():
+    img = build.image_status("default")
     if img is None:
-        pytest.skip("image missing or out of date: python3 -m pyhost.image build")
-    kallsyms, perf_version = image.smoke_boot(img.vmlinux, img.initramfs,
-                                              tmp_path)
+        pytest.skip("image missing or out of date: pvperf image build")
+    kallsyms, perf_version = smoke.smoke_boot(img.vmlinux, img.initramfs)
     assert " T _text" in kallsyms
     assert perf_version.startswith("perf version")
 
@@ -474,8 +474,8 @@ def test_cached_image_boots(tmp_path):
 def test_driver_only_update_reuses_image(fake_inputs):
     """A changed driver swaps the .ko in the cached tree and rewrites the
     cpio, without unpacking or booting anything; stale build dirs go."""
-    inputs = image.gather_inputs("default", None)
-    final = image.image_dir("default")
+    inputs = image_inputs.gather_inputs("default", None)
+    final = store.image_dir("default")
     (final / "root" / "bin").mkdir(parents=True)
     (final / "root" / "init").write_text("#!/bin/sh\n")
     os.symlink("busybox", final / "root" / "bin" / "sh")
@@ -487,29 +487,28 @@ def test_driver_only_update_reuses_image(fake_inputs):
         "base_hash": inputs.base_hash}))
     stale = final.parent / ".build-default-stale"
     stale.mkdir()
-    assert image.image_status("default", driver_ko=None) is not None
+    assert build.image_status("default", driver_ko=None) is not None
 
     ko = fake_inputs.tmp / "pvperf.ko"
     ko.write_bytes(make_ko("pvperf", extra=[
         "parmtype=ksym_perf_event_overflow:ulong"]))
-    assert image.image_status("default", driver_ko=ko) is None
+    assert build.image_status("default", driver_ko=ko) is None
     steps = []
-    img = image.build_image("default", driver_ko=ko,
+    img = build.build_image("default", driver_ko=ko,
                             progress=lambda i, n, m: steps.append(i))
     assert 3 not in steps and 8 not in steps          # no unpack, no boot
     assert not stale.exists()
     assert img.kernel_version == "6.1.0-test"
-    assert image.image_status("default", driver_ko=ko) == img
+    assert build.image_status("default", driver_ko=ko) == img
     entries = {e.name: e for e in read_newc(img.initramfs.read_bytes())}
-    assert entries[image.GUEST_DRIVER_PATH].data == ko.read_bytes()
-    assert entries[image.GUEST_DRIVER_KSYMS].data == b"perf_event_overflow\n"
+    assert entries[image_root.GUEST_DRIVER_PATH].data == ko.read_bytes()
     assert entries["bin/sh"].data == b"busybox"
     assert "dev/console" in entries
-    assert (img.root / image.GUEST_DRIVER_PATH).read_bytes() == ko.read_bytes()
+    assert (img.root / image_root.GUEST_DRIVER_PATH).read_bytes() == ko.read_bytes()
 
-    img = image.build_image("default", driver_ko=None, progress=None)
+    img = build.build_image("default", driver_ko=None, progress=None)
     names = {e.name for e in read_newc(img.initramfs.read_bytes())}
-    assert image.GUEST_DRIVER_PATH not in names
+    assert image_root.GUEST_DRIVER_PATH not in names
     assert "lib/modules/pvperf" not in names
 
 
@@ -518,12 +517,12 @@ def test_driver_only_update_reuses_image(fake_inputs):
 
 
 def test_parse_tools():
-    assert image.parse_tools(None) == []
-    assert image.parse_tools([
+    assert image_recipe.parse_tools(None) == []
+    assert image_recipe.parse_tools([
         {"package": "binutils", "binary": "/usr/bin/objdump"},
         {"package": "x", "binary": "/usr/bin/x-1.2", "guest": "/usr/bin/x"},
-    ]) == [image.ToolSpec("binutils", "/usr/bin/objdump", "/usr/bin/objdump"),
-           image.ToolSpec("x", "/usr/bin/x-1.2", "/usr/bin/x")]
+    ]) == [image_recipe.ToolSpec("binutils", "/usr/bin/objdump", "/usr/bin/objdump"),
+           image_recipe.ToolSpec("x", "/usr/bin/x-1.2", "/usr/bin/x")]
     bad = [
         {"binary": "/usr/bin/objdump"},                       # no package
         {"package": "binutils"},                              # no binary
@@ -535,21 +534,21 @@ def test_parse_tools():
     ]
     for item in bad:
         with pytest.raises(ValueError):
-            image.parse_tools([item])
+            image_recipe.parse_tools([item])
     with pytest.raises(ValueError, match="already taken"):
-        image.parse_tools([{"package": "a", "binary": "/usr/bin/x"},
+        image_recipe.parse_tools([{"package": "a", "binary": "/usr/bin/x"},
                            {"package": "b", "binary": "/bin/x",
                             "guest": "/usr/bin/x"}])
     with pytest.raises(ValueError, match="list"):
-        image.parse_tools({"package": "binutils"})
+        image_recipe.parse_tools({"package": "binutils"})
 
 
 def test_malformed_tools_key_is_an_image_error(fake_inputs):
     recipe = json.loads((fake_inputs.recipe / "recipe.json").read_text())
     recipe["tools"] = [{"package": "binutils", "binary": "objdump"}]
     (fake_inputs.recipe / "recipe.json").write_text(json.dumps(recipe))
-    with pytest.raises(image.ImageError, match="malformed") as e:
-        image.load_recipe("default")
+    with pytest.raises(ImageError, match="malformed") as e:
+        image_recipe.load_recipe("default")
     assert "absolute" in str(e.value)
 
 
@@ -558,41 +557,41 @@ def _completed(rc: int, out: str = "", err: str = ""):
 
 
 def test_find_tool_errors(tmp_path, monkeypatch):
-    spec = image.ToolSpec("binutils", str(tmp_path / "objdump"),
+    spec = image_recipe.ToolSpec("binutils", str(tmp_path / "objdump"),
                           "/usr/bin/objdump")
     # package not installed: dpkg-query fails
-    monkeypatch.setattr(image, "_run", lambda cmd, *a, **k: _completed(
+    monkeypatch.setattr(host, "run", lambda cmd, *a, **k: _completed(
         1, err="dpkg-query: no packages found matching binutils"))
-    with pytest.raises(image.ImageError, match="binutils is not installed") as e:
-        image.find_tool(spec)
+    with pytest.raises(ImageError, match="binutils is not installed") as e:
+        host.find_tool(spec)
     assert "apt-get install binutils" in str(e.value)
     # installed, but the binary is missing
-    monkeypatch.setattr(image, "_run", lambda cmd, *a, **k: _completed(
+    monkeypatch.setattr(host, "run", lambda cmd, *a, **k: _completed(
         0, out="install ok installed\t2.40-2"))
-    with pytest.raises(image.ImageError, match="does not exist") as e:
-        image.find_tool(spec)
+    with pytest.raises(ImageError, match="does not exist") as e:
+        host.find_tool(spec)
     assert "2.40-2" in str(e.value)
     # a dangling symlink is missing too
     os.symlink("gone", tmp_path / "objdump")
-    with pytest.raises(image.ImageError, match="does not exist"):
-        image.find_tool(spec)
+    with pytest.raises(ImageError, match="does not exist"):
+        host.find_tool(spec)
     # not an ELF program (a script would need its interpreter)
     (tmp_path / "gone").write_text("#!/bin/sh\n")
-    with pytest.raises(image.ImageError, match="not an ELF"):
-        image.find_tool(spec)
+    with pytest.raises(ImageError, match="not an ELF"):
+        host.find_tool(spec)
     # the real thing, through the symlink
     (tmp_path / "gone").write_bytes(b"\x7fELF objdump")
-    assert image.find_tool(spec) == (tmp_path / "gone", "2.40-2")
+    assert host.find_tool(spec) == (tmp_path / "gone", "2.40-2")
 
 
 def test_ldd_of_a_static_tool(monkeypatch):
-    monkeypatch.setattr(image, "_run", lambda cmd, *a, **k: _completed(
+    monkeypatch.setattr(host, "run", lambda cmd, *a, **k: _completed(
         1, err="\tnot a dynamic executable\n"))
-    assert image.ldd_libraries(Path("/static")) == []
-    monkeypatch.setattr(image, "_run", lambda cmd, *a, **k: _completed(
+    assert host.ldd_libraries(Path("/static")) == []
+    monkeypatch.setattr(host, "run", lambda cmd, *a, **k: _completed(
         1, err="ldd: /x: No such file or directory\n"))
-    with pytest.raises(image.ImageError, match="ldd failed"):
-        image.ldd_libraries(Path("/x"))
+    with pytest.raises(ImageError, match="ldd failed"):
+        host.ldd_libraries(Path("/x"))
 
 
 @pytest.fixture
@@ -610,10 +609,10 @@ def tool_inputs(fake_inputs, monkeypatch):
                         "guest": "/usr/bin/objdump"}]
     (fake_inputs.recipe / "recipe.json").write_text(json.dumps(recipe))
     tool_version = {"v": "2.40-2"}
-    monkeypatch.setattr(image, "installed_version",
+    monkeypatch.setattr(host, "installed_version",
                         lambda pkg, purpose: tool_version["v"])
     libc = ("/lib/x86_64-linux-gnu/libc.so.6", fake_inputs.lib)
-    monkeypatch.setattr(image, "ldd_libraries", lambda b: (
+    monkeypatch.setattr(host, "ldd_libraries", lambda b: (
         [libc] if b == fake_inputs.perf else
         [("/lib/x86_64-linux-gnu/libbfd-2.40-system.so", bfd), libc]))
     fake_inputs.tool, fake_inputs.bfd = real, bfd
@@ -622,7 +621,7 @@ def tool_inputs(fake_inputs, monkeypatch):
 
 
 def test_tool_inputs_enter_the_hash(tool_inputs):
-    inputs = image.gather_inputs("default", None)
+    inputs = image_inputs.gather_inputs("default", None)
     assert [t.host for t in inputs.tools] == [tool_inputs.tool]
     assert inputs.versions["binutils"] == "2.40-2"
     assert inputs.data["packages"]["binutils"] == "2.40-2"
@@ -655,11 +654,11 @@ def test_tool_inputs_enter_the_hash(tool_inputs):
 
 
 def test_tools_are_installed_with_their_libraries(tool_inputs, tmp_path):
-    inputs = image.gather_inputs("default", None)
+    inputs = image_inputs.gather_inputs("default", None)
     root = tmp_path / "root"
     (root / "usr" / "bin").mkdir(parents=True)
     os.symlink("../../bin/busybox", root / "usr" / "bin" / "objdump")
-    image.install_programs(root, inputs)
+    image_root.install_programs(root, inputs)
     objdump = root / "usr" / "bin" / "objdump"
     assert not objdump.is_symlink()               # an applet never shadows it
     assert objdump.read_bytes() == tool_inputs.tool.read_bytes()
@@ -672,7 +671,7 @@ def test_tools_are_installed_with_their_libraries(tool_inputs, tmp_path):
 
 
 def test_smoke_boot_checks_that_tools_load():
-    cmd = image.smoke_command(["/usr/bin/objdump"])
+    cmd = smoke.smoke_command(["/usr/bin/objdump"])
     assert cmd.startswith("/lib64/ld-linux-x86-64.so.2 --list /usr/bin/objdump")
     assert cmd.endswith("perf --version >&2")
-    assert image.smoke_command() == "cat /proc/kallsyms && perf --version >&2"
+    assert smoke.smoke_command() == "cat /proc/kallsyms && perf --version >&2"

@@ -34,13 +34,15 @@ import pytest
 
 from conftest import PROGRAMS, REPO, sections, valgrind_irefs
 from pyhost import image
-from pyhost.vm import VMConfig, run_command
+from pyhost.image.kernel import pvh_entry
+from pyhost.paths import cache_dir
+from pyhost.vm.launcher import VMConfig, run_command
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
 GKP = REPO / "guest_kernel_patch"
 BUILD_SCRIPT = GKP / "build-intree-kernel.sh"
-BUILD_DIR = image.cache_dir() / "intree-build"
+BUILD_DIR = cache_dir() / "intree-build"
 BUILD_TIMEOUT = 4 * 3600        # first build on 2 busy cores, with margin
 N_LOOP = 1000
 
@@ -112,7 +114,7 @@ def test_kernel_is_configured_with_the_driver_built_in(kernel):
         assert f"\nCONFIG_{opt}=y\n" in config, opt
     assert (vmlinux.parent / "arch/x86/events/pvperf/pvperf_pmu.o").exists()
     # `qemu -kernel vmlinux` needs the PVH entry note.
-    assert image.pvh_entry(vmlinux.read_bytes()) is not None
+    assert pvh_entry(vmlinux.read_bytes()) is not None
 
 
 def test_guest_runs_the_built_kernel(kernel, guest):

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from pyhost import kernel_layout as kl
+from pyhost.profile import kernel_layout as kl
 
 
 def btf_blob(types: list[bytes], names: list[str]) -> bytes:

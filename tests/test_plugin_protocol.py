@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from pyhost import plugin_protocol as proto
+from pyhost.pmu import plugin_protocol as proto
 
 from conftest import REPO
 

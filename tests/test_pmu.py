@@ -3,11 +3,12 @@ import errno
 
 import pytest
 
-from pyhost import abi
-from pyhost import plugin_protocol as proto
-from pyhost.pmu import (PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE,
-                        PERF_TYPE_RAW, CountingModel, EventDef, Pmu,
-                        PmuError, RetirementModel)
+from pyhost.pmu import abi
+from pyhost.pmu import plugin_protocol as proto
+from pyhost.pmu.events import (PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE,
+                               PERF_TYPE_RAW, CountingModel, EventDef,
+                               RetirementModel)
+from pyhost.pmu.model import Pmu, PmuError
 
 
 def attr(type_=PERF_TYPE_HARDWARE, config=1, flags=0, period=0):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from pyhost import report
+from pyhost.profile import report
 
 
 def session():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pyhost import rmap
+from pyhost.profile import rmap
 
 REPO = Path(__file__).resolve().parent.parent
 HEADER = REPO / "qemu_plugin" / "rmap_format.h"

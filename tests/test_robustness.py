@@ -31,9 +31,9 @@ import pytest
 import hcfuzz
 from conftest import (PROGRAMS, REPO, pvperf_cmd, run_pvperf, sections,
                       valgrind_irefs)
-from pyhost import abi
-from pyhost import plugin_protocol as proto
-from pyhost.hypercall import RateLimiter
+from pyhost.pmu import abi
+from pyhost.pmu import plugin_protocol as proto
+from pyhost.pmu.hypercall import RateLimiter
 
 GKP = REPO / "guest_kernel_patch"
 HCTEST_KO = GKP / "hctest" / "pvperf_hctest.ko"
@@ -286,7 +286,7 @@ async def _run_with_service_death(share: Path, command: str, trigger: str,
 
     Returns (exit status, seconds from the failure to EXIT, the command's
     stdout + stderr, the console's tail)."""
-    from pyhost.vm import VM, VMConfig
+    from pyhost.vm.launcher import VM, VMConfig
     out, err = io.BytesIO(), io.BytesIO()
     cfg = VMConfig(image=_guest_image(), command=command, share=share)
     before = _service_threads()

@@ -3,11 +3,11 @@ import socket
 import statistics
 import time
 
-from pyhost import abi
-from pyhost import plugin_protocol as proto
-from pyhost.guestmem import GuestMemory
-from pyhost.hypercall import PerfBackend
-from pyhost.service import PluginService, Runstate
+from pyhost.pmu import abi
+from pyhost.pmu import plugin_protocol as proto
+from pyhost.pmu.guestmem import GuestMemory
+from pyhost.pmu.hypercall import PerfBackend
+from pyhost.pmu.service import PluginService, Runstate
 
 KVADDR = 0xFFFFFFFF81000000
 

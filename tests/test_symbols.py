@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from elfwriter import ElfWriter
-from pyhost import symbols
+from pyhost.profile import symbols
 
 
 def make_elf(tmp_path, name, funcs, base=0x401000, etype="EXEC"):

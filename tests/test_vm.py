@@ -5,10 +5,10 @@ import subprocess
 
 import pytest
 
-from pyhost import vm as vm_mod
+from pyhost.vm import launcher as vm_mod
 from pyhost.errors import SetupError, VMError
-from pyhost.image import GuestImage
-from pyhost.vm import VM, Runstate, VMConfig, sweep_stale_shm
+from pyhost.image.store import GuestImage
+from pyhost.vm.launcher import VM, Runstate, VMConfig, sweep_stale_shm
 
 
 def fake_image(tmp_path) -> GuestImage:

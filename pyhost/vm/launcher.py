@@ -10,7 +10,12 @@ What it sets up, and how each piece is cleaned up:
   QEMU        spawned under pexpect (its stdio is the serial console) with
               PR_SET_PDEATHSIG, so it dies with us; terminate()+wait() in
               ``finally``.
-  service     the paravirtual PMU service's threads, stopped in ``finally``.
+  service     the paravirtual PMU service's threads (pmu/service.py),
+              stopped in ``finally``.
+  NMIs        the host half of sampling (pmu/sampling.py) raises NMIs
+              through a pmu.nmi.NmiInjector created with the backend and
+              bound to QMP here once QMP is connected (closed before QMP
+              goes away).
 
 Control channel (images/README.md): the guest writes ``READY`` and then
 ``EXIT <status>`` to the virtio-serial port org.pvperf.control; the
@@ -24,42 +29,65 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import enum
 import functools
 import glob
 import logging
 import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from . import abi, qmp
+from ..errors import GuestPanicError, GuestStatusError, GuestTimeoutError, \
+    SetupError, VMError
+from ..paths import PLUGIN_PATH
+from ..pmu import abi
+from ..pmu.guestmem import GuestMemory
+from ..pmu.hypercall import PerfBackend
+from ..pmu.nmi import NmiInjector
+from ..pmu.service import PluginService, abstract_name
+from . import qmp
 from .console import Console
-from .errors import (GuestPanicError, GuestStatusError, GuestTimeoutError,
-                     SetupError, VMError)
-from .guestmem import GuestMemory
-from .hypercall import PerfBackend
-from .image import GuestImage
-from .service import PluginService, abstract_name
+from .qemu import QEMU, check_qemu_for_plugin, find_qemu, \
+    qemu_escape, set_pdeathsig
 
 log = logging.getLogger("pvperf.vm")
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-PLUGIN_PATH = REPO_ROOT / "qemu_plugin" / "pvperf.so"
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "pvperf-"
 PORTS = ("control", "stdout", "stderr")
 BOOT_TIMEOUT = 60.0
 POWEROFF_TIMEOUT = 15.0
-# One limit for every side (pvperf_abi.h PVPERF_MAX_RAM_MB): guest RAM
-# stays below the low-memory hole, where RAM file offsets are gpas.
-MAX_MEM_MB = abi.MAX_RAM_MB
+# Where the guest's /init mounts the --share directory (images/default/init).
+GUEST_SHARE = "/mnt/host"
+MIN_MEM_MB = 64
+
+
+def check_mem(mem_mb: int) -> None:
+    """Refuse guest RAM outside MIN_MEM_MB..abi.MAX_RAM_MB (one limit for
+    every side, pvperf_abi.h PVPERF_MAX_RAM_MB: below the low-memory hole
+    RAM file offsets are guest physical addresses)."""
+    if not MIN_MEM_MB <= mem_mb <= abi.MAX_RAM_MB:
+        raise VMError("bad --mem", f"{mem_mb} MiB is outside "
+                      f"{MIN_MEM_MB}M..{abi.MAX_RAM_MB}M",
+                      f"use at most {abi.MAX_RAM_MB}M "
+                      f"({abi.MAX_RAM_MB // 1024}G)")
+
+
+def preflight(config: "VMConfig") -> None:
+    """The checks that need no guest: RAM size, QEMU, the plugin.  The CLI
+    runs them before any slow step (the image check or build)."""
+    check_mem(config.mem_mb)
+    qemu = find_qemu(config.qemu)
+    if config.pmu:
+        check_qemu_for_plugin(qemu)
+        if not PLUGIN_PATH.exists():
+            raise SetupError("TCG plugin not built",
+                             f"{PLUGIN_PATH} missing",
+                             "run `make -C qemu_plugin` or scripts/setup.sh, "
+                             "or use --no-pmu")
 
 
 class Runstate(enum.Enum):
@@ -82,9 +110,15 @@ def require(*states: Runstate):
     return deco
 
 
+class BootImage(Protocol):
+    """What the launcher needs of a guest image (image.GuestImage)."""
+    vmlinux: Path
+    initramfs: Path
+
+
 @dataclass
 class VMConfig:
-    image: GuestImage
+    image: BootImage
     mode: str = "run"                  # "run" or "shell"
     command: str = ""                  # shell command line (run mode)
     smp: int = 1
@@ -95,50 +129,8 @@ class VMConfig:
     boot_timeout: float = BOOT_TIMEOUT
     echo_console: bool = False
     plugin_options: dict[str, str] = field(default_factory=dict)
-    qemu: str = "qemu-system-x86_64"
-
-
-# The plugin is built against plugin API v4 (QEMU 10.0): per-vCPU
-# scoreboards, conditional callbacks, register reads.  A QEMU older than
-# this cannot load it and would only exit before QMP comes up.
-QEMU_MIN_VERSION = (10, 0)
-
-
-def find_qemu(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise SetupError(f"{name} not found", "QEMU is not installed",
-                         "run scripts/setup.sh (apt-get install "
-                         "qemu-system-x86)")
-    return path
-
-
-@functools.lru_cache(maxsize=None)
-def qemu_version(path: str) -> tuple[int, int]:
-    """(major, minor) of `path --version`; (0, 0) if it says nothing."""
-    out = subprocess.run([path, "--version"], capture_output=True, text=True,
-                         timeout=30).stdout
-    m = re.search(r"version (\d+)\.(\d+)", out)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
-
-def check_qemu_for_plugin(path: str) -> None:
-    """Refuse, in one line, a QEMU too old for the plugin."""
-    have = qemu_version(path)
-    if have < QEMU_MIN_VERSION:
-        want = ".".join(map(str, QEMU_MIN_VERSION))
-        raise SetupError(
-            f"{path} is QEMU {have[0]}.{have[1]}",
-            f"the pvperf plugin needs QEMU {want} or newer (plugin API v4)",
-            "run scripts/setup.sh (on Debian 12 it installs QEMU 10 from "
-            "bookworm-backports), or use --no-pmu")
-
-
-def _set_pdeathsig() -> None:
-    """In the QEMU child: die when the pvperf process dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    PR_SET_PDEATHSIG = 1
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    kernel_args: tuple[str, ...] = ()  # more of the kernel command line
+    qemu: str = QEMU
 
 
 def sweep_stale_shm() -> list[str]:
@@ -154,50 +146,6 @@ def sweep_stale_shm() -> list[str]:
                 os.unlink(path)
                 removed.append(path)
     return removed
-
-
-def _qemu_escape(value: str) -> str:
-    """QEMU option values escape ',' as ',,'."""
-    return value.replace(",", ",,")
-
-
-# How long a callchain sample waits for its NMI to be raised.
-NMI_WAIT_S = 1.0
-
-
-class NmiInjector:
-    """Thread-safe ``inject-nmi`` for the service (PerfBackend.nmi).
-
-    Context hop: the service calls this from its per-vCPU threads (while
-    the vCPU thread that sent the overflow runs on), but the QMPClient
-    belongs to the VM's asyncio loop and must only be used there; so the
-    request is handed to that loop with run_coroutine_threadsafe and not
-    awaited.  Failures (QEMU gone at shutdown) are counted, not raised.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, client):
-        self.loop, self.client = loop, client
-        self.sent = self.failed = 0
-        self.closed = False
-
-    def __call__(self, wait: bool = False) -> None:
-        """Inject; with ``wait``, block this service thread until QEMU has
-        raised the NMI (bounded: a late NMI only costs callchain accuracy)."""
-        if self.closed:
-            return
-        self.sent += 1
-        fut = asyncio.run_coroutine_threadsafe(qmp.inject_nmi(self.client),
-                                               self.loop)
-        fut.add_done_callback(self._done)
-        if wait:
-            try:
-                fut.result(timeout=NMI_WAIT_S)
-            except Exception:   # counted by _done; never fail the sample
-                pass
-
-    def _done(self, fut) -> None:
-        if fut.cancelled() or fut.exception() is not None:
-            self.failed += 1
 
 
 class VM:
@@ -234,7 +182,7 @@ class VM:
     def qemu_argv(self) -> list[str]:
         c = self.config
         append = ["console=ttyS0", "quiet", "panic=-1",
-                  f"pvperf.mode={c.mode}"]
+                  f"pvperf.mode={c.mode}", *c.kernel_args]
         argv = [find_qemu(c.qemu), "-nodefaults", "-no-user-config",
                 "-machine", "pc,accel=tcg,memory-backend=ram",
                 "-cpu", "max", "-smp", str(c.smp), "-m", f"{c.mem_mb}M",
@@ -252,12 +200,12 @@ class VM:
         if c.share is not None:
             append.append("pvperf.share=1")
             argv += ["-fsdev", f"local,id=host,security_model=none,"
-                               f"path={_qemu_escape(str(c.share))}",
+                               f"path={qemu_escape(str(c.share))}",
                      "-device", "virtio-9p-pci,fsdev=host,"
                                 "mount_tag=pvperf-host"]
         if c.mode == "run":
             argv += ["-fw_cfg", "name=opt/org.pvperf/cmd,string="
-                     + _qemu_escape(c.command)]
+                     + qemu_escape(c.command)]
         if c.pmu:
             append.append("pvperf.pmu=1")
             argv += ["-plugin", self._plugin_arg()]
@@ -269,14 +217,10 @@ class VM:
                             "abstract=on,server=on,wait=off"]
 
     def _plugin_arg(self) -> str:
-        if not PLUGIN_PATH.exists():
-            raise SetupError("TCG plugin not built", f"{PLUGIN_PATH} missing",
-                             "run `make -C qemu_plugin` or scripts/setup.sh, "
-                             "or use --no-pmu")
         opts = {"sock": self.service.plugin_address,
                 "ram": str(self.ram_path), **self.config.plugin_options}
         return ",".join([str(PLUGIN_PATH)] +
-                        [f"{k}={_qemu_escape(v)}" for k, v in opts.items()])
+                        [f"{k}={qemu_escape(v)}" for k, v in opts.items()])
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -300,35 +244,48 @@ class VM:
 
     async def _start(self) -> None:
         c = self.config
-        if not 64 <= c.mem_mb <= MAX_MEM_MB:
-            raise VMError("bad --mem", f"{c.mem_mb} MiB",
-                          f"use 64M..{MAX_MEM_MB}M")
-        if c.pmu:
-            check_qemu_for_plugin(find_qemu(c.qemu))
+        preflight(c)
         sweep_stale_shm()
         self._create_ram()
         if c.pmu:
             self.memory = GuestMemory.open_file(str(self.ram_path))
-            self.backend = PerfBackend(self.memory, max_vcpus=c.smp)
+            # The host half of sampling raises NMIs through QMP, which is
+            # not up yet: the injector is bound to it below, explicitly.
+            self.nmi = NmiInjector()
+            self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
+                                       nmi=self.nmi)
             self.service = PluginService(self.backend)
             self.service.start()
         argv = self.qemu_argv()
         log.debug("qemu: %s", " ".join(argv))
         self.started_at = time.monotonic()
         self.console = Console.spawn(argv, echo=c.echo_console,
-                                     preexec_fn=_set_pdeathsig)
+                                     preexec_fn=set_pdeathsig)
         if c.mode == "run":
             self._tasks.append(asyncio.create_task(self.console.watch()))
-        self.qmp = await qmp.connect(self._sock_names["qmp"], timeout=10,
-                                     alive=self.console.alive)
-        if self.backend is not None:
-            self.nmi = NmiInjector(asyncio.get_running_loop(), self.qmp)
-            self.backend.nmi = self.nmi
+        self.qmp = await self._connect_qmp()
+        if self.nmi is not None:
+            client = self.qmp
+            self.nmi.bind(asyncio.get_running_loop(),
+                          lambda: qmp.inject_nmi(client))
         # QEMU and the plugin have the RAM file mapped by now.
         self._unlink_ram()
         for port in PORTS:
             self._ports[port] = await asyncio.open_unix_connection(
                 "\0" + self._sock_names[port])
+
+    async def _connect_qmp(self):
+        try:
+            return await qmp.connect(self._sock_names["qmp"], timeout=10,
+                                     alive=self.console.alive)
+        except VMError as e:
+            # QEMU (or the plugin) refused to start: show what it said.
+            if self._tasks:         # the console watcher reads to EOF
+                await asyncio.wait(self._tasks[:1], timeout=2)
+            else:
+                self.console.drain()
+            e.details = self.console.log.tail() or "(QEMU printed nothing)"
+            raise
 
     def _create_ram(self) -> None:
         fd = os.open(self.ram_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -353,7 +310,7 @@ class VM:
 
     async def _teardown(self) -> None:
         if self.nmi is not None:
-            self.nmi.closed = True      # no NMI after QMP is gone
+            self.nmi.close()            # no NMI after QMP is gone
         await qmp.close(self.qmp)
         self.qmp = None
         for _, writer in self._ports.values():

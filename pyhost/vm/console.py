@@ -72,6 +72,13 @@ class Console:
             if self.panic is None:
                 self.panic = self.child.after.decode("utf-8", "replace")
 
+    def drain(self, timeout: float = 2.0) -> None:
+        """Read what QEMU still prints until it exits (or ``timeout``)."""
+        try:
+            self.child.expect(pexpect.EOF, timeout=timeout)
+        except pexpect.ExceptionPexpect:
+            pass
+
     def alive(self) -> bool:
         return self.child.isalive()
 

@@ -3,45 +3,33 @@
 The TCG plugin keeps raw, monotonic per-vCPU counters (see
 plugin_protocol: CTR_*), exact at every hypercall.  This module turns them
 into perf events: which raw counters an event sums (by its encoding and its
-exclude_user / exclude_kernel bits), what a value means (the cycle cost
-model), and each event's state (open, running on a vCPU, accumulated).
+exclude_user / exclude_kernel bits, from the event table in events.py) and
+each event's state (open, running on a vCPU, accumulated).
 
 Index spaces: *event id* (guest-chosen, see abi), *vcpu index* (QEMU
 cpu_index), *raw counter index* (plugin_protocol.CTR_*).
-
-Models.  Every source of events is a ``CountingModel``; the PMU core reaches
-them only through that interface and checks each at registration (like
-KVM's kvm_pmu_ops), so a model with a missing op fails at start-up.
 
 Sampling (ABI v2).  An event opened with a sample period also carries a
 *period* and, while it counts on a vCPU, a *threshold*: the absolute raw
 sum at which it overflows.  ``slots(vcpu)`` is the table the plugin arms
 (plugin_protocol.Slot); the plugin reports each crossing with the exact
 instruction and the threshold it re-armed at, and ``overflow()`` turns
-that into a sample record.  Stopping or freezing keeps the distance left
-(x86's hwc->period_left); starting again re-arms at now + distance.  In
-frequency mode the guest adjusts the period and sends it with SET_PERIOD.
-
-Cost model (documented in docs/events.md and shown by ``pvperf events``):
-  cycles       = 1 cycle per retired instruction (a deterministic in-order
-                 core at the declared 1 GHz; later models add penalties)
-  ref-cycles   = a virtual reference clock at the same declared 1 GHz
-  bus-cycles   = a virtual bus clock at 100 MHz (cycles / 10)
+that into a sample record (sampling.py writes it).  Stopping or freezing
+keeps the distance left (x86's hwc->period_left); starting again re-arms
+at now + distance.  In frequency mode the guest adjusts the period and
+sends it with SET_PERIOD.
 """
 from __future__ import annotations
 
 import errno
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from . import abi
 from . import plugin_protocol as proto
+from .events import (DEFAULT_MODELS, PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE,
+                     PERF_TYPE_RAW, RAW_EVENT_MASK, CountingModel, EventDef,
+                     check_model)
 
-# perf_event_attr.type values (include/uapi/linux/perf_event.h).
-PERF_TYPE_HARDWARE = 0
-PERF_TYPE_HW_CACHE = 3
-PERF_TYPE_RAW = 4
 PERF_SAMPLE_CALLCHAIN = 1 << 5     # include/uapi/linux/perf_event.h
 PERF_SAMPLE_REGS_USER = 1 << 12
 PERF_SAMPLE_STACK_USER = 1 << 13
@@ -54,18 +42,6 @@ SAMPLE_TYPES_WITH_REGS = (PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER |
 # copied stack), so the NMI must land before the vCPU leaves the frame.
 SAMPLE_TYPES_WITH_STACK = PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_STACK_USER
 
-# PERF_TYPE_HARDWARE configs.
-HW_CPU_CYCLES = 0
-HW_INSTRUCTIONS = 1
-HW_BRANCH_INSTRUCTIONS = 4
-HW_BUS_CYCLES = 6
-HW_REF_CPU_CYCLES = 9
-
-# Bits of a raw x86 encoding we accept: event select and unit mask.
-RAW_EVENT_MASK = 0xFFFF
-
-DECLARED_CORE_HZ = 1_000_000_000
-DECLARED_BUS_HZ = 100_000_000
 COUNTERS_PER_VCPU = 8
 
 
@@ -76,74 +52,6 @@ class PmuError(Exception):
         super().__init__(reason)
         self.errno = err
         self.reason = reason
-
-
-@dataclass(frozen=True)
-class EventDef:
-    """One countable event: its encodings, raw counters and scale."""
-    name: str
-    hw_config: int | None          # PERF_TYPE_HARDWARE config, if any
-    raw_configs: tuple[int, ...]   # x86 event|umask<<8 encodings
-    kernel_counter: int            # raw counter index for kernel mode
-    user_counter: int              # raw counter index for user mode
-    scale_num: int = 1
-    scale_den: int = 1
-    doc: str = ""
-
-    def scale(self, raw_total: int) -> int:
-        return raw_total * self.scale_num // self.scale_den
-
-
-class CountingModel(ABC):
-    """A source of events for the PMU core.
-
-    Mandatory ops: ``name`` and ``events()``.  Optional: ``reset()``.
-    """
-
-    name: str = ""
-
-    @abstractmethod
-    def events(self) -> Iterable[EventDef]:
-        """The events this model counts."""
-
-    def reset(self) -> None:  # optional op
-        """Forget model state (a new VM)."""
-
-
-class RetirementModel(CountingModel):
-    """Retired instructions and branches, and the clocks derived from them."""
-
-    name = "retirement"
-
-    def events(self) -> Iterable[EventDef]:
-        insn = (proto.CTR_INSN_KERNEL, proto.CTR_INSN_USER)
-        br = (proto.CTR_BRANCH_KERNEL, proto.CTR_BRANCH_USER)
-        return (
-            EventDef("instructions", HW_INSTRUCTIONS, (0x00C0,), *insn,
-                     doc="retired guest instructions (exact)"),
-            EventDef("branch-instructions", HW_BRANCH_INSTRUCTIONS,
-                     (0x00C4,), *br,
-                     doc="retired branches: jcc, jmp, call, ret, loop, "
-                         "int/iret/syscall family"),
-            EventDef("cpu-cycles", HW_CPU_CYCLES, (0x003C,), *insn,
-                     doc="cost model: 1 cycle per retired instruction at "
-                         "a declared 1 GHz"),
-            EventDef("ref-cycles", HW_REF_CPU_CYCLES, (0x0300,), *insn,
-                     doc="virtual reference clock at 1 GHz"),
-            EventDef("bus-cycles", HW_BUS_CYCLES, (0x013C,), *insn,
-                     scale_den=DECLARED_CORE_HZ // DECLARED_BUS_HZ,
-                     doc="virtual bus clock at 100 MHz"),
-        )
-
-
-MANDATORY_OPS = ("name", "events")
-
-
-def check_model(model: CountingModel) -> None:
-    """Fail at registration if a model lacks a mandatory op."""
-    for op in MANDATORY_OPS:
-        if not getattr(model, op, None):
-            raise TypeError(f"counting model {model!r} lacks {op!r}")
 
 
 @dataclass
@@ -249,7 +157,8 @@ class Pmu:
         self._running: dict[int, set[int]] = {}
         # vCPUs whose PMU is globally disabled (PMU_DISABLE .. PMU_ENABLE).
         self._frozen: set[int] = set()
-        models, self.models = self.models or [RetirementModel()], []
+        models = self.models or [cls() for cls in DEFAULT_MODELS]
+        self.models = []
         for m in models:
             self.register(m)
 

@@ -13,7 +13,7 @@ from the guest kernel's own BTF (the ``.BTF`` section of the image's
 vmlinux, CONFIG_DEBUG_INFO_BTF, which Debian enables) and the per-cpu
 offset of ``runqueues`` and the address of ``page_offset_base`` from its
 System.map.  A kernel without them gets no ``task=`` option; the profile
-then names processes by code bytes only (profile.py).
+then names processes by code bytes only (resolve.py).
 
 BTF format: linux/include/uapi/linux/btf.h and
 Documentation/bpf/btf.rst: a header, a type section (``struct btf_type``
@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
+
+from ..image import sysmap
 
 BTF_MAGIC = 0xEB9F
 BTF_HEADER = struct.Struct("<HBBIIIII")   # magic version flags hdr_len
@@ -140,11 +142,10 @@ def vmlinux_btf(vmlinux: Path) -> Btf:
 
 
 def system_map_symbol(system_map: str, name: str) -> int:
-    for line in system_map.splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[2] == name:
-            return int(parts[0], 16)
-    raise LayoutError(f"no {name} in System.map")
+    address = sysmap.system_map_symbol(system_map, name)
+    if address is None:
+        raise LayoutError(f"no {name} in System.map")
+    return address
 
 
 def task_layout(vmlinux: Path, system_map: str) -> TaskLayout:

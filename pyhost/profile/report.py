@@ -1,4 +1,4 @@
-"""Renderers of a profile session (``profile.py``'s session.json, v1).
+"""Renderers of a profile session (session.py: session.json).
 
 Every output is a function of the session alone (record once, render many):
 
@@ -37,7 +37,7 @@ def _pct(n: int, total: int) -> float:
 
 
 def perfmap_line(meta: dict) -> list[str]:
-    """The --compare-perfmap figures (profile.compare_perfmap), if any."""
+    """The --compare-perfmap figures (resolve.compare_perfmap), if any."""
     c = meta.get("perfmap_comparison")
     if not c:
         return []
@@ -99,7 +99,7 @@ def on_behalf_view(session: dict) -> Counter:
 
 def process_view(session: dict) -> list[dict]:
     """Guest code samples (code cache) per guest process: pid and comm of
-    the address space that ran them (profile.py's CR3 timeline)."""
+    the address space that ran them (resolve.py's CR3 timeline)."""
     c = Counter((s.get("pid"), s.get("comm") or "") for s in session["samples"]
                 if s.get("resolved"))
     total = sum(c.values())

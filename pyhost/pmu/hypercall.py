@@ -17,13 +17,14 @@ Operations (see guest_kernel_patch/README.md for the table):
   SET_PERIOD  args   event id, period -> 0 / -errno (countdown restarts)
   SAMPLE_BUF  args   gpa, size, watermark -> 0 / -errno (this vCPU's ring)
 
-Samples (``overflow``) arrive from the plugin between hypercalls: each is
-written as a struct pvperf_sample into the vCPU's ring, the event's
-guest_perf_event.overflows is incremented (the host is its only writer),
-and an NMI is requested through ``nmi`` (a thread-safe callable, see
-vm.NmiInjector) unless one is still outstanding: the guest has not yet
-consumed up to the head we notified.  Buffered events request one only
-when the ring holds ``watermark`` records.
+Samples (``overflow``) arrive from the plugin between hypercalls: the PMU
+model matches each to its event, and the Sampler (sampling.py, the host
+half of sampling) writes the record and requests the NMI.
+
+Log levels: what a well-behaved guest does routinely is DEBUG (perf
+probing events the host does not count gets -ENOENT, its documented
+fallback); anything else a guest gets refused is a WARNING.  Both are
+rate-limited per vCPU.
 """
 from __future__ import annotations
 
@@ -37,10 +38,10 @@ from typing import Callable
 from . import abi
 from . import plugin_protocol as proto
 from .guestmem import GuestMemory, GuestMemoryError
-from .pmu import Pmu, PmuError, PmuEvent
+from .model import Pmu, PmuError, PmuEvent
+from .sampling import Sampler
 
 log = logging.getLogger("pvperf.hypercall")
-
 
 
 class RateLimiter:
@@ -71,46 +72,19 @@ class BackendStats:
     by_op: dict[str, int] = field(default_factory=dict)
 
 
-# An NMI not answered (ring tail not moved) within this long is re-sent.
-NMI_RETRY_S = 0.05
-U32 = (1 << 32) - 1
-
-
-@dataclass
-class SampleRing:
-    """The host's private view of one vCPU's struct pvperf_sample_buf."""
-    gpa: int
-    capacity: int          # records
-    watermark: int         # records (buffered events)
-    head: int = 0          # ours; never read back from the guest
-    lost: int = 0
-    notified: int | None = None    # head when we last asked for an NMI
-    notified_at: float = 0.0
-
-
-@dataclass
-class SampleStats:
-    samples: int = 0
-    lost: int = 0
-    stale: int = 0
-    nmis: int = 0
-
-
 class PerfBackend:
     """Validates and executes hypercalls against a Pmu and guest memory."""
 
     def __init__(self, memory: GuestMemory, pmu: Pmu | None = None,
                  max_vcpus: int = 64, limiter: RateLimiter | None = None,
-                 nmi: Callable[[], None] | None = None,
+                 nmi: Callable[..., None] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.memory = memory
         self.pmu = pmu or Pmu()
         self.max_vcpus = max_vcpus
         self.limiter = limiter or RateLimiter()
         self.stats = BackendStats()
-        self.sample_stats = SampleStats()
-        self.rings: dict[int, SampleRing] = {}
-        self.nmi = nmi
+        self.sampler = Sampler(memory, nmi, clock)
         self.clock = clock
         self._linger_until = 0.0     # clock(): counting on until then
         # Serialises the PMU model: one thread per vCPU connection calls in.
@@ -158,71 +132,12 @@ class PerfBackend:
             event = self.pmu.overflow(msg.event_id, msg.vcpu, msg.threshold,
                                       msg.next_threshold)
             if event is None:
-                self.sample_stats.stale += 1
+                self.sampler.stats.stale += 1
                 return
-            self.sample_stats.samples += 1
             try:
-                self._bump_overflows(event)
-                self._record(msg, event)
+                self.sampler.deliver(msg, event)
             except GuestMemoryError as e:
                 self._complain(msg.vcpu, f"sample not delivered: {e}")
-
-    def _bump_overflows(self, event: PmuEvent) -> None:
-        gpa = event.guest_event_gpa + 8
-        value = (int.from_bytes(self.memory.read(gpa, 4, align=4), "little")
-                 + 1) & U32
-        self.memory.write(gpa, value.to_bytes(4, "little"), align=4)
-
-    def _record(self, msg: proto.OverflowMessage, event: PmuEvent) -> None:
-        ring = self.rings.get(msg.vcpu)
-        if ring is None:
-            self.sample_stats.lost += 1
-            return
-        tail = int.from_bytes(self.memory.read(
-            ring.gpa + abi.SAMPLE_BUF_OFFSET_TAIL, 4, align=4), "little")
-        used = (ring.head - tail) & U32
-        if used >= ring.capacity:      # full, or a tail the guest garbled
-            ring.lost += 1
-            self.sample_stats.lost += 1
-            self.memory.write(ring.gpa + abi.SAMPLE_BUF_OFFSET_LOST,
-                              (ring.lost & U32).to_bytes(4, "little"), align=4)
-        else:
-            slot = ring.gpa + abi.SAMPLE_BUF.size + \
-                (ring.head % ring.capacity) * abi.SAMPLE.size
-            has_regs = bool(msg.flags & proto.REGS)
-            self.memory.write(slot, abi.SAMPLE.pack(
-                event.event_id, msg.mode, abi.SAMPLE_REGS if has_regs else 0,
-                msg.ip, 0, event.spec.scale(event.period),
-                *(msg.regs if has_regs else (0,) * abi.NR_REGS)), align=8)
-            # Record first, then head: the guest reads head, then records.
-            ring.head = (ring.head + 1) & U32
-            self.memory.write(ring.gpa + abi.SAMPLE_BUF_OFFSET_HEAD,
-                              ring.head.to_bytes(4, "little"), align=4)
-            used += 1
-        if event.buffered and used < ring.watermark:
-            return
-        # A SYNC overflow (callchain events, PmuEvent.callchain) waits for
-        # its answer: raise the NMI before giving it (see service).
-        self._maybe_nmi(ring, tail, wait=bool(msg.flags & proto.SYNC))
-
-    def _maybe_nmi(self, ring: SampleRing, tail: int,
-                   wait: bool = False) -> None:
-        now = self.clock()
-        if ring.notified is not None and \
-                0 < (ring.notified - tail) & U32 <= ring.capacity and \
-                now - ring.notified_at < NMI_RETRY_S:
-            return          # the last NMI has not been answered yet
-        ring.notified, ring.notified_at = ring.head, now
-        self.sample_stats.nmis += 1
-        # inject-nmi reaches every vCPU: tell each ring's driver one more
-        # NMI is ours, before it can arrive (the driver claims one each).
-        for r in self.rings.values():
-            gpa = r.gpa + abi.SAMPLE_BUF_OFFSET_NMIS
-            n = int.from_bytes(self.memory.read(gpa, 4, align=4), "little")
-            self.memory.write(gpa, ((n + 1) & U32).to_bytes(4, "little"),
-                              align=4)
-        if self.nmi is not None:
-            self.nmi(wait=wait)
 
     # -- validation ---------------------------------------------------------
 
@@ -249,8 +164,11 @@ class PerfBackend:
             err = e.errno if isinstance(e, PmuError) else errno.EFAULT
             reason = e.reason if isinstance(e, PmuError) else str(e)
             self.stats.errors += 1
+            # -ENOENT is perf's fallback ("not this PMU's event"): routine.
+            level = logging.DEBUG if err == errno.ENOENT else logging.WARNING
             self._complain(msg.vcpu, f"{abi.OP_NAMES.get(block.op, block.op)}"
-                           f": {reason} (-{errno.errorcode.get(err, err)})")
+                           f": {reason} (-{errno.errorcode.get(err, err)})",
+                           level)
             return -err
 
     def _dispatch(self, msg: proto.HcallMessage, block: abi.HcallBlock) -> int:
@@ -263,9 +181,10 @@ class PerfBackend:
         self.stats.by_op[name] = self.stats.by_op.get(name, 0) + 1
         return handler(self, msg, block.args)
 
-    def _complain(self, vcpu: int, text: str) -> None:
-        if self.limiter.allow(vcpu):
-            log.warning("vcpu %d: %s", vcpu, text)
+    def _complain(self, vcpu: int, text: str,
+                  level: int = logging.WARNING) -> None:
+        if log.isEnabledFor(level) and self.limiter.allow(vcpu):
+            log.log(level, "vcpu %d: %s", vcpu, text)
 
     def _write_ret(self, block_gpa: int, ret: int) -> None:
         self.memory.write(block_gpa + abi.HCALL_OFFSET_RET,
@@ -328,20 +247,7 @@ class PerfBackend:
         return 0
 
     def _sample_buf(self, msg, args) -> int:
-        gpa, size, watermark = args
-        if gpa == 0:
-            self.rings.pop(msg.vcpu, None)
-            return 0
-        if size < abi.SAMPLE_BUF_MIN or size > abi.SAMPLE_BUF_MAX or \
-                size & (size - 1):
-            raise PmuError(errno.EINVAL, f"sample buffer size {size}")
-        self.memory.check(gpa, size, align=4096)
-        capacity = (size - abi.SAMPLE_BUF.size) // abi.SAMPLE.size
-        if not 1 <= watermark <= capacity:
-            raise PmuError(errno.EINVAL, f"watermark {watermark} not in "
-                           f"1..{capacity}")
-        self.memory.write(gpa, bytes(abi.SAMPLE_BUF.size), align=8)
-        self.rings[msg.vcpu] = SampleRing(gpa, capacity, watermark)
+        self.sampler.set_buffer(msg.vcpu, *args)
         return 0
 
     _ops = {abi.OP_PROBE: _probe, abi.OP_OPEN: _open, abi.OP_ENABLE: _enable,

@@ -16,7 +16,7 @@ import socket
 import threading
 
 from . import plugin_protocol as proto
-from .errors import ServiceError
+from ..errors import ServiceError
 from .hypercall import PerfBackend
 
 log = logging.getLogger("pvperf.service")

@@ -81,7 +81,7 @@ offset; ``Translation.guestpc`` is where the translating process had it.
 process) live on a vCPU at a time, from the plugin's CR3 records; a host
 sample's tid names its vCPU through the plugin's vCPU records (MTTCG: one
 thread per vCPU; with round-robin TCG every vCPU shares one thread, and
-only smp 1 can be told).  profile.py uses it to move a user TB's guestpc
+only smp 1 can be told).  resolve.py uses it to move a user TB's guestpc
 into the address space that ran it.
 """
 from __future__ import annotations
@@ -91,6 +91,8 @@ import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..pmu.abi import KERNEL_HALF_START
 
 # -- the plugin's records (qemu_plugin/rmap_format.h) ----------------------------
 
@@ -125,7 +127,6 @@ JITDUMP_FLAGS_ARCH_TIMESTAMP = 1
 GUEST_NAME_RE = re.compile(rb"guest-0x([0-9a-f]+)$")
 
 MAX_TB_HOST = 64 * 1024     # QEMU caps a TB's host code at 64 KiB (unwind)
-KERNEL_HALF = 0xFFFF800000000000
 
 
 class RmapFormatError(ValueError):
@@ -339,7 +340,7 @@ class ReverseMap:
             host_start=load.host_start, host_size=load.host_size,
             time_ns=load.time_ns, tid=load.tid,
             generation=self.generation_at(load.time_ns), guestpc=guestpc,
-            kernel=rec.kernel if rec else guestpc >= KERNEL_HALF,
+            kernel=rec.kernel if rec else guestpc >= KERNEL_HALF_START,
             insn_sizes=rec.insn_sizes if rec else None,
             code=rec.code if rec else None, cr3=rec.cr3 if rec else None)
 

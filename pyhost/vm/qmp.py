@@ -12,7 +12,7 @@ import time
 from qemu.qmp import QMPClient
 from qemu.qmp.error import QMPError
 
-from .errors import VMError
+from ..errors import VMError
 
 # qemu.qmp logs each refused connect attempt (expected while QEMU starts)
 # and QEMU's exit at ERROR; pvperf reports failures itself.

@@ -38,7 +38,10 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-GUEST_SHARE_MOUNT = "/mnt/host"
+from ..image.sysmap import parse_kallsyms as kallsyms_lines
+from ..vm.launcher import GUEST_SHARE
+from .procmaps import parse_maps
+
 PAGE = 4096
 
 
@@ -84,22 +87,12 @@ KERNEL_TEXT_TYPES = set("tTwW")
 
 
 def parse_kallsyms(text: str, dso: str = "[kernel]") -> list[Symbol]:
-    """System.map or /proc/kallsyms lines: 'ADDR TYPE NAME [MODULE]'."""
-    syms = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) < 3 or parts[1] not in KERNEL_TEXT_TYPES:
-            continue
-        try:
-            start = int(parts[0], 16)
-        except ValueError:
-            continue
-        if not start:
-            continue
-        module = parts[3].strip("[]") if len(parts) > 3 else ""
-        syms.append(Symbol(parts[2], start, 0, f"[{module}]" if module
-                           else dso))
-    return syms
+    """The text symbols of System.map or /proc/kallsyms lines (parsed by
+    image.sysmap); module symbols get the dso "[module]"."""
+    return [Symbol(s.name, s.address, 0,
+                   f"[{s.module}]" if s.module else dso)
+            for s in kallsyms_lines(text)
+            if s.type in KERNEL_TEXT_TYPES and s.address]
 
 
 def kernel_symbols(system_map: str, module_kallsyms: str = "") -> SymbolTable:
@@ -196,15 +189,10 @@ class Mapping:
 
     @classmethod
     def parse_maps(cls, text: str) -> list["Mapping"]:
-        out = []
-        for line in text.splitlines():
-            parts = line.split(None, 5)
-            if len(parts) < 6 or "x" not in parts[1] or \
-                    not parts[5].startswith("/"):
-                continue
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            out.append(cls(lo, hi, int(parts[2], 16), parts[5].strip()))
-        return out
+        """The executable, file-backed lines of a maps text."""
+        return [cls(m.start, m.end, m.offset, m.path)
+                for m in parse_maps(text)
+                if m.executable and m.path.startswith("/")]
 
 
 class GuestUserSymbols:
@@ -226,10 +214,10 @@ class GuestUserSymbols:
         self.candidates += [Path(p) for p in extra_elves]
 
     def _host_path(self, guest_path: str) -> Path | None:
-        if self.share is not None and (guest_path == GUEST_SHARE_MOUNT or
+        if self.share is not None and (guest_path == GUEST_SHARE or
                                        guest_path.startswith(
-                                           GUEST_SHARE_MOUNT + "/")):
-            return self.share / guest_path[len(GUEST_SHARE_MOUNT):].lstrip("/")
+                                           GUEST_SHARE + "/")):
+            return self.share / guest_path[len(GUEST_SHARE):].lstrip("/")
         if self.image_root is not None:
             return self.image_root / guest_path.lstrip("/")
         return None

@@ -1,23 +1,5 @@
-"""System-wide profile of QEMU and its guest: record, then resolve.
+"""System-wide profile of QEMU and its guest, step 2: resolve.
 
-record:  boot the guest under plain TCG (the paravirtual PMU is not
-         needed) with QEMU's ``-jitdump`` (``jit-<qemu pid>.dump`` in the
-         output directory: QEMU writes it into its current directory, so
-         QEMU starts there through ``env -C``) and the translation-time
-         plugin ``qemu_plugin/pvperf-rmap.so`` (per TB its guest code
-         bytes and the translating address space; the CR3 timeline with
-         the guest task behind every address-space switch, named through
-         offsets from the guest kernel's BTF, kernel_layout.py), and sample
-         the QEMU process with the host's ``perf record -e cpu-clock -k
-         mono --call-graph dwarf -p <qemu pid>`` (a software event:
-         hardware events are not supported on these hosts).  The guest
-         runs CMD under a small shell wrapper that waits for a ``go`` file
-         in the share (created once perf runs), snapshots the maps and
-         comm of every guest process (one busybox grep, 0.1 s after the
-         start, then every second: processes living less than that have
-         none), writes ``done`` when CMD exits and only then captures the
-         module lines of /proc/kallsyms.  Samples outside [go, done] (host
-         CLOCK_MONOTONIC) are dropped.
 resolve: each sample's leaf IP: in QEMU's code cache (the anonymous
          executable mapping) -> the translation whose host code held it at
          the sample's time (rmap.py: jitdump joined with the plugin's
@@ -49,335 +31,29 @@ vaddr; with round-robin TCG and smp > 1 one host thread runs every vCPU,
 so no sample names its vCPU and user code keeps its translation-time
 vaddr; a TB whose code bytes occur twice at one page offset in a
 process's mappings is placed at the first.
-With ``perfmap=True`` QEMU also writes ``-perfmap`` (/tmp/perf-PID.map,
-moved into the output directory when QEMU is gone) and the session's meta
-compares it with the reverse map (``perfmap_comparison``).
-The result is a versioned session file (``session.json``), which every
-renderer in ``report.py`` reads.
+With a QEMU ``-perfmap`` recorded, the session's meta compares it with
+the reverse map (``perfmap_comparison``).  The result is the session dict
+(session.py writes and reads it; report.py renders it).
 """
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
-import logging
-import os
 import re
 import shlex
-import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import kernel_layout
+from ..pmu.abi import KERNEL_HALF_START
 from . import rmap as rmap_mod
-from .errors import SetupError, VMError
+from .hostperf import EVENT, SAMPLE_FREQ, Frame, PerfSample, perf_lost, \
+    perf_script
+from .procmaps import code_cache_ranges
+from .record import Recording
+from .session import SESSION_VERSION
 from .symbols import GuestUserSymbols, HostSymbols, Mapping, kernel_symbols
-from .vm import REPO_ROOT, VM, VMConfig, _qemu_escape
 
-log = logging.getLogger("pvperf.profile")
-
-RMAP_PLUGIN = REPO_ROOT / "qemu_plugin" / "pvperf-rmap.so"
-SESSION_VERSION = 2
-SESSION_FILE = "session.json"
-RMAP_FILE = "rmap.bin"
-QEMU_PERFMAP = "qemu-perf.map"
-EVENT = "cpu-clock"
-SAMPLE_FREQ = 4000
-SPACES = ("emulator", "guest-kernel", "guest-user")
 UNRESOLVED = "[code cache, unresolved]"
-GUEST_WORKDIR = ".pvperf-profile"
-SNAPSHOT_FIRST_S, SNAPSHOT_EVERY_S = 0.1, 1
 
-
-# -- the VM with the reverse-map recorders ------------------------------------------
-
-def guest_task_layout(image) -> kernel_layout.TaskLayout | None:
-    """The plugin's task= offsets for the image's kernel, or None."""
-    try:
-        return kernel_layout.task_layout(image.vmlinux,
-                                         image.system_map.read_text())
-    except (OSError, kernel_layout.LayoutError) as e:
-        log.warning("guest processes will be named by code bytes only: %s",
-                    e)
-        return None
-
-
-def with_tb_size(argv: list[str], tb_size_mb: int) -> list[str]:
-    """QEMU's argv with a code buffer of tb_size_mb MiB: ``-accel
-    tcg,tb-size=N`` (QEMU refuses it together with -machine accel=)."""
-    argv = list(argv)
-    i = argv.index("-machine") + 1
-    opts = argv[i].split(",")
-    if "accel=tcg" not in opts:
-        raise SetupError("setting the TCG code buffer size",
-                         f"no accel=tcg in -machine {argv[i]}",
-                         "update profile.with_tb_size for the launcher")
-    opts.remove("accel=tcg")
-    argv[i] = ",".join(opts)
-    return argv + ["-accel", f"tcg,tb-size={tb_size_mb}"]
-
-
-class ProfiledVM(VM):
-    """A VM whose QEMU runs in ``outdir`` with -jitdump (and optionally
-    -perfmap) and pvperf-rmap.so writing ``outdir/rmap.bin`` (``plugin``
-    False: without it, for bench_rmap.py's jitdump-only figure)."""
-
-    def __init__(self, config: VMConfig, outdir: Path,
-                 task: kernel_layout.TaskLayout | None = None,
-                 tb_size_mb: int | None = None, perfmap: bool = False,
-                 plugin: bool = True, verbose: bool = False):
-        super().__init__(config)
-        self.outdir = outdir
-        self.rmap_path = outdir / RMAP_FILE
-        self.task = task
-        self.tb_size_mb = tb_size_mb
-        self.perfmap = perfmap
-        self.plugin = plugin
-        self.verbose = verbose          # the plugin's summary at exit
-        self.pid: int | None = None
-
-    def plugin_arg(self) -> str:
-        if not RMAP_PLUGIN.exists():
-            raise SetupError("reverse-map plugin not built",
-                             f"{RMAP_PLUGIN} missing",
-                             "run `make -C qemu_plugin pvperf-rmap.so`")
-        opts = [str(RMAP_PLUGIN), f"out={_qemu_escape(str(self.rmap_path))}"]
-        if self.task is not None:
-            opts.append(f"task={self.task.plugin_option()}")
-        if self.verbose:
-            opts.append("verbose=on")
-        return ",".join(opts)
-
-    def qemu_argv(self) -> list[str]:
-        argv = super().qemu_argv() + ["-jitdump"]
-        if self.plugin:
-            argv += ["-plugin", self.plugin_arg()]
-        if self.perfmap:
-            argv.append("-perfmap")
-        if self.tb_size_mb:
-            argv = with_tb_size(argv, self.tb_size_mb)
-        # QEMU writes jit-PID.dump into its current directory; env execs
-        # QEMU, which keeps env's pid.
-        return ["env", "-C", str(self.outdir), *argv]
-
-    async def start(self) -> None:
-        try:
-            await super().start()
-        finally:
-            if self.console is not None:
-                self.pid = self.console.child.pid
-
-    @property
-    def qemu_pid(self) -> int:
-        return self.pid
-
-    @property
-    def jitdump_path(self) -> Path:
-        return self.outdir / f"jit-{self.pid}.dump"
-
-    def keep_perfmap(self) -> Path | None:
-        """Move QEMU's /tmp/perf-PID.map into outdir (QEMU is gone)."""
-        if self.pid is None:
-            return None
-        src = Path(f"/tmp/perf-{self.pid}.map")
-        if not src.exists():
-            return None
-        dst = self.outdir / QEMU_PERFMAP
-        shutil.move(str(src), dst)
-        return dst
-
-
-def guest_wrapper(command: str, workdir: str) -> str:
-    """The guest shell script that runs ``command`` between go and done,
-    snapshotting every process's maps and comm (one grep per round:
-    lines "/proc/PID/maps:..." and "/proc/PID/comm:NAME")."""
-    d = shlex.quote(workdir)
-    return (
-        f"while [ ! -e {d}/go ]; do sleep 0.02; done; "
-        f"( {command} ) & p=$!; "
-        f"( sleep {SNAPSHOT_FIRST_S}; n=0; while [ -e /proc/$p/maps ]; do "
-        f"n=$((n+1)); grep -H '' /proc/[0-9]*/comm /proc/[0-9]*/maps "
-        f"> {d}/snap.tmp 2>/dev/null; mv {d}/snap.tmp {d}/snap.$n; "
-        f"sleep {SNAPSHOT_EVERY_S}; done ) & "
-        f"wait $p; rc=$?; touch {d}/done; "
-        f"grep '\\]$' /proc/kallsyms > {d}/modsyms 2>/dev/null; "
-        f"exit $rc")
-
-
-@dataclass
-class Recording:
-    """What record() leaves for resolve()."""
-    workdir: Path                   # host side of the guest's workdir
-    perf_data: Path
-    rmap_path: Path
-    jitdump_path: Path
-    perfmap_path: Path | None       # QEMU's -perfmap, if asked for
-    qemu_pid: int
-    qemu_maps: str
-    window: tuple[float, float]     # host CLOCK_MONOTONIC seconds
-    status: int
-    command: str
-    smp: int
-    perf_stderr: str = ""
-
-
-async def _wait_file(path: Path, vm: VM, timeout: float | None) -> None:
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not path.exists():
-        if not vm.console.alive():
-            raise VMError("profiled command", "QEMU exited before the "
-                          "command finished", "see --console output")
-        if deadline is not None and time.monotonic() > deadline:
-            raise VMError("profiled command", f"not done within {timeout:g}"
-                          " s", "raise --timeout")
-        await asyncio.sleep(0.005)
-
-
-def _start_perf(pid: int, out: Path) -> subprocess.Popen:
-    if shutil.which("perf") is None:
-        raise SetupError("host perf not found", "no `perf` in PATH",
-                         "apt-get install linux-perf")
-    argv = ["perf", "record", "-e", EVENT, "-F", str(SAMPLE_FREQ), "-k",
-            "mono", "--call-graph", "dwarf,8192", "-m", "1024", "-p",
-            str(pid), "-o", str(out), "-q"]
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _stop_perf(perf: subprocess.Popen) -> str:
-    if perf.poll() is None:
-        perf.send_signal(signal.SIGINT)
-    try:
-        _, err = perf.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        perf.kill()
-        _, err = perf.communicate()
-    return err or ""
-
-
-async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
-                 perfmap: bool = False, stdout=None, stderr=None
-                 ) -> Recording:
-    """Boot, run config.command while sampling QEMU; keep the raw data."""
-    stdout = stdout or sys.stdout.buffer
-    stderr = stderr or sys.stderr.buffer
-    share = config.share
-    workdir = share / f"{GUEST_WORKDIR}-{os.getpid()}-{os.urandom(3).hex()}"
-    workdir.mkdir()
-    guest_dir = "/mnt/host/" + workdir.name
-    command = config.command
-    config.command = guest_wrapper(command, guest_dir)
-    perf_data = outdir / "perf.data"
-    perf, vm = None, ProfiledVM(config, outdir, guest_task_layout(config.image),
-                                tb_size_mb, perfmap)
-    try:
-        async with vm:
-            pumps = await vm.pump_output(stdout, stderr)
-            await vm.wait_ready()
-            pid = vm.qemu_pid
-            qemu_maps = Path(f"/proc/{pid}/maps").read_text()
-            perf = _start_perf(pid, perf_data)
-            await asyncio.sleep(0.5)        # perf attaches to every thread
-            if perf.poll() is not None:
-                raise SetupError("host perf record failed",
-                                 _stop_perf(perf).strip()[-200:],
-                                 "check perf_event_paranoid / run as root")
-            t_go = time.monotonic()
-            (workdir / "go").touch()
-            await _wait_file(workdir / "done", vm, config.timeout)
-            t_done = time.monotonic()
-            perf_err = _stop_perf(perf)
-            perf = None
-            status = await vm.wait_exit(60)
-            await asyncio.wait(pumps, timeout=5)
-    finally:
-        config.command = command
-        if perf is not None:
-            _stop_perf(perf)
-        perfmap_path = vm.keep_perfmap()
-    return Recording(workdir=workdir, perf_data=perf_data,
-                     rmap_path=vm.rmap_path, jitdump_path=vm.jitdump_path,
-                     perfmap_path=perfmap_path, qemu_pid=pid,
-                     qemu_maps=qemu_maps, window=(t_go, t_done),
-                     status=status, command=command, smp=config.smp,
-                     perf_stderr=perf_err)
-
-
-# -- perf script -------------------------------------------------------------------
-
-@dataclass
-class Frame:
-    ip: int
-    sym: str
-    dso: str
-
-
-@dataclass
-class PerfSample:
-    comm: str
-    tid: int
-    time: float
-    frames: list[Frame]
-
-
-HEAD_RE = re.compile(r"^\s*(?P<comm>.*?)\s+(?P<tid>\d+)\s+(?P<time>\d+\.\d+):"
-                     r"\s+(?P<period>\d+)?")
-FRAME_RE = re.compile(r"^\s+(?P<ip>[0-9a-f]+)\s+(?P<sym>.*?)\s+\((?P<dso>.*)\)$")
-
-
-def parse_perf_script(text: str) -> list[PerfSample]:
-    samples, cur = [], None
-    for line in text.splitlines():
-        if not line.strip():
-            cur = None
-            continue
-        m = FRAME_RE.match(line) if cur is not None else None
-        if m:
-            sym = re.sub(r"\+0x[0-9a-f]+$", "", m["sym"])
-            cur.frames.append(Frame(int(m["ip"], 16), sym, m["dso"]))
-            continue
-        h = HEAD_RE.match(line)
-        if h:
-            cur = PerfSample(h["comm"], int(h["tid"]), float(h["time"]), [])
-            samples.append(cur)
-    return samples
-
-
-def perf_script(perf_data: Path) -> list[PerfSample]:
-    out = subprocess.run(["perf", "script", "-i", str(perf_data), "-F",
-                          "comm,tid,time,ip,sym,dso"],
-                         capture_output=True, text=True, check=True).stdout
-    return parse_perf_script(out)
-
-
-def perf_lost(perf_data: Path) -> int:
-    out = subprocess.run(["perf", "report", "--stats", "-i", str(perf_data)],
-                         capture_output=True, text=True).stdout
-    lost = 0
-    for line in out.splitlines():
-        m = re.match(r"\s*LOST_SAMPLES events:\s+(\d+)", line)
-        if m:
-            lost += int(m.group(1))
-    return lost
-
-
-def code_cache_ranges(qemu_maps: str) -> list[tuple[int, int]]:
-    """Anonymous executable mappings of QEMU: the TCG code cache."""
-    out = []
-    for line in qemu_maps.splitlines():
-        parts = line.split()
-        if len(parts) >= 5 and "x" in parts[1] and len(parts) == 5:
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            out.append((lo, hi))
-    return out
-
-
-# -- guest processes ------------------------------------------------------------
 
 SNAP_RE = re.compile(r"^/proc/(\d+)/(maps|comm):(.*)$")
 
@@ -400,6 +76,7 @@ def parse_snapshots(texts: list[str]) -> tuple[dict, dict]:
                     Mapping.parse_maps(m.group(3)))
     return ({pid: sorted(ms, key=lambda x: x.start)
              for pid, ms in maps.items()}, comms)
+
 
 
 # -- resolve -----------------------------------------------------------------------
@@ -710,29 +387,10 @@ def compare_perfmap(r: Resolver, perfmap_path: Path, samples: list[dict]
 
 
 def perfmap_symbol(r: Resolver, vaddr: int) -> tuple[str, str] | None:
-    if vaddr >= rmap_mod.KERNEL_HALF:
+    if vaddr >= KERNEL_HALF_START:
         sym = r.kernel.lookup(vaddr)
         return ("guest-kernel", sym.name) if sym else None
     found = r.user.guestpc_to_symbol(vaddr, b"", None)
     return ("guest-user", found[0].name) if found else None
 
 
-def write_session(session: dict, outdir: Path) -> Path:
-    path = outdir / SESSION_FILE
-    path.write_text(json.dumps(session))
-    return path
-
-
-def load_session(path: Path) -> dict:
-    session = json.loads(Path(path).read_text())
-    if session.get("version") != SESSION_VERSION:
-        raise VMError("reading the profile session", f"version "
-                      f"{session.get('version')} in {path}",
-                      f"re-record with this pvperf (session v"
-                      f"{SESSION_VERSION})")
-    return session
-
-
-def cleanup_workdir(rec: Recording) -> None:
-    with contextlib.suppress(OSError):
-        shutil.rmtree(rec.workdir)

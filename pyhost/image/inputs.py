@@ -1,0 +1,164 @@
+"""The image's inputs and their hash: what decides whether to rebuild.
+
+Inputs (all of them go into the input hash; any change rebuilds):
+
+    * the kernel package that ``linux-image-amd64`` depends on and its
+      candidate version, and the candidate version of busybox-static, as
+      the local apt lists resolve them (``apt-cache``; no network);
+    * the installed ``linux-perf`` version and the size/mtime of the perf
+      binary and of every library ``ldd`` lists for it;
+    * likewise for each recipe ``tools`` entry: the installed version of
+      its package, the size/mtime of its binary (symlinks resolved) and of
+      every library ``ldd`` lists for it, and its guest path;
+    * every file of the recipe directory ``images/<name>/``;
+    * the SHA-256 of the guest PMU driver ``pvperf.ko`` (if any);
+    * the SHA-256 of the builder's sources (this package).
+
+``base_hash`` leaves the driver out: when only the driver changed, the
+cached kernel, System.map and tree are reused.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ImageError
+from ..paths import DRIVER_KO_PATH
+from . import apt, host
+from .host import Tool
+from .recipe import Recipe, load_recipe
+
+#: Version of the image layout, recorded in the manifest and the hash.
+IMAGE_FORMAT = 1
+#: build_image's and image_status's default driver: DRIVER_KO_PATH if built.
+DEFAULT_DRIVER = object()
+
+
+def builder_hash() -> str:
+    """SHA-256 over the builder's sources (every module of this package)."""
+    h = hashlib.sha256()
+    for p in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(p.name.encode() + b"\0" + host.sha256_file(p).encode())
+    return h.hexdigest()
+
+
+def _hash_tree(d: Path) -> dict[str, str]:
+    """relative path -> sha256 (symlinks hash their target)."""
+    out = {}
+    for p in sorted(Path(d).rglob("*")):
+        rel = p.relative_to(d).as_posix()
+        if "__pycache__" in rel or rel.endswith("~"):
+            continue
+        if p.is_symlink():
+            out[rel] = "link:" + os.readlink(p)
+        elif p.is_file():
+            out[rel] = host.sha256_file(p) + (":x" if os.access(p, os.X_OK) else "")
+    return out
+
+
+def input_hash(inputs: dict) -> str:
+    """Canonical SHA-256 of the inputs dictionary."""
+    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass
+class Inputs:
+    recipe: Recipe
+    kernel_package: str
+    versions: dict[str, str]             # package -> version
+    perf_binary: Path
+    perf_libs: list[tuple[str, Path]]
+    driver_ko: Path | None
+    driver_bytes: bytes | None
+    data: dict
+    tools: list[Tool] = field(default_factory=list)
+
+    def programs(self) -> list[tuple[str, Path]]:
+        """(guest path, host file) of perf and of every tool."""
+        return [("/usr/bin/perf", self.perf_binary)] + [
+            (t.spec.guest, t.host) for t in self.tools]
+
+    def libraries(self) -> list[tuple[str, Path]]:
+        """(guest path, host file) of every shared library of perf and the
+        tools, each guest path once (first one wins)."""
+        out: dict[str, Path] = {}
+        for guest, lib in self.perf_libs + [x for t in self.tools
+                                            for x in t.libs]:
+            out.setdefault(guest, lib)
+        return list(out.items())
+
+    @property
+    def hash(self) -> str:
+        return input_hash(self.data)
+
+    @property
+    def base_hash(self) -> str:
+        """The hash of everything but the driver: when only the driver
+        changed, the kernel, System.map and the rest of the tree are reused."""
+        return input_hash({k: v for k, v in self.data.items() if k != "driver"})
+
+
+def gather_inputs(name: str, driver_ko: Path | None) -> Inputs:
+    recipe = load_recipe(name)
+    kpkg, versions = apt.resolve_packages(recipe.kernel_package,
+                                          [recipe.busybox_package])
+    perf, perf_version = host.find_perf_binary(recipe)
+    versions[recipe.perf_package] = perf_version
+    libs = host.ldd_libraries(perf)
+    host_files = {str(perf): host.stat_key(perf)}
+    for _guest, lib in libs:
+        host_files[str(lib)] = host.stat_key(lib)
+    tools = []
+    for spec in recipe.tools:
+        binary, version = host.find_tool(spec)
+        tool = Tool(spec, binary, version, host.ldd_libraries(binary))
+        tools.append(tool)
+        versions[spec.package] = version
+        for f in [binary] + [h for _g, h in tool.libs]:
+            host_files[str(f)] = host.stat_key(f)
+    driver_bytes = None
+    if driver_ko is not None:
+        driver_ko = Path(driver_ko).resolve()
+        try:       # read once: what is hashed is exactly what is installed
+            driver_bytes = driver_ko.read_bytes()
+        except OSError as e:
+            raise ImageError("cannot add the guest PMU driver",
+                             f"{driver_ko}: {e.strerror}",
+                             "build it first (make -C guest_kernel_patch) or "
+                             "build without it (--no-driver)", exc=e) from e
+    data = {
+        "format": IMAGE_FORMAT,
+        "builder": builder_hash(),
+        "recipe": _hash_tree(recipe.directory),
+        "packages": {p: versions[p] for p in sorted(versions)},
+        "kernel_package": kpkg,
+        "host_files": host_files,
+        "tools": {t.spec.guest: str(t.host) for t in tools},
+        "driver": (hashlib.sha256(driver_bytes).hexdigest()
+                   if driver_bytes is not None else None),
+    }
+    return Inputs(recipe, kpkg, versions, perf, libs, driver_ko,
+                  driver_bytes, data, tools)
+
+
+def _default_driver(driver_ko) -> Path | None:
+    if driver_ko is DEFAULT_DRIVER:
+        return DRIVER_KO_PATH if DRIVER_KO_PATH.is_file() else None
+    return Path(driver_ko) if driver_ko is not None else None
+
+
+def gather(name: str, driver_ko) -> Inputs:
+    """gather_inputs with the default driver; the default one may vanish
+    while guest_kernel_patch/ is being rebuilt: then build without it."""
+    driver = _default_driver(driver_ko)
+    try:
+        return gather_inputs(name, driver)
+    except ImageError:
+        if driver_ko is DEFAULT_DRIVER and driver and not driver.exists():
+            return gather_inputs(name, None)
+        raise
+

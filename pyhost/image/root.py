@@ -1,0 +1,147 @@
+"""The guest root tree: modules, busybox, perf and tools, /init, the
+recipe's overlay and the PMU driver (everything the initramfs holds).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Callable
+
+from ..errors import ImageError
+from .host import run
+from .inputs import Inputs
+from .modules import ModuleDB, modname
+
+GUEST_DRIVER_PATH = "lib/modules/pvperf/pvperf.ko"
+GUEST_MODULE_LIST = "etc/pvperf/modules.load"
+
+
+def _busybox_applets(busybox: Path) -> list[str]:
+    """Applet paths (relative, e.g. 'bin/sh') from ``busybox --list-full``
+    (the static busybox is an x86_64 binary like the host)."""
+    out = run([str(busybox), "--list-full"], "cannot list busybox applets",
+               "delete the busybox-static .deb from the cache and retry")
+    applets = [a.strip() for a in out.stdout.splitlines() if a.strip()]
+    # /init is ours; busybox's init/linuxrc applets must not shadow it.
+    return [a for a in applets if modname(a) not in ("init", "linuxrc")]
+
+
+def _install(src: Path, dst: Path, mode: int | None = None) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.is_symlink():             # never write through an applet link
+        dst.unlink()
+    shutil.copyfile(src, dst)
+    os.chmod(dst, mode if mode is not None else
+             stat.S_IMODE(os.stat(src).st_mode))
+
+
+def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
+                   busybox_dir: Path, report: Callable[[int, str], None]
+                   ) -> list[str]:
+    """Fill the guest root tree; returns the module load order."""
+    recipe = inputs.recipe
+    for d in ("bin", "sbin", "usr/bin", "usr/sbin", "lib", "lib64", "etc",
+              "etc/pvperf", "proc", "sys", "dev", "tmp", "run", "root",
+              "mnt/host", f"lib/modules/{kver}"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    os.chmod(root / "tmp", 0o1777)
+    os.chmod(root / "root", 0o700)
+
+    # kernel modules
+    moddir = kdir / "lib" / "modules" / kver
+    db = ModuleDB.from_tree(moddir)
+    try:
+        order = db.load_order(recipe.modules)
+    except KeyError as e:
+        raise ImageError("cannot collect kernel modules",
+                         f"module {e.args[0]} is neither in {kver} nor built in",
+                         f"fix the module list in {recipe.directory}/recipe.json"
+                         ) from e
+    report(5, f"collecting {len(order)} kernel modules: {' '.join(order)}")
+    gmod = root / "lib" / "modules" / kver
+    packed = [db.paths[n] for n in order if not db.paths[n].endswith(".ko")]
+    if packed:         # bookworm's 6.1 has CONFIG_MODULE_COMPRESS_NONE=y
+        raise ImageError("cannot collect kernel modules",
+                         f"compressed modules are not supported: {packed[0]}",
+                         "use a kernel with uncompressed modules, or teach "
+                         "pyhost/image/root.py to decompress them")
+    for name in order:
+        _install(moddir / db.paths[name], gmod / db.paths[name], 0o644)
+    (gmod / "modules.dep").write_text(db.modules_dep_text(order))
+    (gmod / "modules.order").write_text(
+        "".join(db.paths[n] + "\n" for n in order))
+    for f in ("modules.builtin", "modules.builtin.modinfo"):
+        if (moddir / f).exists():
+            _install(moddir / f, gmod / f, 0o644)
+    (root / GUEST_MODULE_LIST).write_text(
+        "".join(f"/lib/modules/{kver}/{db.paths[n]}\n" for n in order))
+
+    # busybox and its applets
+    names = ", ".join(["perf"] + [os.path.basename(t.spec.guest)
+                                  for t in inputs.tools])
+    report(6, f"collecting busybox, {names} and "
+              f"{len(inputs.libraries())} shared libraries")
+    bb_src = busybox_dir / "bin" / "busybox"
+    if not bb_src.is_file():
+        raise ImageError("cannot install busybox",
+                         f"{recipe.busybox_package} has no /bin/busybox",
+                         "check the recipe's busybox package")
+    _install(bb_src, root / "bin" / "busybox", 0o755)
+    for applet in _busybox_applets(bb_src):
+        link = root / applet
+        if link.exists() or link.is_symlink():
+            continue
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath("/bin/busybox", "/" + str(Path(applet).parent)),
+                   link)
+
+    install_programs(root, inputs)
+
+    # /init, recipe overlay, identification
+    _install(recipe.init, root / "init", 0o755)
+    if recipe.overlay and recipe.overlay.is_dir():
+        for src in sorted(recipe.overlay.rglob("*")):
+            rel = src.relative_to(recipe.overlay)
+            if src.is_dir():
+                (root / rel).mkdir(parents=True, exist_ok=True)
+            else:
+                _install(src, root / rel)
+
+    install_driver(root, inputs)
+    return order
+
+
+def install_programs(root: Path, inputs: Inputs) -> None:
+    """perf and the recipe's tools (over any busybox applet of the same
+    name), their libraries and the dynamic loader at the paths ldd
+    printed."""
+    for guest, host in inputs.programs():
+        _install(host, root / guest.lstrip("/"), 0o755)
+    for guest, host in inputs.libraries():
+        dst = root / guest.lstrip("/")
+        if not dst.exists():
+            _install(host, dst, 0o755)
+
+
+def install_driver(root: Path, inputs: Inputs) -> None:
+    """Put (or remove) the guest PMU driver."""
+    ko = root / GUEST_DRIVER_PATH
+    if ko.exists():
+        ko.unlink()
+    if ko.parent.is_dir() and not any(ko.parent.iterdir()):
+        ko.parent.rmdir()
+    if inputs.driver_bytes is not None:
+        ko.parent.mkdir(parents=True, exist_ok=True)
+        ko.write_bytes(inputs.driver_bytes)
+
+
+def write_image_json(root: Path, inputs: Inputs, kver: str) -> None:
+    (root / "etc/pvperf").mkdir(parents=True, exist_ok=True)
+    (root / "etc/pvperf/image.json").write_text(json.dumps(
+        {"name": inputs.recipe.name, "kernel_version": kver,
+         "input_hash": inputs.hash,
+         "driver": inputs.data["driver"]}, indent=1) + "\n")
+

@@ -1,0 +1,65 @@
+"""The new image's test boot: does it boot, and what is its System.map?
+
+Debian's linux-image packages ship a placeholder System.map (the real one
+is in the ~860 MB -dbg package), so the builder boots the new image once
+with the one VM launcher (vm/launcher.py; run mode, no share, no PMU,
+``nokaslr``) and reads /proc/kallsyms.  The same boot is the image's
+smoke test: READY and ``EXIT 0`` on the control port, every dynamically
+linked recipe tool loads, and perf prints its version.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import ImageError, PvperfError
+from ..vm.launcher import VMConfig, run_command
+
+LOADER = "/lib64/ld-linux-x86-64.so.2"
+SMOKE_TIMEOUT = 180.0
+SMOKE_MEM_MB = 512
+HINT = ("run `pvperf image build --force`; if it fails again, boot the "
+        "image by hand (images/README.md) and read the console")
+
+
+@dataclass(frozen=True)
+class _Boot:
+    vmlinux: Path
+    initramfs: Path
+
+
+def smoke_command(tools: Iterable[str] = ()) -> str:
+    """The test boot's command: every dynamically linked tool (guest path)
+    must load (the dynamic loader's --list exits non-zero when a library
+    is missing), then /proc/kallsyms, then perf's version on stderr."""
+    checks = "".join(f"{LOADER} --list {t} >&2 && " for t in tools)
+    return checks + "cat /proc/kallsyms && perf --version >&2"
+
+
+def smoke_boot(vmlinux: Path, initramfs: Path,
+               timeout: float = SMOKE_TIMEOUT,
+               tools: Iterable[str] = ()) -> tuple[str, str]:
+    """Boot the image once; returns (kallsyms text, perf version line).
+    ``tools``: guest paths of dynamically linked recipe tools whose
+    libraries must all load.  Raises ImageError."""
+    config = VMConfig(image=_Boot(vmlinux, initramfs), mode="run",
+                      command=smoke_command(tools), mem_mb=SMOKE_MEM_MB,
+                      pmu=False, timeout=timeout, boot_timeout=timeout,
+                      kernel_args=("nokaslr",))
+    out, err = io.BytesIO(), io.BytesIO()
+    try:
+        status = asyncio.run(run_command(config, stdout=out, stderr=err))
+    except PvperfError as e:
+        raise ImageError("the new image did not boot", e.one_line(), HINT,
+                         exc=e, details=e.details) from e
+    stderr = err.getvalue().decode(errors="replace")
+    if status != 0:
+        raise ImageError("the new image did not boot",
+                         f"the test command exited with {status}", HINT,
+                         details="\n".join(stderr.splitlines()[-30:]))
+    version = stderr.strip().splitlines()
+    return out.getvalue().decode(errors="replace"), \
+        (version[-1] if version else "")

@@ -1,0 +1,23 @@
+"""Where pvperf finds its own files and keeps its cache (defined once).
+
+  REPO_ROOT     the checkout pyhost runs from (pyhost is installed
+                editable: the plugins, driver and recipes are built here)
+  cache_dir()   ${XDG_CACHE_HOME:-~/.cache}/pvperf: guest images, debs
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PLUGIN_PATH = REPO_ROOT / "qemu_plugin" / "pvperf.so"
+RMAP_PLUGIN_PATH = REPO_ROOT / "qemu_plugin" / "pvperf-rmap.so"
+DRIVER_KO_PATH = REPO_ROOT / "guest_kernel_patch" / "pvperf.ko"
+RECIPES_DIR = REPO_ROOT / "images"
+
+
+def cache_dir() -> Path:
+    """``${XDG_CACHE_HOME:-~/.cache}/pvperf``."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    root = Path(base) if base else Path.home() / ".cache"
+    return root / "pvperf"

@@ -1,0 +1,12 @@
+"""The paravirtual PMU, host side: ABI mirror, PMU model, hypercall service.
+
+  abi              Python mirror of guest_kernel_patch/pvperf_abi.h
+  plugin_protocol  Python mirror of qemu_plugin/pvperf_proto.h
+  guestmem         bounds-checked access to guest RAM (the shared file)
+  events           the event table: every event the host counts, once
+  model            the PMU programming model: events, modes, counters
+  sampling         the host half of sampling: sample rings, NMI requests
+  nmi              thread-safe QMP inject-nmi for the service threads
+  hypercall        the paravirtual perf backend (validates guest input)
+  service          the unix-socket server the TCG plugin talks to
+"""

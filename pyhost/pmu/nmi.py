@@ -1,0 +1,65 @@
+"""NMI injection: the service's thread-safe path to QMP ``inject-nmi``.
+
+Wiring (vm/launcher.py, in this order): the VM creates one
+``NmiInjector`` with the PMU backend, before QEMU runs; once QMP is
+connected it ``bind``s the injector to its asyncio loop and an inject
+coroutine; before QMP goes away it ``close``s it.  Requests outside that
+window (a sample before QMP is up, or while shutting down) are counted in
+``dropped``: the guest driver recovers on the next NMI, and a late NMI
+only costs accuracy.
+
+Context hop: the service calls the injector from its per-vCPU threads
+(while the vCPU thread that sent the overflow runs on), but the QMP client
+belongs to the VM's asyncio loop and must only be used there; so the
+request is handed to that loop with run_coroutine_threadsafe and, unless
+``wait`` is set, not awaited.  Failures (QEMU gone at shutdown) are
+counted, not raised.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable
+
+# How long a callchain sample waits for its NMI to be raised.
+NMI_WAIT_S = 1.0
+
+
+class NmiInjector:
+    """Thread-safe NMI requests, bound to the VM's loop once QMP is up."""
+
+    def __init__(self):
+        # (loop, inject) or None; replaced as a whole, so a service thread
+        # never sees half of a binding.
+        self._target: tuple[asyncio.AbstractEventLoop,
+                            Callable[[], Awaitable[None]]] | None = None
+        self.sent = self.failed = self.dropped = 0
+
+    def bind(self, loop: asyncio.AbstractEventLoop,
+             inject: Callable[[], Awaitable[None]]) -> None:
+        """From now on, requests run ``inject()`` on ``loop``."""
+        self._target = (loop, inject)
+
+    def close(self) -> None:
+        """No NMI after this (QMP is about to go away)."""
+        self._target = None
+
+    def __call__(self, wait: bool = False) -> None:
+        """Inject; with ``wait``, block this service thread until QEMU has
+        raised the NMI (bounded: a late NMI only costs callchain accuracy)."""
+        target = self._target
+        if target is None:
+            self.dropped += 1
+            return
+        loop, inject = target
+        self.sent += 1
+        fut = asyncio.run_coroutine_threadsafe(inject(), loop)
+        fut.add_done_callback(self._done)
+        if wait:
+            try:
+                fut.result(timeout=NMI_WAIT_S)
+            except Exception:   # counted by _done; never fail the sample
+                pass
+
+    def _done(self, fut) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            self.failed += 1

@@ -1,0 +1,156 @@
+"""The host half of sampling: sample records into guest RAM, NMI requests.
+
+Each vCPU registers one ring (SAMPLE_BUF: a struct pvperf_sample_buf
+header followed by struct pvperf_sample records).  An overflow from the
+plugin, already matched to its event by the PMU model, becomes here:
+
+  1. guest_perf_event.overflows + 1 (the host is its only writer);
+  2. one record in the overflowing vCPU's ring (``lost`` + 1 when full or
+     when the guest garbled ``tail``); record first, then ``head``;
+  3. an NMI request through the ``NmiInjector`` (nmi.py), unless one is
+     still outstanding (the guest has not consumed up to the head we
+     notified, and not for NMI_RETRY_S).  Buffered events request one
+     only when the ring holds ``watermark`` records.  A SYNC overflow
+     (callchain events) waits until QEMU has raised the NMI.
+
+inject-nmi reaches every vCPU, so before each request every ring's
+``nmis`` is incremented: each driver claims exactly one NMI per increment
+and never sees "NMI for unknown reason".
+
+Every address comes from the guest: ring and record writes go through
+GuestMemory's checks (GuestMemoryError), and nothing is re-read that a
+decision was based on except ``tail``, which is range-checked.
+"""
+from __future__ import annotations
+
+import errno
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from . import abi
+from . import plugin_protocol as proto
+from .guestmem import GuestMemory
+from .model import PmuError, PmuEvent
+
+# An NMI not answered (ring tail not moved) within this long is re-sent.
+NMI_RETRY_S = 0.05
+U32 = (1 << 32) - 1
+
+
+@dataclass
+class SampleRing:
+    """The host's private view of one vCPU's struct pvperf_sample_buf."""
+    gpa: int
+    capacity: int          # records
+    watermark: int         # records (buffered events)
+    head: int = 0          # ours; never read back from the guest
+    lost: int = 0
+    notified: int | None = None    # head when we last asked for an NMI
+    notified_at: float = 0.0
+
+
+@dataclass
+class SampleStats:
+    samples: int = 0
+    lost: int = 0
+    stale: int = 0
+    nmis: int = 0
+
+
+class Sampler:
+    """Per-vCPU sample rings in guest RAM and the NMIs that announce them.
+
+    Not thread-safe on its own: PerfBackend calls it under its lock."""
+
+    def __init__(self, memory: GuestMemory,
+                 nmi: Callable[..., None] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.memory = memory
+        self.nmi = nmi
+        self.clock = clock
+        self.rings: dict[int, SampleRing] = {}
+        self.stats = SampleStats()
+
+    def set_buffer(self, vcpu: int, gpa: int, size: int,
+                   watermark: int) -> None:
+        """SAMPLE_BUF: register (gpa 0: unregister) ``vcpu``'s ring."""
+        if gpa == 0:
+            self.rings.pop(vcpu, None)
+            return
+        if size < abi.SAMPLE_BUF_MIN or size > abi.SAMPLE_BUF_MAX or \
+                size & (size - 1):
+            raise PmuError(errno.EINVAL, f"sample buffer size {size}")
+        self.memory.check(gpa, size, align=4096)
+        capacity = (size - abi.SAMPLE_BUF.size) // abi.SAMPLE.size
+        if not 1 <= watermark <= capacity:
+            raise PmuError(errno.EINVAL, f"watermark {watermark} not in "
+                           f"1..{capacity}")
+        self.memory.write(gpa, bytes(abi.SAMPLE_BUF.size), align=8)
+        self.rings[vcpu] = SampleRing(gpa, capacity, watermark)
+
+    def deliver(self, msg: proto.OverflowMessage, event: PmuEvent) -> None:
+        """Steps 1-3 above for one overflow of ``event``."""
+        self.stats.samples += 1
+        self._bump_overflows(event)
+        self._record(msg, event)
+
+    def _read_u32(self, gpa: int) -> int:
+        return int.from_bytes(self.memory.read(gpa, 4, align=4), "little")
+
+    def _write_u32(self, gpa: int, value: int) -> None:
+        self.memory.write(gpa, (value & U32).to_bytes(4, "little"), align=4)
+
+    def _bump_overflows(self, event: PmuEvent) -> None:
+        gpa = event.guest_event_gpa + 8
+        self._write_u32(gpa, self._read_u32(gpa) + 1)
+
+    def _record(self, msg: proto.OverflowMessage, event: PmuEvent) -> None:
+        ring = self.rings.get(msg.vcpu)
+        if ring is None:
+            self.stats.lost += 1
+            return
+        tail = self._read_u32(ring.gpa + abi.SAMPLE_BUF_OFFSET_TAIL)
+        used = (ring.head - tail) & U32
+        if used >= ring.capacity:      # full, or a tail the guest garbled
+            ring.lost += 1
+            self.stats.lost += 1
+            self._write_u32(ring.gpa + abi.SAMPLE_BUF_OFFSET_LOST, ring.lost)
+        else:
+            self._write_record(ring, msg, event)
+            used += 1
+        if event.buffered and used < ring.watermark:
+            return
+        # A SYNC overflow (callchain events, PmuEvent.callchain) waits for
+        # its answer: raise the NMI before giving it (see service).
+        self._maybe_nmi(ring, tail, wait=bool(msg.flags & proto.SYNC))
+
+    def _write_record(self, ring: SampleRing, msg: proto.OverflowMessage,
+                      event: PmuEvent) -> None:
+        slot = ring.gpa + abi.SAMPLE_BUF.size + \
+            (ring.head % ring.capacity) * abi.SAMPLE.size
+        has_regs = bool(msg.flags & proto.REGS)
+        self.memory.write(slot, abi.SAMPLE.pack(
+            event.event_id, msg.mode, abi.SAMPLE_REGS if has_regs else 0,
+            msg.ip, 0, event.spec.scale(event.period),
+            *(msg.regs if has_regs else (0,) * abi.NR_REGS)), align=8)
+        # Record first, then head: the guest reads head, then records.
+        ring.head = (ring.head + 1) & U32
+        self._write_u32(ring.gpa + abi.SAMPLE_BUF_OFFSET_HEAD, ring.head)
+
+    def _maybe_nmi(self, ring: SampleRing, tail: int,
+                   wait: bool = False) -> None:
+        now = self.clock()
+        if ring.notified is not None and \
+                0 < (ring.notified - tail) & U32 <= ring.capacity and \
+                now - ring.notified_at < NMI_RETRY_S:
+            return          # the last NMI has not been answered yet
+        ring.notified, ring.notified_at = ring.head, now
+        self.stats.nmis += 1
+        # inject-nmi reaches every vCPU: tell each ring's driver one more
+        # NMI is ours, before it can arrive (the driver claims one each).
+        for r in self.rings.values():
+            gpa = r.gpa + abi.SAMPLE_BUF_OFFSET_NMIS
+            self._write_u32(gpa, self._read_u32(gpa) + 1)
+        if self.nmi is not None:
+            self.nmi(wait=wait)

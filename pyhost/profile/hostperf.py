@@ -1,0 +1,124 @@
+"""The host's perf tool: recording QEMU, reading samples back, its report.
+
+    perf record -e cpu-clock -F 4000 -k mono --call-graph dwarf -p QEMU
+        (a software event: hardware events are not supported on these
+        hosts; -k mono: the clock of QEMU's jitdump and the rmap records)
+    perf script -F comm,tid,time,ip,sym,dso     -> PerfSample per sample
+    perf report --stats                         -> lost samples
+    perf report --stdio with our perf map       -> perf-report.txt
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SetupError
+
+EVENT = "cpu-clock"
+SAMPLE_FREQ = 4000
+
+
+def find_perf() -> str:
+    path = shutil.which("perf")
+    if path is None:
+        raise SetupError("host perf not found", "no `perf` in PATH",
+                         "apt-get install linux-perf")
+    return path
+
+
+def start_record(pid: int, out: Path) -> subprocess.Popen:
+    """``perf record`` on process ``pid`` into ``out`` (stop_record ends it)."""
+    find_perf()
+    argv = ["perf", "record", "-e", EVENT, "-F", str(SAMPLE_FREQ), "-k",
+            "mono", "--call-graph", "dwarf,8192", "-m", "1024", "-p",
+            str(pid), "-o", str(out), "-q"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def stop_record(perf: subprocess.Popen) -> str:
+    """SIGINT, then wait; returns perf's stderr."""
+    if perf.poll() is None:
+        perf.send_signal(signal.SIGINT)
+    try:
+        _, err = perf.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        perf.kill()
+        _, err = perf.communicate()
+    return err or ""
+
+
+@dataclass
+class Frame:
+    ip: int
+    sym: str
+    dso: str
+
+
+@dataclass
+class PerfSample:
+    comm: str
+    tid: int
+    time: float
+    frames: list[Frame]
+
+
+HEAD_RE = re.compile(r"^\s*(?P<comm>.*?)\s+(?P<tid>\d+)\s+(?P<time>\d+\.\d+):"
+                     r"\s+(?P<period>\d+)?")
+FRAME_RE = re.compile(r"^\s+(?P<ip>[0-9a-f]+)\s+(?P<sym>.*?)\s+\((?P<dso>.*)\)$")
+
+
+def parse_perf_script(text: str) -> list[PerfSample]:
+    samples, cur = [], None
+    for line in text.splitlines():
+        if not line.strip():
+            cur = None
+            continue
+        m = FRAME_RE.match(line) if cur is not None else None
+        if m:
+            sym = re.sub(r"\+0x[0-9a-f]+$", "", m["sym"])
+            cur.frames.append(Frame(int(m["ip"], 16), sym, m["dso"]))
+            continue
+        h = HEAD_RE.match(line)
+        if h:
+            cur = PerfSample(h["comm"], int(h["tid"]), float(h["time"]), [])
+            samples.append(cur)
+    return samples
+
+
+def perf_script(perf_data: Path) -> list[PerfSample]:
+    out = subprocess.run(["perf", "script", "-i", str(perf_data), "-F",
+                          "comm,tid,time,ip,sym,dso"],
+                         capture_output=True, text=True, check=True).stdout
+    return parse_perf_script(out)
+
+
+def perf_lost(perf_data: Path) -> int:
+    out = subprocess.run(["perf", "report", "--stats", "-i", str(perf_data)],
+                         capture_output=True, text=True).stdout
+    lost = 0
+    for line in out.splitlines():
+        m = re.match(r"\s*LOST_SAMPLES events:\s+(\d+)", line)
+        if m:
+            lost += int(m.group(1))
+    return lost
+
+
+def perf_report(perf_data: Path, qemu_pid: int, perf_map: str) -> str:
+    """The host perf's own report of ``perf_data``, with ``perf_map`` as
+    QEMU's /tmp/perf-PID.map while it runs (perf only reads it there),
+    removed again afterwards."""
+    tmp_map = Path(f"/tmp/perf-{qemu_pid}.map")
+    try:
+        tmp_map.write_text(perf_map)
+        return subprocess.run(["perf", "report", "--stdio", "--no-children",
+                               "--sort", "dso,sym", "-i", str(perf_data)],
+                              capture_output=True, text=True).stdout
+    finally:
+        with contextlib.suppress(OSError):
+            tmp_map.unlink()

@@ -1,0 +1,7 @@
+"""The VM launcher: QEMU under TCG, its QMP client and its serial console.
+
+  qemu      the qemu-system-x86_64 binary: lookup, version, option escaping
+  qmp       QMP client helpers (qemu.qmp)
+  console   the serial console (pexpect): panic detection, last lines
+  launcher  VM, VMConfig, run_command, run_shell: one guest run, cleaned up
+"""

@@ -1,0 +1,62 @@
+"""The qemu-system-x86_64 binary: finding it, its version, its options.
+
+The TCG plugin is built against plugin API v4 (QEMU 10.0): per-vCPU
+scoreboards, conditional callbacks, register reads.  A QEMU older than
+that cannot load it and would only exit before QMP comes up, so the
+version is checked first and refused in one line.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import re
+import shutil
+import signal
+import subprocess
+
+from ..errors import SetupError
+
+QEMU = "qemu-system-x86_64"
+QEMU_MIN_VERSION = (10, 0)
+
+
+def find_qemu(name: str = QEMU) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise SetupError(f"{name} not found", "QEMU is not installed",
+                         "run scripts/setup.sh (apt-get install "
+                         "qemu-system-x86)")
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def qemu_version(path: str) -> tuple[int, int]:
+    """(major, minor) of `path --version`; (0, 0) if it says nothing."""
+    out = subprocess.run([path, "--version"], capture_output=True, text=True,
+                         timeout=30).stdout
+    m = re.search(r"version (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def check_qemu_for_plugin(path: str) -> None:
+    """Refuse, in one line, a QEMU too old for the plugin."""
+    have = qemu_version(path)
+    if have < QEMU_MIN_VERSION:
+        want = ".".join(map(str, QEMU_MIN_VERSION))
+        raise SetupError(
+            f"{path} is QEMU {have[0]}.{have[1]}",
+            f"the pvperf plugin needs QEMU {want} or newer (plugin API v4)",
+            "run scripts/setup.sh (on Debian 12 it installs QEMU 10 from "
+            "bookworm-backports), or use --no-pmu")
+
+
+def set_pdeathsig() -> None:
+    """In the QEMU child: die when the pvperf process dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def qemu_escape(value: str) -> str:
+    """QEMU option values escape ',' as ',,'."""
+    return value.replace(",", ",,")
