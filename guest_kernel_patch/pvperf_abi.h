@@ -83,6 +83,14 @@
 #define PVPERF_OP_SET_PERIOD		0x104
 #define PVPERF_OP_SAMPLE_BUF		0x105
 
+/*
+ * The kernel half of the x86_64 address space (4-level paging): the host
+ * serves a doorbell only if the marker store ran at or above this address,
+ * so user mode can never issue a hypercall; it also splits guest code into
+ * kernel and user for counting and profiles.
+ */
+#define PVPERF_KERNEL_HALF_START	0xffff800000000000ULL
+
 /* Execution modes, also the counter split the plugin keeps per vCPU. */
 #define PVPERF_MODE_KERNEL		0
 #define PVPERF_MODE_USER		1

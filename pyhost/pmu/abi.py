@@ -61,13 +61,16 @@ ATTR_KNOWN = (1 << 15) - 1
 
 # Counting stays on this long after the last CLOSE (pvperf_abi.h).
 COUNT_LINGER_MS = 2000
+# The largest guest RAM pvperf serves, for every side (vm.launcher refuses
+# more before boot; the plugin refuses a larger RAM file).
 MAX_RAM_MB = 2048
 MIN_PERIOD = 128
 MAX_PERIOD = 1 << 62
 SAMPLE_BUF_MIN = 4096
 SAMPLE_BUF_MAX = 1 << 20
 
-# Kernel-half start on x86_64 (4-level paging): the doorbell must run here.
+# Kernel-half start on x86_64 (4-level paging): the doorbell must run here,
+# and guest code here is kernel code (counting, profiles).
 KERNEL_HALF_START = 0xFFFF800000000000
 
 HCALL_ALIGN = 64
