@@ -7,6 +7,8 @@ import time
 import pexpect
 import pytest
 
+from pyhost.cli import EXIT_FAILURE, EXIT_TIMEOUT, EXIT_USAGE
+
 from conftest import leftovers, pvperf_cmd, run_pvperf
 
 pytestmark = pytest.mark.vm
@@ -47,14 +49,15 @@ def test_smp_2(tmp_path):
 
 def test_bad_share_dir_is_a_clear_error(tmp_path):
     r = run_pvperf(["run", "--share", str(tmp_path / "nope"), "--", "true"])
-    assert r.returncode == 2
-    assert "pvperf: bad --share" in r.stderr and "not a directory" in r.stderr
+    assert r.returncode == EXIT_USAGE
+    assert r.stderr.startswith("pvperf: usage: ") and "--share" in r.stderr \
+        and "does not exist" in r.stderr
 
 
 def test_guest_panic_is_reported_and_cleaned_up(tmp_path):
     r = run_pvperf(["run", "--", "sh", "-c", "echo c > /proc/sysrq-trigger"],
                    cwd=tmp_path)
-    assert r.returncode == 2
+    assert r.returncode == EXIT_FAILURE
     assert "panic" in r.stderr.lower()
     assert "last console lines" in r.stderr
     assert leftovers() == []
@@ -62,7 +65,7 @@ def test_guest_panic_is_reported_and_cleaned_up(tmp_path):
 
 def test_timeout_is_reported_and_cleaned_up(tmp_path):
     r = run_pvperf(["run", "--timeout", "2", "--", "sleep", "60"], cwd=tmp_path)
-    assert r.returncode == 2
+    assert r.returncode == EXIT_TIMEOUT
     assert "no answer within 2 s" in r.stderr
     assert leftovers() == []
 

@@ -1,8 +1,8 @@
 """Bounds-checked access to guest physical memory.
 
-Guest RAM is a memory-backend-file shared with QEMU; on the pc machine with
-at most 3 GiB of RAM, the file offset of a byte equals its guest physical
-address (gpa).  Every access a guest can steer is checked here: inside RAM,
+Guest RAM is a memory-backend-file shared with QEMU; on the pc machine,
+below the low-memory hole, the file offset of a byte equals its guest
+physical address (gpa), so RAM is limited to abi.MAX_RAM_MB.  Every access a guest can steer is checked here: inside RAM,
 aligned, and never straddling the end.  Out-of-range input raises
 ``GuestMemoryError`` (the hypercall backend turns it into -EFAULT).
 """
