@@ -168,3 +168,16 @@ def test_guest_memory_bounds():
             mem.read(gpa, size, align)
     mem.write(8, b"abcd", align=8)
     assert mem.read(8, 4) == b"abcd"
+
+
+def test_events_the_host_does_not_count_log_at_debug(caplog):
+    """perf in the guest probes events (perf list, fallbacks) and gets
+    -ENOENT, its documented fallback: routine, so DEBUG, not WARNING.
+    Anything else a guest gets refused stays a WARNING."""
+    buf, be = setup()
+    caplog.set_level(logging.DEBUG, logger="pvperf")
+    assert open_event(be, buf, type_=0, config=5)[0] == -errno.ENOENT
+    assert open_event(be, buf, type_=4, config=1 << 20)[0] == -errno.EINVAL
+    levels = [(r.levelno, "ENOENT" in r.getMessage())
+              for r in caplog.records if r.name == "pvperf.hypercall"]
+    assert levels == [(logging.DEBUG, True), (logging.WARNING, False)]

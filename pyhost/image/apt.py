@@ -51,8 +51,8 @@ def kernel_from_depends(depends: str) -> tuple[str, str | None] | None:
 def apt_show(packages: list[str]) -> dict[str, dict[str, str]]:
     """Candidate records (``apt-cache show --no-all-versions``)."""
     proc = run(["apt-cache", "show", "--no-all-versions", *packages],
-                "cannot resolve Debian package versions", _APT_HINT,
-                check=False)
+               "cannot resolve Debian package versions", _APT_HINT,
+               check=False)
     found = {r["Package"]: r for r in parse_apt_records(proc.stdout)
              if "Package" in r and "Version" in r}
     missing = [p for p in packages if p not in found]
@@ -127,7 +127,7 @@ def deb_filename(pkg: str, version: str) -> str:
 
 def apt_sha256(pkg: str, version: str) -> str | None:
     out = run(["apt-cache", "show", f"{pkg}={version}"],
-               f"cannot look up {pkg} {version}", _APT_HINT).stdout
+              f"cannot look up {pkg} {version}", _APT_HINT).stdout
     m = re.search(r"^SHA256:\s*([0-9a-f]{64})", out, re.M)
     return m.group(1) if m else None
 
@@ -145,9 +145,9 @@ def fetch_deb(pkg: str, version: str, debs: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=debs))
     try:
         run(["apt-get", "download", f"{pkg}={version}"],
-             f"cannot download {pkg} {version}",
-             "check network access to the Debian mirror, or run "
-             "`apt-get update` if the version is no longer on it", cwd=tmp)
+            f"cannot download {pkg} {version}",
+            "check network access to the Debian mirror, or run "
+            "`apt-get update` if the version is no longer on it", cwd=tmp)
         got = sorted(tmp.glob(prefix + "*.deb"))
         if not got:
             raise ImageError(f"cannot download {pkg} {version}",
@@ -166,5 +166,5 @@ def fetch_deb(pkg: str, version: str, debs: Path) -> Path:
 
 def dpkg_x(deb: Path, dest: Path) -> None:
     run(["dpkg-deb", "-x", str(deb), str(dest)], f"cannot unpack {deb.name}",
-         f"delete {deb} so it is downloaded again")
+        f"delete {deb} so it is downloaded again")
 

@@ -55,8 +55,8 @@ def installed_version(package: str, purpose: str) -> str:
     installed (``purpose`` says what the image takes from it)."""
     hint = f"install it: apt-get install {package}"
     q = run(["dpkg-query", "-W", "-f", "${Status}\t${Version}", package],
-             f"the host package {package} is not installed", hint,
-             check=False)
+            f"the host package {package} is not installed", hint,
+            check=False)
     if q.returncode != 0 or "install ok installed" not in q.stdout:
         raise ImageError(f"the host package {package} is not installed",
                          purpose, hint)
@@ -73,7 +73,7 @@ def find_perf_binary(recipe: Recipe) -> tuple[Path, str]:
     if is_elf(wanted):
         return wanted, version
     files = run(["dpkg", "-L", recipe.perf_package],
-                 f"cannot list {recipe.perf_package}", hint).stdout.split("\n")
+                f"cannot list {recipe.perf_package}", hint).stdout.split("\n")
     elves = sorted(Path(f) for f in files
                    if re.fullmatch(r"/usr/bin/perf_[\d.]+", f.strip())
                    and is_elf(Path(f.strip())))
@@ -94,8 +94,8 @@ def ldd_libraries(binary: Path) -> list[tuple[str, Path]]:
     dynamic loader; the guest path is the one the loader searches.  A
     static binary has none."""
     proc = run(["ldd", str(binary)], f"ldd failed on {binary}",
-                "install libc-bin, or check that the binary is intact",
-                check=False)
+               "install libc-bin, or check that the binary is intact",
+               check=False)
     if proc.returncode != 0 and "not a dynamic executable" in proc.stderr:
         return []
     if proc.returncode != 0:

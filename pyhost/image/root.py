@@ -23,7 +23,7 @@ def _busybox_applets(busybox: Path) -> list[str]:
     """Applet paths (relative, e.g. 'bin/sh') from ``busybox --list-full``
     (the static busybox is an x86_64 binary like the host)."""
     out = run([str(busybox), "--list-full"], "cannot list busybox applets",
-               "delete the busybox-static .deb from the cache and retry")
+              "delete the busybox-static .deb from the cache and retry")
     applets = [a.strip() for a in out.stdout.splitlines() if a.strip()]
     # /init is ours; busybox's init/linuxrc applets must not shadow it.
     return [a for a in applets if modname(a) not in ("init", "linuxrc")]
