@@ -96,6 +96,13 @@ static bool uses_stack(const cs_detail *d)
 	return false;
 }
 
+static bool is_frame_reg(unsigned reg)
+{
+	return is_stack_reg(reg) || reg == X86_REG_SPL ||
+	       reg == X86_REG_RBP || reg == X86_REG_EBP ||
+	       reg == X86_REG_BP || reg == X86_REG_BPL;
+}
+
 static const unsigned syscall_family[] = {
 	X86_INS_SYSCALL, X86_INS_SYSRET, X86_INS_SYSENTER, X86_INS_SYSEXIT,
 };
@@ -114,16 +121,22 @@ static bool is_branch(const cs_insn *ci)
 	return in_list(ci->id, syscall_family, G_N_ELEMENTS(syscall_family));
 }
 
-/* Memory accessed without a memory operand, or with no rsp in capstone's
- * implicit registers (enter, iret*, retf, int* push on the stack). */
-static const unsigned implicit_mem[] = {
+/* Move the stack pointer implicitly: they access memory without a
+ * memory operand, and capstone 4 does not list rsp among the registers
+ * some of them (enter, iret*, retf, int*) read or write. */
+static const unsigned stack_movers[] = {
 	X86_INS_PUSH, X86_INS_POP, X86_INS_PUSHF, X86_INS_PUSHFD,
 	X86_INS_PUSHFQ, X86_INS_POPF, X86_INS_POPFD, X86_INS_POPFQ,
 	X86_INS_PUSHAL, X86_INS_PUSHAW, X86_INS_POPAL, X86_INS_POPAW,
 	X86_INS_CALL, X86_INS_LCALL, X86_INS_RET, X86_INS_RETF,
 	X86_INS_RETFQ, X86_INS_ENTER, X86_INS_LEAVE, X86_INS_IRET,
 	X86_INS_IRETD, X86_INS_IRETQ, X86_INS_INT, X86_INS_INT1,
-	X86_INS_INT3, X86_INS_INTO, X86_INS_XLATB, X86_INS_MONITOR,
+	X86_INS_INT3, X86_INS_INTO,
+};
+
+/* Other memory accesses without a memory operand. */
+static const unsigned implicit_mem[] = {
+	X86_INS_XLATB, X86_INS_MONITOR,
 	X86_INS_MASKMOVQ, X86_INS_MASKMOVDQU, X86_INS_VMASKMOVDQU,
 	X86_INS_MOVSB, X86_INS_MOVSW, X86_INS_MOVSD, X86_INS_MOVSQ,
 	X86_INS_STOSB, X86_INS_STOSW, X86_INS_STOSD, X86_INS_STOSQ,
@@ -151,7 +164,26 @@ static bool has_mem_operand(const cs_insn *ci)
 static bool accesses_memory(const cs_insn *ci)
 {
 	return has_mem_operand(ci) || uses_stack(ci->detail) ||
+	       in_list(ci->id, stack_movers, G_N_ELEMENTS(stack_movers)) ||
 	       in_list(ci->id, implicit_mem, G_N_ELEMENTS(implicit_mem));
+}
+
+/* Writes sp or bp, explicitly or not (push, call, leave, mov to rbp,
+ * syscall...). */
+static bool writes_frame(csh h, const cs_insn *ci)
+{
+	cs_regs rd, wr;
+	uint8_t n_rd, n_wr;
+
+	if (in_list(ci->id, stack_movers, G_N_ELEMENTS(stack_movers)) ||
+	    in_list(ci->id, syscall_family, G_N_ELEMENTS(syscall_family)) ||
+	    cs_regs_access(h, ci, rd, &n_rd, wr, &n_wr) != CS_ERR_OK)
+		return true;
+	for (unsigned i = 0; i < n_wr; i++) {
+		if (is_frame_reg(wr[i]))
+			return true;
+	}
+	return false;
 }
 
 /* Faults other than on a data access; each ends a segment so that an
@@ -193,6 +225,8 @@ static bool decode(int mode, const struct cls_insn *in, uint8_t *flags)
 		*flags |= CLS_MEM;
 	if ((*flags & CLS_MEM) || may_trap(ci))
 		*flags |= CLS_BOUNDARY;
+	if (writes_frame(h, ci))
+		*flags |= CLS_FRAME;
 	return true;
 }
 
@@ -291,7 +325,7 @@ void classify_tb(const struct cls_insn *insn, size_t n, bool kernel,
 			break;
 	}
 	if (mode > last_mode)
-		memset(cls, CLS_BOUNDARY, n);
+		memset(cls, CLS_BOUNDARY | CLS_FRAME, n);
 	for (size_t i = 0; kernel && i < n; i++)
 		if (classify_is_doorbell(insn[i].bytes, insn[i].len))
 			cls[i] |= CLS_DOORBELL;

@@ -17,6 +17,7 @@ enum {
 	CLS_MEM		= 1 << 1,	/* accesses data memory: may page-fault */
 	CLS_BOUNDARY	= 1 << 2,	/* may fault: it may not retire */
 	CLS_DOORBELL	= 1 << 3,	/* the hypercall store (pvperf_abi.h) */
+	CLS_FRAME	= 1 << 4,	/* writes sp or bp (or is undecodable) */
 };
 
 struct cls_insn {

@@ -37,8 +37,10 @@
  * its memory callback (which QEMU runs after the store) the counters hold
  * exactly the instructions up to and including the store.
  *
- * Sampling adds, per chunk, the room countdown and a conditional callback
- * (sample.c); the chunks are the same.
+ * Branches are counted only while an event counts them (MODE_BRANCHES).
+ * Sampling adds, per chunk, a conditional callback on the instruction
+ * counter, which doubles as the countdown (pvperf.h, sample.c), and
+ * capture points for registers; the chunks are the same.
  *
  * Known inexactness (FIXMEs): a fault the guest does not report (#GP, #DE,
  * #UD..., or a kernel that does not report at all) over-counts by its
@@ -150,12 +152,6 @@ static void arena_free_all(void)
 	}
 }
 
-/* A vCPU's exact counters now (its own thread, or an exclusive section). */
-void count_snapshot(unsigned vcpu, uint64_t out[PVPERF_NR_COUNTERS])
-{
-	memcpy(out, score_of(vcpu)->ctr, sizeof(score_of(vcpu)->ctr));
-}
-
 /* One translated instruction, as count_tb sees it. */
 struct tb_insn {
 	uint64_t vaddr;
@@ -168,7 +164,7 @@ static void emit_adds(struct qemu_plugin_insn *first, bool kernel,
 {
 	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(first,
 		QEMU_PLUGIN_INLINE_ADD_U64, score_ctr(ctr_insn(kernel)), n_insns);
-	if (n_branches)
+	if (n_branches && mode_branches())
 		qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(first,
 			QEMU_PLUGIN_INLINE_ADD_U64, score_ctr(ctr_branch(kernel)),
 			n_branches);
@@ -177,28 +173,47 @@ static void emit_adds(struct qemu_plugin_insn *first, bool kernel,
 /* Capture keys of chunks (sample.h), under tr_lock; 0 is "no capture". */
 static uint64_t next_chunk_uid = 1;
 
+/*
+ * Where each instruction's registers are read (sample.h regs_at), and so
+ * which instructions get a capture point: every one but the first for
+ * CAPTURE_ALL; for CAPTURE_FRAME only those after an instruction that
+ * writes sp or bp, since between two such points the frame registers do
+ * not change and the last point's serve every instruction up to the next.
+ */
+static void place_capture_points(struct sample_chunk *c, const uint8_t *cls,
+				 enum capture_at at)
+{
+	c->regs_at[0] = 0;
+	for (uint32_t i = 1; i < c->n_insns; i++) {
+		bool point = at == CAPTURE_ALL || (cls[i - 1] & CLS_FRAME);
+
+		c->regs_at[i] = point ? i : c->regs_at[i - 1];
+		c->point[i] = (struct capture_point){ c, i };
+	}
+}
+
 /* The chunk's sampling descriptor.  tr_lock held (arena). */
 static struct sample_chunk *describe_chunk(const struct tb_insn *insn,
 					   const uint8_t *cls, uint32_t n,
 					   uint32_t n_branches, bool kernel,
-					   uint64_t tb_vaddr, bool capturing)
+					   uint64_t tb_vaddr, enum capture_at at)
 {
 	struct sample_chunk *c = arena_alloc_locked(sizeof(*c));
-
-	c->uid = 0;
-	c->point = NULL;
-	if (capturing) {
-		c->uid = next_chunk_uid++;
-		c->point = arena_alloc_locked(n * sizeof(*c->point));
-		for (uint32_t i = 0; i < n; i++)
-			c->point[i] = (struct capture_point){ c, i };
-	}
 
 	c->tb_vaddr = tb_vaddr;
 	c->n_insns = n;
 	c->n_branches = n_branches;
 	c->first_fault = n;
 	c->kernel = kernel;
+	c->uid = 0;
+	c->point = NULL;
+	c->regs_at = NULL;
+	if (at != CAPTURE_NONE) {
+		c->uid = next_chunk_uid++;
+		c->point = arena_alloc_locked(n * sizeof(*c->point));
+		c->regs_at = arena_alloc_locked(n * sizeof(*c->regs_at));
+		place_capture_points(c, cls, at);
+	}
 	c->vaddr = arena_alloc_locked(n * sizeof(*c->vaddr));
 	c->branch = arena_alloc_locked(MAX(n_branches, 1) * sizeof(*c->branch));
 	for (uint32_t i = 0, b = 0; i < n; i++) {
@@ -211,20 +226,22 @@ static struct sample_chunk *describe_chunk(const struct tb_insn *insn,
 	return c;
 }
 
-/* room -= n, and call sample.c back when it goes below zero; with
- * register capture, a capture point on every later instruction. */
+/*
+ * The chunk's instruction add doubles as the countdown (pvperf.h): call
+ * sample.c back when it passes COUNTDOWN_LIMIT; and the capture points.
+ * The limit fits an x86 imm32, so the check is a compare and a branch.
+ */
 static void emit_sampling(const struct tb_insn *insn, struct sample_chunk *c)
 {
-	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn[0].handle,
-		QEMU_PLUGIN_INLINE_ADD_U64, score_room(), -(uint64_t)c->n_insns);
 	qemu_plugin_register_vcpu_insn_exec_cond_cb(insn[0].handle,
 		sample_chunk_exec, QEMU_PLUGIN_CB_R_REGS, QEMU_PLUGIN_COND_GT,
-		score_room(), INT64_MAX, c);
+		score_ctr(ctr_insn(c->kernel)), COUNTDOWN_LIMIT, c);
 	for (unsigned i = 1; c->point && i < c->n_insns; i++)
-		qemu_plugin_register_vcpu_insn_exec_cond_cb(insn[i].handle,
-			sample_capture_exec, QEMU_PLUGIN_CB_R_REGS,
-			QEMU_PLUGIN_COND_EQ, score_capture(), capture_key(c, i),
-			&c->point[i]);
+		if (c->regs_at[i] == i)
+			qemu_plugin_register_vcpu_insn_exec_cond_cb(insn[i].handle,
+				sample_capture_exec, QEMU_PLUGIN_CB_R_REGS,
+				QEMU_PLUGIN_COND_EQ, score_capture(),
+				capture_key(c, i), &c->point[i]);
 }
 
 /* Does a chunk end at insn i?  tr_lock held (forced_cuts). */
@@ -279,7 +296,8 @@ static bool record_tails(const struct tb_insn *insn, const uint8_t *cls,
 static void emit_chunks(const struct tb_insn *insn, const uint8_t *cls,
 			size_t n, bool kernel)
 {
-	bool sampling = mode_sampling(), capturing = mode_capturing();
+	bool sampling = mode_sampling();
+	enum capture_at at = mode_capture();
 	uint32_t n_insns = 0, n_branches = 0;
 	bool new_cut = false;
 	size_t first = 0;
@@ -296,7 +314,7 @@ static void emit_chunks(const struct tb_insn *insn, const uint8_t *cls,
 		if (sampling)
 			c = describe_chunk(insn + first, cls + first, n_insns,
 					   n_branches, kernel, insn[0].vaddr,
-					   capturing);
+					   at);
 		emit_adds(insn[first].handle, kernel, n_insns, n_branches);
 		if (c)
 			emit_sampling(insn + first, c);
@@ -369,7 +387,7 @@ static uint64_t tail_of(uint64_t key)
  */
 int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode, uint64_t cr3)
 {
-	uint64_t *ctr = score_of(vcpu)->ctr;
+	uint64_t *bias = pv.vcpu[vcpu].bias;
 	bool kernel = vaddr_is_kernel(ip);
 	uint64_t tail;
 
@@ -381,8 +399,9 @@ int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode, uint64_t cr3)
 	tail = tail_of(code_key(guest_vaddr_to_gpa(cr3, ip), ip));
 	if (!tail || (tail & TAIL_CONFLICT))
 		tail = tail_pack(1, 0);	/* see "Known inexactness" */
-	ctr[ctr_insn(kernel)] -= (uint32_t)tail;
-	ctr[ctr_branch(kernel)] -= (uint32_t)(tail >> 32);
+	bias[ctr_insn(kernel)] -= (uint32_t)tail;
+	if (mode_branches())
+		bias[ctr_branch(kernel)] -= (uint32_t)(tail >> 32);
 	return 0;
 }
 

@@ -15,7 +15,6 @@ void count_init(void);
 void count_tb(struct qemu_plugin_tb *tb, size_t n);
 int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode, uint64_t cr3);
 void count_flush(void);
-void count_snapshot(unsigned vcpu, uint64_t out[PVPERF_NR_COUNTERS]);
 
 /* A bump allocator for udata that lives as long as the TBs (flushed). */
 void *arena_alloc(size_t size);

@@ -55,7 +55,7 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 	/* Held overflows retired (this is not their FAULT): send first, so
 	 * the service sees them before this hypercall (one ordered socket). */
 	sample_confirm_all(vcpu);
-	count_snapshot(vcpu, counters);
+	score_count(vcpu, counters);
 	_Static_assert(sizeof(counters) == sizeof(msg.counters), "counters");
 	memcpy(msg.counters, counters, sizeof(msg.counters));
 	err = link_exchange(vcpu, &msg, &reply);

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * mode.c - counting off / on / sampling (with register capture), switched
- * at the service's request (PVPERF_REPLY_COUNTING, _SAMPLING, _REGS) by
- * qemu_plugin_reset(),
- * which flushes every TB inside an exclusive section and unregisters all
+ * mode.c - what is instrumented (mode.h), switched at the service's request
+ * (PVPERF_REPLY_*) by qemu_plugin_reset(), which flushes every TB inside an exclusive section and unregisters all
  * our callbacks (plugins/loader.c plugin_flush_destroy); reset_done()
  * re-registers them through the reinstall hook.
+ *
+ * Modes are sets of MODE_* flags.
  *
  * desired: what the service asked for last.  Written by any vCPU thread in
  *   a doorbell callback, read in reset_done; atomic.
@@ -18,8 +18,9 @@
  *   pending only updates desired, which reset_done reads when it finally
  *   runs.  Set by the requesting thread, cleared in reset_done; atomic.
  *
- * Why counts stay exact across a switch: the service turns counting on at
- * an event's OPEN and off after the last CLOSE, and an event counts only
+ * Why counts stay exact across a switch: the service turns counting (and
+ * branch counting) on at an event's OPEN and off after the last CLOSE (of
+ * a branch event), and an event counts only
  * between its ENABLE and DISABLE, which are later hypercalls.  QEMU enters
  * the exclusive section as soon as the current TB ends (every vCPU is
  * kicked out of its TB chain first), so the flush happens before this vCPU
@@ -34,23 +35,34 @@
 static qemu_plugin_id_t plugin_id;
 static void (*reinstall_cb)(qemu_plugin_id_t id);
 static void (*settled_cb)(void);
-static int desired;		/* enum pvperf_mode */
-static int applied;		/* enum pvperf_mode */
+static unsigned desired;	/* MODE_* flags */
+static unsigned applied;	/* MODE_* flags */
 static int reset_pending;
+
+static bool applied_has(unsigned flag)
+{
+	return __atomic_load_n(&applied, __ATOMIC_RELAXED) & flag;
+}
 
 bool mode_counting(void)
 {
-	return __atomic_load_n(&applied, __ATOMIC_RELAXED) != MODE_OFF;
+	return applied_has(MODE_COUNT);
+}
+
+bool mode_branches(void)
+{
+	return applied_has(MODE_BRANCHES);
 }
 
 bool mode_sampling(void)
 {
-	return __atomic_load_n(&applied, __ATOMIC_RELAXED) >= MODE_SAMPLE;
+	return applied_has(MODE_SAMPLE);
 }
 
-bool mode_capturing(void)
+enum capture_at mode_capture(void)
 {
-	return __atomic_load_n(&applied, __ATOMIC_RELAXED) == MODE_SAMPLE_REGS;
+	return applied_has(MODE_CAPTURE_ALL) ? CAPTURE_ALL :
+	       applied_has(MODE_CAPTURE_FRAME) ? CAPTURE_FRAME : CAPTURE_NONE;
 }
 
 /* Exclusive section, all our callbacks gone: apply the latest request. */
@@ -71,24 +83,40 @@ void mode_request_flush(void)
 	qemu_plugin_reset(plugin_id, reset_done);
 }
 
-/* The mode a reply's PVPERF_REPLY_* flags ask for. */
-enum pvperf_mode reply_mode(uint32_t flags)
+/*
+ * The mode a reply's PVPERF_REPLY_* flags ask for.  Each flag needs the
+ * ones below it: overflows are detected on the instruction counters, and
+ * captures happen at overflows.
+ */
+unsigned reply_mode(uint32_t flags)
 {
-	if (flags & PVPERF_REPLY_SAMPLING)
-		return flags & PVPERF_REPLY_REGS ? MODE_SAMPLE_REGS : MODE_SAMPLE;
-	return flags & PVPERF_REPLY_COUNTING ? MODE_COUNT : MODE_OFF;
+	unsigned mode = MODE_OFF;
+
+	if (!(flags & (PVPERF_REPLY_COUNTING | PVPERF_REPLY_SAMPLING)))
+		return MODE_OFF;
+	mode |= MODE_COUNT;
+	if (flags & PVPERF_REPLY_BRANCHES)
+		mode |= MODE_BRANCHES;
+	if (!(flags & PVPERF_REPLY_SAMPLING))
+		return mode;
+	mode |= MODE_SAMPLE;
+	if (flags & PVPERF_REPLY_REGS)
+		mode |= MODE_CAPTURE_ALL;
+	else if (flags & PVPERF_REPLY_FRAME)
+		mode |= MODE_CAPTURE_FRAME;
+	return mode;
 }
 
 /* Doorbell callback (vCPU thread): the mode the service asked for. */
-void mode_request(enum pvperf_mode mode)
+void mode_request(unsigned mode)
 {
 	__atomic_store_n(&desired, mode, __ATOMIC_SEQ_CST);
-	if ((int)mode == __atomic_load_n(&applied, __ATOMIC_SEQ_CST))
+	if (mode == __atomic_load_n(&applied, __ATOMIC_SEQ_CST))
 		return;
 	mode_request_flush();	/* reset_done applies desired */
 }
 
-void mode_init(qemu_plugin_id_t id, enum pvperf_mode initial,
+void mode_init(qemu_plugin_id_t id, unsigned initial,
 	       void (*reinstall)(qemu_plugin_id_t id), void (*settled)(void))
 {
 	plugin_id = id;

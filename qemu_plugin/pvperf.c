@@ -94,7 +94,9 @@ static void vcpu_exit(qemu_plugin_id_t id, unsigned int vcpu)
 static void report(void)
 {
 	for (unsigned i = 0; i < pv.n_vcpus && i < (unsigned)qemu_plugin_num_vcpus(); i++) {
-		const uint64_t *c = score_of(i)->ctr;
+		uint64_t c[PVPERF_NR_COUNTERS];
+
+		score_count(i, c);
 
 		pvperf_log("vcpu %u: insn k=%" PRIu64 " u=%" PRIu64
 			   " branch k=%" PRIu64 " u=%" PRIu64 "\n", i,
@@ -132,9 +134,11 @@ static void mode_settled(void)
 	for (unsigned i = 0; i < pv.n_vcpus && i < (unsigned)qemu_plugin_num_vcpus(); i++)
 		sample_update_room(i);
 	if (pv.verbose)
-		pvperf_log("counting %s\n", mode_capturing() ? "on, sampling, registers" :
-			   mode_sampling() ? "on, sampling" :
-			   mode_counting() ? "on" : "off");
+		pvperf_log("counting %s%s%s%s\n", mode_counting() ? "on" : "off",
+			   mode_branches() ? ", branches" : "",
+			   mode_sampling() ? ", sampling" : "",
+			   (const char *[]){ "", ", frame registers",
+					     ", all registers" }[mode_capture()]);
 }
 
 /* ---- options ---- */
@@ -231,7 +235,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 		return -1;
 	if (!pv.ram_path && pv.sock_path)
 		pvperf_log("sock= without ram=: hypercalls are ignored\n");
-	mode_init(id, pv.count_at_start ? MODE_COUNT : MODE_OFF,
+	mode_init(id, pv.count_at_start ? MODE_COUNT | MODE_BRANCHES : MODE_OFF,
 		  register_callbacks, mode_settled);
 	register_callbacks(id);
 	if (pv.verbose)

@@ -62,27 +62,29 @@ static inline unsigned ctr_branch(bool kernel)
  * each vCPU writes only its own).  Padded to two cache lines so that two
  * vCPUs never share one, whatever the array's base alignment.
  *
- * ctr:  raw counters, only ever grown by inline adds and corrected by the
- *       FAULT handler on the same vCPU; never reset (the service works
- *       with differences).
- * room: sampling only.  Instructions that may still run before any armed
- *       threshold can be reached, counted down by each chunk; a chunk that
- *       takes it below zero (unsigned: above INT64_MAX) fires sample.c's
- *       conditional callback.  Lower than the truth is safe, never higher.
- * capture: register capture (MODE_SAMPLE_REGS).  The key of the one
- *       instruction whose capture point must fire next (sample.h), 0 for
- *       none; keys are unique for the life of the plugin, so a stale one
- *       never matches.
+ * ctr:  the counters, biased: the count is ctr[i] + bias[i] (struct
+ *       pvperf_vcpu; count.c's count_read).  Only grown by inline adds.
+ *       The bias lets one add per chunk both count instructions and
+ *       count down to the next overflow (sample.c): while sampling, the
+ *       instruction counter of each half is rebased so that it passes
+ *       COUNTDOWN_LIMIT, a small immediate, when that half's room is used
+ *       up, and the chunk's conditional callback compares against it.
+ * capture: register capture.  The key of the one instruction whose
+ *       capture point must fire next (sample.h), 0 for none; keys are
+ *       unique for the life of the plugin, so a stale one never matches.
  */
 struct pvperf_score {
 	uint64_t ctr[PVPERF_NR_COUNTERS];
-	uint64_t room;
 	uint64_t capture;
-	uint8_t pad[128 - (PVPERF_NR_COUNTERS + 2) * 8];
+	uint8_t pad[128 - (PVPERF_NR_COUNTERS + 1) * 8];
 };
 
 /* Per-vCPU state that only callbacks touch (never generated code). */
 struct pvperf_vcpu {
+	/* count = score ctr + bias (pvperf_score); fault corrections too. */
+	uint64_t bias[PVPERF_NR_COUNTERS];
+	/* Sampling: each half's room when last rebased (sample.c). */
+	uint64_t room[2];	/* [ctr_insn(kernel)] */
 	int fd;			/* service connection or -1 (link.c) */
 	unsigned log_budget;	/* guest-triggerable log lines left */
 	uint64_t lost;		/* overflow messages the socket refused */
@@ -111,9 +113,11 @@ struct pvperf_vcpu {
 		uint64_t next_threshold;
 		uint64_t kctr_at;	/* kernel insn counter when held */
 		uint16_t idx;		/* ip's instruction index in its chunk */
+		uint16_t regs_at;	/* the capture point it awaits */
 		uint8_t mode;		/* PVPERF_MODE_* */
 		bool has_regs;
-		uint64_t regs[PVPERF_NR_REGS];	/* before ip ran */
+		/* before ip ran (all of them, or sp and bp: mode.h) */
+		uint64_t regs[PVPERF_NR_REGS];
 	} pending[PVPERF_PROTO_MAX_SLOTS];
 	uint64_t prng;		/* xorshift64 state for randomized periods */
 } __attribute__((aligned(64)));
@@ -140,16 +144,19 @@ static inline struct pvperf_score *score_of(unsigned vcpu)
 	return qemu_plugin_scoreboard_find(pv.score, vcpu);
 }
 
+/* A vCPU's exact counts now (its own thread, or an exclusive section). */
+static inline void score_count(unsigned vcpu, uint64_t out[PVPERF_NR_COUNTERS])
+{
+	const struct pvperf_score *s = score_of(vcpu);
+
+	for (unsigned i = 0; i < PVPERF_NR_COUNTERS; i++)
+		out[i] = s->ctr[i] + pv.vcpu[vcpu].bias[i];
+}
+
 static inline qemu_plugin_u64 score_ctr(unsigned ctr)
 {
 	return (qemu_plugin_u64){ pv.score, offsetof(struct pvperf_score, ctr) +
 					     ctr * sizeof(uint64_t) };
-}
-
-static inline qemu_plugin_u64 score_room(void)
-{
-	return qemu_plugin_scoreboard_u64_in_struct(pv.score,
-						    struct pvperf_score, room);
 }
 
 static inline qemu_plugin_u64 score_capture(void)

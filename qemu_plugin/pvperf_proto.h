@@ -49,8 +49,17 @@
 #define PVPERF_REPLY_COUNTING		(1U << 0)
 /* Some event samples somewhere: instrument for exact overflow detection. */
 #define PVPERF_REPLY_SAMPLING		(1U << 1)
-/* Some sampling event needs registers: instrument capture points too. */
+/* Some sampling event needs every register exact at the overflowing
+ * instruction (sample registers, user stacks): capture points at every
+ * instruction. */
 #define PVPERF_REPLY_REGS		(1U << 2)
+/* Some open event counts branches: count them (instructions are always
+ * counted while anything is open). */
+#define PVPERF_REPLY_BRANCHES		(1U << 3)
+/* Some sampling event needs only the frame registers (sp, bp) exact
+ * (frame-pointer callchains): capture points only after the instructions
+ * that write them.  REGS wins over FRAME. */
+#define PVPERF_REPLY_FRAME		(1U << 4)
 
 /*
  * Slot and overflow flags.  SYNC: the vCPU waits for the service's (empty)

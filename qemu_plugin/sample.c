@@ -3,13 +3,17 @@
  * sample.c - counter overflow at the exact guest instruction.
  *
  * While any event samples, count.c gives every chunk, after its inline
- * adds, one more inline add and a conditional callback: the vCPU's `room`
- * (struct pvperf_score) goes down by the chunk's instructions, and only a
- * chunk that takes it below zero calls sample_chunk_exec().  room is the
- * number of instructions that may still run before any armed threshold
- * can be reached (for a branch event too: branches never outnumber
- * instructions), so the armed path is a load, an add, a store and a
- * compare, and the callback runs about once per sample.
+ * adds, a conditional callback on the same instruction counter: one add
+ * per chunk both counts and counts down.  The counter is biased
+ * (pvperf.h): each time this file rearms, it rebases each half's counter
+ * to COUNTDOWN_LIMIT - room, where room is the number of instructions
+ * that half may still run before any armed threshold can be reached (for
+ * a branch event too: branches never outnumber instructions), so only a
+ * chunk that uses up its half's room calls sample_chunk_exec(), about
+ * once per sample.  A slot that counts both halves splits its room
+ * between them, in proportion to what each ran lately, so that neither
+ * can reach the threshold unseen: a few extra callbacks when the mix
+ * changes, never a missed overflow.
  *
  * The callback runs at the chunk's start, after its counts were added.
  * A threshold T reached by the chunk, with the slot's sum S before it,
@@ -45,13 +49,16 @@
  * stacks).  The registers of the overflowing instruction, as they were
  * just before it ran, go with the sample.  A callback registered with
  * QEMU_PLUGIN_CB_R_REGS sees the general-purpose registers exact at its
- * instruction (TCG writes them back before the call), so an overflow on
- * a chunk's first instruction reads them at once; one on a later
- * instruction is "awaiting": the chunk callback sets the vCPU's capture
- * key and that instruction's capture point (sample.h) reads them and
- * goes on as above.  An awaiting overflow whose capture point did not
- * run (an instruction before it faulted) is held without registers, so
- * the FAULT cancels it like any other.
+ * instruction (TCG writes them back before the call).  Which instruction
+ * serves which is the chunk's regs_at (sample.h): with MODE_CAPTURE_ALL
+ * each its own; with MODE_CAPTURE_FRAME (frame-pointer callchains need
+ * only sp and bp exact) the point after the last sp/bp writer before it,
+ * so straight-line code has no capture point at all.  An overflow served
+ * by the chunk's start reads them at once; one served by a later point is
+ * "awaiting": the chunk callback sets the vCPU's capture key and that
+ * point's callback reads them and goes on as above.  An awaiting overflow
+ * whose capture point did not run (an instruction before it faulted) is
+ * held without registers, so the FAULT cancels it like any other.
  *
  * Delivery (habit: overflow only flags; delivery happens later): the
  * service writes the record into guest memory and injects the NMI over
@@ -73,8 +80,9 @@
  * as retired: a kernel page fault reaches the FAULT tracepoint in far
  * fewer (exception entry + handle_page_fault prologue). */
 #define CONFIRM_WINDOW 4096
-/* room when nothing is armed: never reached, never wraps. */
-#define ROOM_NONE (1ULL << 62)
+/* Halves, as indices of the instruction counters (pvperf.h ctr_insn). */
+#define HALF_K PVPERF_CTR_INSN_KERNEL
+#define HALF_U PVPERF_CTR_INSN_USER
 
 static uint64_t prng_next(uint64_t *state)
 {
@@ -97,31 +105,94 @@ static uint64_t slot_sum(const uint64_t *ctr, uint8_t mask)
 	return sum;
 }
 
-/* room (pvperf.h), from the slots and counters as they are now. */
-void sample_update_room(unsigned vcpu)
+/* Which halves' counters (bit ctr_insn(kernel)) a counter mask sums. */
+static unsigned slot_halves(uint8_t mask)
+{
+	const unsigned k = 1u << PVPERF_CTR_INSN_KERNEL |
+			   1u << PVPERF_CTR_BRANCH_KERNEL;
+	const unsigned u = 1u << PVPERF_CTR_INSN_USER |
+			   1u << PVPERF_CTR_BRANCH_USER;
+
+	return (mask & k ? 1u << HALF_K : 0) | (mask & u ? 1u << HALF_U : 0);
+}
+
+/* Instructions that slot may still retire before its threshold can be
+ * reached, minus one (the chunk that reaches it must pass the limit). */
+static uint64_t slot_room(const struct pvperf_sample_slot *sl,
+			  const uint64_t *count)
+{
+	const uint8_t insn_mask = 1u << PVPERF_CTR_INSN_KERNEL |
+				  1u << PVPERF_CTR_INSN_USER;
+	uint64_t sum = slot_sum(count, sl->ctr_mask);
+	uint64_t left = sl->threshold > sum ? sl->threshold - sum : 0;
+
+	/* Instructions and branches in one slot: its sum grows by up to
+	 * twice the instructions. */
+	if ((sl->ctr_mask & insn_mask) && (sl->ctr_mask & ~insn_mask))
+		left /= 2;
+	return left ? left - 1 : 0;
+}
+
+/* Instructions half h ran since its counter was last rebased. */
+static uint64_t ran_since_rebase(const struct pvperf_score *s,
+				 const struct pvperf_vcpu *v, unsigned h)
+{
+	uint64_t start = COUNTDOWN_LIMIT - v->room[h];
+
+	return s->ctr[h] > start ? s->ctr[h] - start : 0;
+}
+
+/* The kernel's part of a room both halves share: what it ran lately,
+ * within [1/8, 7/8]; the two parts add up to room. */
+static uint64_t kernel_share(uint64_t room, uint64_t ran_k, uint64_t ran_u)
+{
+	double share = (ran_k + 1.0) / ((double)ran_k + ran_u + 2.0);
+	uint64_t k = (uint64_t)(room * share);
+
+	return MIN(MAX(k, room / 8), room - room / 8);
+}
+
+/* Counter of half h passes COUNTDOWN_LIMIT after room more instructions;
+ * its count (counter + bias) stays what it is. */
+static void rebase(unsigned vcpu, unsigned h, uint64_t room)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
 	struct pvperf_score *s = score_of(vcpu);
-	const uint8_t insn_mask = 1u << PVPERF_CTR_INSN_KERNEL |
-				  1u << PVPERF_CTR_INSN_USER;
-	uint64_t room = v->pending_mask | v->awaiting_mask ? 0 : ROOM_NONE;
+	uint64_t count = s->ctr[h] + v->bias[h];
 
+	s->ctr[h] = COUNTDOWN_LIMIT - room;
+	v->bias[h] = count - s->ctr[h];
+	v->room[h] = room;
+}
+
+/* Rebase both halves from the slots and counts as they are now.  While an
+ * overflow is held or awaited, room is 0: the next chunk calls back. */
+void sample_update_room(unsigned vcpu)
+{
+	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	const struct pvperf_score *s = score_of(vcpu);
+	uint64_t count[PVPERF_NR_COUNTERS], room[2] = { ROOM_MAX, ROOM_MAX };
+	uint64_t ran_k = ran_since_rebase(s, v, HALF_K);
+	uint64_t ran_u = ran_since_rebase(s, v, HALF_U);
+
+	score_count(vcpu, count);
 	for (unsigned i = 0; i < v->n_slots; i++) {
-		const struct pvperf_sample_slot *sl = &v->slot[i];
-		uint64_t sum = slot_sum(s->ctr, sl->ctr_mask);
-		uint64_t left = sl->threshold > sum ? sl->threshold - sum : 0;
+		unsigned halves = slot_halves(v->slot[i].ctr_mask);
+		uint64_t left = slot_room(&v->slot[i], count), k = left, u = left;
 
-		/* Instructions and branches in one slot: its sum grows by up
-		 * to twice the instructions. */
-		if ((sl->ctr_mask & insn_mask) && (sl->ctr_mask & ~insn_mask))
-			left /= 2;
-		/* A chunk of `left` instructions reaches the threshold with its
-		 * last one: it must take room below zero. */
-		left = left ? left - 1 : 0;
-		if (left < room)
-			room = left;
+		if (halves == (1u << HALF_K | 1u << HALF_U)) {
+			k = kernel_share(left, ran_k, ran_u);
+			u = left - k;
+		}
+		if (halves & 1u << HALF_K)
+			room[HALF_K] = MIN(room[HALF_K], k);
+		if (halves & 1u << HALF_U)
+			room[HALF_U] = MIN(room[HALF_U], u);
 	}
-	s->room = room;
+	if (v->pending_mask | v->awaiting_mask)
+		room[HALF_K] = room[HALF_U] = 0;
+	rebase(vcpu, HALF_K, room[HALF_K]);
+	rebase(vcpu, HALF_U, room[HALF_U]);
 }
 
 /* A reply's slot table (service -> this vCPU): validate and copy. */
@@ -281,12 +352,12 @@ static void hold_or_send(unsigned vcpu, unsigned i, const struct sample_chunk *c
  * same chunk goes without registers), one overflow per slot.
  */
 static bool can_await(const struct pvperf_vcpu *v, unsigned i,
-		      const struct sample_chunk *c, unsigned idx)
+		      unsigned regs_at)
 {
-	if (!c->point || ((v->pending_mask | v->awaiting_mask) & (1u << i)))
+	if ((v->pending_mask | v->awaiting_mask) & (1u << i))
 		return false;
 	return !v->awaiting_mask ||
-	       v->pending[__builtin_ctz(v->awaiting_mask)].idx == idx;
+	       v->pending[__builtin_ctz(v->awaiting_mask)].regs_at == regs_at;
 }
 
 /* Every threshold of slot i reached within this chunk. */
@@ -313,13 +384,16 @@ static void check_slot(unsigned vcpu, unsigned i, const struct sample_chunk *c,
 		};
 
 		sl->threshold = p.next_threshold;
-		if ((sl->flags & PVPERF_PROTO_REGS) && idx == 0)
-			p.has_regs = guest_read_gprs(p.regs);
-		else if ((sl->flags & PVPERF_PROTO_REGS) && can_await(v, i, c, idx)) {
-			v->pending[i] = p;
-			v->awaiting_mask |= 1u << i;
-			score_of(vcpu)->capture = capture_key(c, idx);
-			continue;
+		if ((sl->flags & PVPERF_PROTO_REGS) && c->regs_at) {
+			p.regs_at = c->regs_at[idx];
+			if (!p.regs_at) {
+				p.has_regs = guest_read_gprs(p.regs);
+			} else if (can_await(v, i, p.regs_at)) {
+				v->pending[i] = p;
+				v->awaiting_mask |= 1u << i;
+				score_of(vcpu)->capture = capture_key(c, p.regs_at);
+				continue;
+			}
 		}
 		hold_or_send(vcpu, i, c, &p);
 	}
@@ -329,11 +403,12 @@ void sample_chunk_exec(unsigned int vcpu, void *udata)
 {
 	const struct sample_chunk *c = udata;
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
-	const uint64_t *ctr = score_of(vcpu)->ctr;
+	uint64_t ctr[PVPERF_NR_COUNTERS];
 	unsigned ci = ctr_insn(c->kernel), cb = ctr_branch(c->kernel);
 	bool have_delta = false;
 	uint64_t delta = 0;
 
+	score_count(vcpu, ctr);
 	hold_awaiting(v);
 	if (v->pending_mask)
 		confirm_held(vcpu, c->kernel, ctr[PVPERF_CTR_INSN_KERNEL]);

@@ -11,6 +11,16 @@
 #include "pvperf_proto.h"
 
 /*
+ * The countdown (pvperf.h): a chunk calls sample_chunk_exec() when its
+ * half's instruction counter passes this after the chunk's add.  It fits
+ * an x86 imm32, so the generated check is a compare and a branch; a half's
+ * room never exceeds ROOM_MAX, so the counter never starts below
+ * COUNTDOWN_LIMIT - ROOM_MAX.
+ */
+#define COUNTDOWN_LIMIT	0x7fffffffULL
+#define ROOM_MAX	(1ULL << 30)
+
+/*
  * What the conditional callback of a chunk needs (udata, in count.c's
  * arena): the chunk's instructions at translation time (the process that
  * translated it; runtime addresses come from rip), which of them are
@@ -24,17 +34,20 @@ struct sample_chunk {
 	bool kernel;
 	uint64_t *vaddr;	/* [n_insns] */
 	uint16_t *branch;	/* [n_branches]: insn indices of the branches */
-	/* MODE_SAMPLE_REGS only: */
+	/* Register capture (MODE_CAPTURE_*) only: */
 	uint64_t uid;		/* unique per chunk, never 0 */
 	struct capture_point *point;	/* [n_insns]: their udata */
+	/* [n_insns]: the capture point whose registers serve insn i (the
+	 * last at or before it); 0: the chunk's own callback reads them. */
+	uint16_t *regs_at;
 };
 
 /*
- * Capture points (MODE_SAMPLE_REGS): every instruction but a chunk's
- * first has a conditional callback that runs, before the instruction,
- * iff the vCPU's scoreboard `capture` equals its key.  The chunk's own
+ * Capture points: instructions (never a chunk's first) with a conditional
+ * callback that runs, before the instruction, iff the vCPU's scoreboard
+ * `capture` equals its key (count.c places them).  The chunk's own
  * callback sets that key when an overflow that needs registers falls on
- * a later instruction of the chunk; the first one reads them itself.
+ * an instruction served by a later point; it reads them itself otherwise.
  */
 struct capture_point {
 	const struct sample_chunk *chunk;

@@ -25,8 +25,8 @@ def test_python_defines_the_ram_limit_once():
     defs = []
     for path in sorted((REPO / "pyhost").rglob("*.py")):
         for n, line in enumerate(path.read_text().splitlines(), 1):
-            if re.match(r"\s*\w*(MAX\w*(RAM|MEM)|(RAM|MEM)\w*MAX)\w*\s*=",
-                        line):
+            if re.match(r"\s*(\w+_)?(MAX_(\w+_)?(RAM|MEM)|(RAM|MEM)_(\w+_)?MAX)"
+                        r"(_\w+)?\s*=", line):
                 defs.append(f"{path.relative_to(REPO)}:{n}")
     assert defs == ["pyhost/pmu/abi.py:" + str(next(
         n for n, line in enumerate(
@@ -43,7 +43,8 @@ def test_plugin_takes_the_ram_limit_from_the_header():
         text = path.read_text()
         used |= "PVPERF_MAX_RAM_MB" in text
         for n, line in enumerate(text.splitlines(), 1):
-            assert not re.search(r"#define\s+\w*(RAM|MEM)\w*\s+\(?\d", line), \
+            assert not re.search(r"#define\s+(\w+_)?(RAM|MEM)(_\w+)?\s+\(?\d",
+                                 line), \
                 f"{path.relative_to(REPO)}:{n}: {line.strip()}"
             assert not re.search(r"\b[23]ULL\s*<<\s*30\b|\b[23]\s*<<\s*30\b",
                                  line), \

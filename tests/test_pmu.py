@@ -5,14 +5,18 @@ import pytest
 
 from pyhost.pmu import abi
 from pyhost.pmu import plugin_protocol as proto
-from pyhost.pmu.events import (PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE,
+from pyhost.pmu.events import (HW_BRANCH_INSTRUCTIONS, HW_INSTRUCTIONS,
+                               PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE,
                                PERF_TYPE_RAW, CountingModel, EventDef,
                                RetirementModel)
-from pyhost.pmu.model import Pmu, PmuError
+from pyhost.pmu.model import (PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER,
+                              PERF_SAMPLE_STACK_USER, Pmu, PmuError)
 
 
-def attr(type_=PERF_TYPE_HARDWARE, config=1, flags=0, period=0):
-    return abi.GuestPerfAttr(type_, config, period, 0, 0, flags, 0, 0, 0)
+def attr(type_=PERF_TYPE_HARDWARE, config=1, flags=0, period=0,
+         sample_type=0):
+    return abi.GuestPerfAttr(type_, config, period, sample_type, 0, flags,
+                             0, 0, 0)
 
 
 def snap(ik=0, iu=0, bk=0, bu=0):
@@ -142,6 +146,31 @@ def test_counting_needed_follows_open_events():
     assert pmu.counting_needed()
     pmu.close(1, 0, snap())
     assert not pmu.counting_needed()
+
+
+def test_branches_are_counted_only_while_a_branch_event_is_open():
+    pmu = Pmu()
+    pmu.open(1, attr(config=HW_INSTRUCTIONS), 0x1000)
+    assert not pmu.branches_needed()
+    pmu.open(2, attr(config=HW_BRANCH_INSTRUCTIONS), 0x2000)
+    assert pmu.branches_needed()
+    pmu.close(2, 0, snap())
+    assert not pmu.branches_needed()
+
+
+@pytest.mark.parametrize("sample_type,frame,regs", [
+    (0, False, False),
+    (PERF_SAMPLE_CALLCHAIN, True, False),
+    (PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER,
+     True, True),
+])
+def test_register_capture_follows_what_samples_carry(sample_type, frame,
+                                                      regs):
+    """A frame-pointer callchain needs sp and bp; sample registers and
+    user stacks (DWARF) need every register."""
+    pmu = Pmu()
+    pmu.open(1, attr(period=1000, sample_type=sample_type), 0x1000)
+    assert (pmu.frame_needed(), pmu.regs_needed()) == (frame, regs)
 
 
 def test_model_registration_is_checked_at_start_up():

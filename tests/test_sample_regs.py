@@ -9,6 +9,11 @@ pvperf:
 * ``regs``: a loop where six consecutive instructions set r12 to 1..6;
   the instruction addresses come from ``nm``/``objdump`` of the binary,
   and r12 at each one follows from the code (k - 1 before ``mov $k``).
+* ``fpcalls`` with frame-pointer callchains (-g), whose registers come
+  from capture points placed only after the instructions that write sp or
+  bp: which caller the frame walk names follows from where the sampled
+  instruction lies in its function (fpcalls.c, the prologue and epilogue
+  from objdump).
 * ``hotcold-dw`` and ``calls`` (no frame pointers) with DWARF unwinding:
   their call graphs are main_sp -> hot / cold -> tick and main_sp -> step
   -> leaf (the sources; callgrind finds no other caller), so every sample
@@ -32,6 +37,7 @@ N_REGS = 5000000            # 40 M instructions
 PERIOD = 100003             # prime: lands on every instruction of the loop
 N_HOTCOLD = 2000
 N_CALLS = 3000000           # 39 M instructions
+N_FPCALLS = 2000000         # 48 M instructions
 
 SCRIPT = f"""
 sec() {{ echo "=== $1"; }}
@@ -48,6 +54,9 @@ perf script -i $D/d.data -F ip,sym 2>&1
 sec calls
 perf record -q --call-graph dwarf -e instructions:u -c {PERIOD} -o $D/c.data ./calls {N_CALLS} 2>&1
 perf script -i $D/c.data -F ip,sym 2>&1
+sec fp
+perf record -q -g -e instructions:u -c {PERIOD} -o $D/f.data ./fpcalls {N_FPCALLS} 2>&1
+perf script -i $D/f.data -F ip,sym,symoff 2>&1
 sec end
 """
 
@@ -123,3 +132,48 @@ def test_dwarf_callchains_reach_main(guest, section, functions):
     assert len(ours) >= 100, text[:2000]
     broken = [b for b in ours if not re.search(r"\bmain_sp\b", b)]
     assert broken == [], (len(broken), len(ours), broken[:3])
+
+
+def fp_callers() -> dict[tuple[str, int], str]:
+    """The caller the frame walk must name for each instruction (function,
+    offset) of fpcalls' leaf and step: the real caller while rbp is the
+    function's own frame (after the push and the mov, up to the pop), the
+    caller's caller at the push, the mov and the ret (fpcalls.c)."""
+    dis = subprocess.run(["objdump", "-d", str(PROGRAMS / "fpcalls")],
+                         capture_output=True, text=True, check=True).stdout
+    callers = {"leaf": ("step", "main_sp"), "step": ("main_sp", "_start")}
+    want = {}
+    for fn, (inner, outer) in callers.items():
+        body = dis.split(f"<{fn}>:\n", 1)[1].split("\tret", 1)[0]
+        ips = [int(m.group(1), 16) for m in
+               re.finditer(r"^\s*([0-9a-f]+):", body, re.M)]  # ret's too
+        assert len(ips) >= 6, body
+        for i, ip in enumerate(ips):
+            own_frame = 2 <= i < len(ips) - 1
+            want[(fn, ip - ips[0])] = inner if own_frame else outer
+    return want
+
+
+def test_frame_pointer_callchains_follow_the_sampled_rbp(guest):
+    """perf record -g: every sample in leaf() and step() names the caller
+    that rbp at the sampled instruction leads to, and the samples cover
+    every instruction of both functions (registers from where an NMI
+    landed, or from the block's start, name the wrong one around the
+    prologues)."""
+    want = fp_callers()
+    text = "\n".join(guest["fp"])
+    blocks = [b.strip().splitlines() for b in re.split(r"\n\s*\n", text)
+              if b.strip()]
+    frame = re.compile(r"\s*[0-9a-f]+ ([\w.]+)(?:\+0x([0-9a-f]+))?")
+    got = []
+    for lines in blocks:
+        frames = [m.groups() for m in map(frame.match, lines) if m]
+        if len(frames) < 2:
+            continue
+        key = (frames[0][0], int(frames[0][1] or "0", 16))
+        if key in want:
+            got.append((key, frames[1][0]))
+    assert len(got) >= 300, text[:2000]
+    wrong = [(k, caller) for k, caller in got if caller != want[k]]
+    assert wrong == [], (len(wrong), len(got), wrong[:10])
+    assert {k for k, _ in got} == set(want)

@@ -86,7 +86,8 @@ class PerfBackend:
         self.stats = BackendStats()
         self.sampler = Sampler(memory, nmi, clock)
         self.clock = clock
-        self._linger_until = 0.0     # clock(): counting on until then
+        # clock(): counting ("counting", "branches") on until then
+        self._linger_until: dict[str, float] = {}
         # Serialises the PMU model: one thread per vCPU connection calls in.
         self.lock = threading.Lock()
 
@@ -101,24 +102,31 @@ class PerfBackend:
             ret = self._serve(msg)
             if ret is not None:
                 self._write_ret(msg.block_gpa, ret)
-            flags = proto.REPLY_COUNTING if self._counting(msg) else 0
+            flags = (proto.REPLY_COUNTING
+                     if self._linger("counting", self.pmu.counting_needed())
+                     else 0)
             if self.pmu.sampling_needed():
                 flags |= proto.REPLY_SAMPLING
             if self.pmu.regs_needed():
                 flags |= proto.REPLY_REGS
+            elif self.pmu.frame_needed():
+                flags |= proto.REPLY_FRAME
+            if self._linger("branches", self.pmu.branches_needed()):
+                flags |= proto.REPLY_BRANCHES
             slots = (self.pmu.slots(msg.vcpu) if msg.vcpu < self.max_vcpus
                      else [])
         return flags, slots
 
-    def _counting(self, msg: proto.HcallMessage) -> bool:
-        """Whether the plugin should count: while any event is open, and
-        for abi.COUNT_LINGER_MS after the last one closed (a mode switch
-        retranslates all guest code), unless a PROBE ends the linger."""
+    def _linger(self, what: str, needed: bool) -> bool:
+        """Whether the plugin should count (``what``: "counting" or
+        "branches"): while an event needs it, and for abi.COUNT_LINGER_MS
+        after the last one closed (a mode switch retranslates all guest
+        code), unless a PROBE ends the linger."""
         now = self.clock()
-        if self.pmu.counting_needed():
-            self._linger_until = now + abi.COUNT_LINGER_MS / 1000
+        if needed:
+            self._linger_until[what] = now + abi.COUNT_LINGER_MS / 1000
             return True
-        return now < self._linger_until
+        return now < self._linger_until.get(what, 0.0)
 
     # -- samples ------------------------------------------------------------
 
@@ -202,7 +210,7 @@ class PerfBackend:
     # -- operations ---------------------------------------------------------
 
     def _probe(self, msg, args) -> int:
-        self._linger_until = 0.0     # the guest's "linger over" (abi.py)
+        self._linger_until.clear()   # the guest's "linger over" (abi.py)
         return abi.ABI_VERSION
 
     def _open(self, msg, args) -> int:

@@ -41,6 +41,11 @@ SAMPLE_TYPES_WITH_REGS = (PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER |
 # ... and those that also read guest memory at delivery (the walked or
 # copied stack), so the NMI must land before the vCPU leaves the frame.
 SAMPLE_TYPES_WITH_STACK = PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_STACK_USER
+# ... and those for which sp and bp are not enough.
+SAMPLE_TYPES_WITH_ALL_REGS = (PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER |
+                              PERF_SAMPLE_REGS_INTR)
+BRANCH_COUNTERS_MASK = (1 << proto.CTR_BRANCH_KERNEL |
+                        1 << proto.CTR_BRANCH_USER)
 
 COUNTERS_PER_VCPU = 8
 
@@ -89,6 +94,17 @@ class PmuEvent:
     def needs_regs(self) -> bool:
         """Samples carry the registers of the overflowing instruction."""
         return bool(self.attr.sample_type & SAMPLE_TYPES_WITH_REGS)
+
+    @property
+    def needs_all_regs(self) -> bool:
+        """Every register must be exact, not only the frame's (sp, bp):
+        sample registers and user stack copies (DWARF unwinding) need them;
+        a frame-pointer callchain does not."""
+        return bool(self.attr.sample_type & SAMPLE_TYPES_WITH_ALL_REGS)
+
+    @property
+    def counts_branches(self) -> bool:
+        return bool(self.ctr_mask & BRANCH_COUNTERS_MASK)
 
     @property
     def slot_flags(self) -> int:
@@ -349,6 +365,17 @@ class Pmu:
         return any(e.sampling for e in self.events.values())
 
     def regs_needed(self) -> bool:
-        """Whether the plugin must be able to capture registers at any
-        instruction (a sampling event whose samples carry them open)."""
+        """Whether the plugin must be able to capture every register at
+        any instruction (a sampling event whose samples carry them open)."""
+        return any(e.sampling and e.needs_all_regs
+                   for e in self.events.values())
+
+    def frame_needed(self) -> bool:
+        """Whether the plugin must capture the frame registers (a sampling
+        event with a frame-pointer callchain open)."""
         return any(e.sampling and e.needs_regs for e in self.events.values())
+
+    def branches_needed(self) -> bool:
+        """Whether the plugin must count branches (an event counting them
+        open)."""
+        return any(e.counts_branches for e in self.events.values())

@@ -24,7 +24,9 @@ NR_COUNTERS = 4
 
 REPLY_COUNTING = 1 << 0
 REPLY_SAMPLING = 1 << 1
-REPLY_REGS = 1 << 2        # some sampling event needs registers
+REPLY_REGS = 1 << 2        # some sampling event needs every register
+REPLY_BRANCHES = 1 << 3    # some open event counts branches
+REPLY_FRAME = 1 << 4       # some sampling event needs only sp and bp
 # Slot / overflow flag: the vCPU waits for the answer (callchain events).
 SYNC = 1 << 0
 # Slot: capture registers at the overflow; overflow message: regs valid.

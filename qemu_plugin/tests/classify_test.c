@@ -18,6 +18,7 @@
 #define M CLS_MEM
 #define X CLS_BOUNDARY
 #define D CLS_DOORBELL
+#define F CLS_FRAME
 
 struct expect {
 	const char *name;
@@ -30,14 +31,17 @@ static const struct expect cases[] = {
 	{ "add %rcx,%rdx",	{ 0x48, 0x01, 0xca }, 3, 0 },
 	{ "lea (%rsp),%rax",	{ 0x48, 0x8d, 0x04, 0x24 }, 4, 0 },
 	{ "nopw 0(%rax,%rax)",	{ 0x66, 0x0f, 0x1f, 0x44, 0, 0 }, 6, 0 },
-	{ "mov %rsp,%rbp",	{ 0x48, 0x89, 0xe5 }, 3, 0 },
+	{ "mov %rsp,%rbp",	{ 0x48, 0x89, 0xe5 }, 3, F },
+	{ "sub $8,%rsp",	{ 0x48, 0x83, 0xec, 0x08 }, 4, F },
+	{ "pop %rbp",		{ 0x5d }, 1, M | X | F },
+	{ "xor %ebp,%ebp",	{ 0x31, 0xed }, 2, F },
 	{ "mov (%rsi),%rbx",	{ 0x48, 0x8b, 0x1e }, 3, M | X },
 	{ "doorbell",		{ 0xc7, 0x00, 0x50, 0x56, 0x50, 0x46 }, 6, M | X | D },
-	{ "push %rbx",		{ 0x53 }, 1, M | X },
-	{ "pop %rbx",		{ 0x5b }, 1, M | X },
-	{ "pushfq",		{ 0x9c }, 1, M | X },
-	{ "enter $8,$0",	{ 0xc8, 8, 0, 0 }, 4, M | X },
-	{ "leave",		{ 0xc9 }, 1, M | X },
+	{ "push %rbx",		{ 0x53 }, 1, M | X | F },
+	{ "pop %rbx",		{ 0x5b }, 1, M | X | F },
+	{ "pushfq",		{ 0x9c }, 1, M | X | F },
+	{ "enter $8,$0",	{ 0xc8, 8, 0, 0 }, 4, M | X | F },
+	{ "leave",		{ 0xc9 }, 1, M | X | F },
 	{ "rep movsb",		{ 0xf3, 0xa4 }, 2, M | X },
 	{ "stosq",		{ 0x48, 0xab }, 2, M | X },
 	{ "xlat",		{ 0xd7 }, 1, M | X },
@@ -53,16 +57,16 @@ static const struct expect cases[] = {
 	{ "jmp *(%rax)",	{ 0xff, 0x20 }, 2, B | M | X },
 	{ "loop .",		{ 0xe2, 0xfe }, 2, B },
 	{ "jrcxz .",		{ 0xe3, 0xfe }, 2, B },
-	{ "call rel32",		{ 0xe8, 0, 0, 0, 0 }, 5, B | M | X },
-	{ "call *(%rax)",	{ 0xff, 0x10 }, 2, B | M | X },
-	{ "ret",		{ 0xc3 }, 1, B | M | X },
-	{ "lret",		{ 0xcb }, 1, B | M | X },
-	{ "iretq",		{ 0x48, 0xcf }, 2, B | M | X },
-	{ "int $0x80",		{ 0xcd, 0x80 }, 2, B | M | X },
-	{ "int3",		{ 0xcc }, 1, B | M | X },
-	{ "syscall",		{ 0x0f, 0x05 }, 2, B | X },
-	{ "sysretq",		{ 0x48, 0x0f, 0x07 }, 3, B | X },
-	{ "sysenter",		{ 0x0f, 0x34 }, 2, B | X },
+	{ "call rel32",		{ 0xe8, 0, 0, 0, 0 }, 5, B | M | X | F },
+	{ "call *(%rax)",	{ 0xff, 0x10 }, 2, B | M | X | F },
+	{ "ret",		{ 0xc3 }, 1, B | M | X | F },
+	{ "lret",		{ 0xcb }, 1, B | M | X | F },
+	{ "iretq",		{ 0x48, 0xcf }, 2, B | M | X | F },
+	{ "int $0x80",		{ 0xcd, 0x80 }, 2, B | M | X | F },
+	{ "int3",		{ 0xcc }, 1, B | M | X | F },
+	{ "syscall",		{ 0x0f, 0x05 }, 2, B | X | F },
+	{ "sysretq",		{ 0x48, 0x0f, 0x07 }, 3, B | X | F },
+	{ "sysenter",		{ 0x0f, 0x34 }, 2, B | X | F },
 };
 
 static int check(const char *what, uint8_t got, uint8_t want)
@@ -101,7 +105,7 @@ static int test_mode_fallback(void)
 
 	classify_tb(tb, 2, false, cls);
 	fails += check("32-bit inc", cls[0], 0);
-	fails += check("32-bit push", cls[1], M | X);
+	fails += check("32-bit push", cls[1], M | X | F);
 	return fails;
 }
 

@@ -193,10 +193,10 @@ class FakeService:
 
 
 def default_policy(op, args):
-    """PROBE: the ABI version, counting on.  Marks: 0; mark 5 turns
-    counting off, everything else leaves it on."""
+    """PROBE: the ABI version, counting (instructions and branches) on.
+    Marks: 0; mark 5 turns counting off, everything else leaves it on."""
     k = consts()
-    counting = k["PVPERF_REPLY_COUNTING"]
+    counting = k["PVPERF_REPLY_COUNTING"] | k["PVPERF_REPLY_BRANCHES"]
     if op == k["PVPERF_OP_PROBE"]:
         return k["PVPERF_ABI_VERSION"], counting
     return 0, 0 if args[0] == 5 else counting
