@@ -138,6 +138,21 @@ def test_hotcold_profile_matches_valgrind(share, tmp_path):
     print(f"hotcold: {100 * rate:.1f}% of code-cache samples resolved, "
           f"hot/(hot+cold) {100 * share_hot:.1f}% (valgrind "
           f"{100 * reference:.1f}%)")
+    # Record once, render many: `pvperf report` re-renders the session
+    # the same (the host's perf report of perf.data included).
+    recorded = {f: (out / f).read_text() for f in
+                ("report.txt", "summary.json", "stacks.folded",
+                 "perf-report.txt")}
+    for f in recorded:
+        (out / f).unlink()
+    r = run_pvperf(["report", str(out)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout == recorded["report.txt"]
+    def untipped(text: str) -> list[str]:     # perf report ends in a tip
+        return [line for line in text.splitlines()           # of the day
+                if not line.startswith("# (Tip:")]
+    for f, text in recorded.items():
+        assert untipped((out / f).read_text()) == untipped(text), f
     assert all(row["space"] in ("emulator", "guest-kernel", "guest-user")
                for row in summary["top"])
     meta = summary["meta"]
