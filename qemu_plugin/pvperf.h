@@ -36,14 +36,12 @@
 #include "pvperf_abi.h"
 #include "pvperf_proto.h"
 
-/* x86_64 canonical kernel half; user space can never execute there. */
-#define PVPERF_KERNEL_HALF	0xffff800000000000ULL
 #define GUEST_PAGE_SIZE		4096ULL
 #define GUEST_PAGE_MASK		(~(GUEST_PAGE_SIZE - 1))
 
 static inline bool vaddr_is_kernel(uint64_t vaddr)
 {
-	return vaddr >= PVPERF_KERNEL_HALF;
+	return vaddr >= PVPERF_KERNEL_HALF_START;	/* pvperf_abi.h */
 }
 
 static inline unsigned ctr_insn(bool kernel)

@@ -2,7 +2,7 @@
 /*
  * pvperf_proto.h - the private protocol between the pvperf TCG plugin (in
  * the qemu-system-x86_64 process) and the pvperf host service (pyhost).
- * Mirrored by pyhost/plugin_protocol.py; tests compare the two.
+ * Mirrored by pyhost/pmu/plugin_protocol.py; tests compare the two.
  *
  * One SOCK_SEQPACKET connection per vCPU to the service's unix socket,
  * opened by that vCPU's thread on its first hypercall.  The service never

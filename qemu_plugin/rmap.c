@@ -11,7 +11,7 @@
  *   task=CURR:TGID:COMM:MM:PGD:POB
  *                     how to name the task a CR3 write switches to (hex or
  *                     decimal, from the guest kernel's BTF and System.map,
- *                     see pyhost/kernel_layout.py): CURR the per-cpu offset
+ *                     see pyhost/profile/kernel_layout.py): CURR the per-cpu offset
  *                     of runqueues.curr, TGID/COMM/MM offsets in
  *                     task_struct, PGD the offset in mm_struct, POB the
  *                     address of page_offset_base.  Without it CR3 records
@@ -29,7 +29,7 @@
  *     translating vCPU, the translating thread and the time;
  *   - the code-cache flushes (their time; addresses are reused after);
  *   - each vCPU's host thread id (host perf samples carry the tid).
- * pyhost/rmap.py joins a TB record with the jitdump record of the same
+ * pyhost/profile/rmap.py joins a TB record with the jitdump record of the same
  * thread and vaddr that follows it (translation on one thread is serial).
  * Nothing of this runs when TBs execute.
  *
@@ -69,11 +69,11 @@
 
 #include <qemu-plugin.h>
 
+#include "pvperf_abi.h"
 #include "rmap_format.h"
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
-#define KERNEL_HALF	0xffff800000000000ULL
 /* CR3 bits 12..51: the top-level table; below are PCID/PWT/PCD, above
  * the no-flush bit 63 (and LAM bits in later CPUs). */
 #define CR3_ADDR_MASK	0x000ffffffffff000ULL
@@ -406,7 +406,7 @@ static void build_tb_record(struct qemu_plugin_tb *tb, size_t n,
 	r->tid = gettid();
 	r->n_insns = n;
 	r->n_bytes = n_bytes;
-	r->flags = r->guestpc >= KERNEL_HALF ? RMAP_TB_KERNEL : 0;
+	r->flags = r->guestpc >= PVPERF_KERNEL_HALF_START ? RMAP_TB_KERNEL : 0;
 	if (translation_cr3(&r->cr3))
 		r->flags |= RMAP_TB_CR3_VALID;
 	for (size_t i = 0; i < n; i++) {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * rmap_format.h - the record file written by pvperf-rmap.so (rmap.c) and
- * read by pyhost/rmap.py, defined once.  pyhost/rmap.py mirrors these
+ * read by pyhost/profile/rmap.py, defined once.  That module mirrors these
  * layouts with struct formats and asserts their sizes; tests/test_rmap.py
  * parses this header and compares.
  *
