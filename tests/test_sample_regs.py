@@ -50,13 +50,13 @@ perf record -q --user-regs=r12,sp -e instructions:u -c {PERIOD} -o $D/u.data ./r
 perf script -i $D/u.data -F ip,uregs 2>&1
 sec dwarf
 perf record -q --call-graph dwarf -e instructions:u -c {PERIOD} -o $D/d.data ./hotcold-dw {N_HOTCOLD} 2>&1
-perf script -i $D/d.data -F ip,sym 2>&1
+perf script -i $D/d.data -F ip,sym 2>/dev/null
 sec calls
 perf record -q --call-graph dwarf -e instructions:u -c {PERIOD} -o $D/c.data ./calls {N_CALLS} 2>&1
-perf script -i $D/c.data -F ip,sym 2>&1
+perf script -i $D/c.data -F ip,sym 2>/dev/null
 sec fp
 perf record -q -g -e instructions:u -c {PERIOD} -o $D/f.data ./fpcalls {N_FPCALLS} 2>&1
-perf script -i $D/f.data -F ip,sym,symoff 2>&1
+perf script -i $D/f.data -F ip,sym,symoff 2>/dev/null
 sec end
 """
 
