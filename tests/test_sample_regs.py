@@ -38,6 +38,8 @@ PERIOD = 100003             # prime: lands on every instruction of the loop
 N_HOTCOLD = 2000
 N_CALLS = 3000000           # 39 M instructions
 N_FPCALLS = 2000000         # 48 M instructions
+# -m 4M: a DWARF sample carries 8 KiB of stack; perf's default 512 KiB ring
+# fills in 64 samples, and at smp 2 perf record fell behind (lost chunks).
 
 SCRIPT = f"""
 sec() {{ echo "=== $1"; }}
@@ -49,10 +51,10 @@ sec user
 perf record -q --user-regs=r12,sp -e instructions:u -c {PERIOD} -o $D/u.data ./regs {N_REGS} 2>&1
 perf script -i $D/u.data -F ip,uregs 2>&1
 sec dwarf
-perf record -q --call-graph dwarf -e instructions:u -c {PERIOD} -o $D/d.data ./hotcold-dw {N_HOTCOLD} 2>&1
+perf record -q -m 4M --call-graph dwarf -e instructions:u -c {PERIOD} -o $D/d.data ./hotcold-dw {N_HOTCOLD} 2>&1
 perf script -i $D/d.data -F ip,sym 2>/dev/null
 sec calls
-perf record -q --call-graph dwarf -e instructions:u -c {PERIOD} -o $D/c.data ./calls {N_CALLS} 2>&1
+perf record -q -m 4M --call-graph dwarf -e instructions:u -c {PERIOD} -o $D/c.data ./calls {N_CALLS} 2>&1
 perf script -i $D/c.data -F ip,sym 2>/dev/null
 sec fp
 perf record -q -g -e instructions:u -c {PERIOD} -o $D/f.data ./fpcalls {N_FPCALLS} 2>&1
