@@ -94,7 +94,7 @@ def guest_round(count: int) -> dict[str, int]:
 
 
 def client(name: str, count: int) -> list[int]:
-    msg = proto.HcallMessage(0, BLOCK_GPA, KVADDR, (0,) * 4).pack()
+    msg = proto.HcallMessage(0, BLOCK_GPA, KVADDR, (0,) * proto.NR_COUNTERS).pack()
     out = subprocess.run([sys.executable, "-c", CLIENT, name, str(count),
                           msg.hex()], capture_output=True, text=True,
                          check=True, timeout=600).stdout

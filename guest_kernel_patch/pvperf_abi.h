@@ -32,7 +32,8 @@
 
 #include <linux/types.h>
 
-#define PVPERF_ABI_VERSION		3	/* 2: sampling; 3: sample registers */
+#define PVPERF_ABI_VERSION		4	/* 2: sampling; 3: sample registers;
+						 * 4: EVENTS */
 
 /* The marker store and the value it writes into pvperf_hcall.doorbell. */
 #define PVPERF_DOORBELL_MAGIC		0x46505650	/* "PVPF" */
@@ -82,6 +83,18 @@
  */
 #define PVPERF_OP_SET_PERIOD		0x104
 #define PVPERF_OP_SAMPLE_BUF		0x105
+/*
+ * EVENTS (ABI v4)  args: gpa of a buffer, its size in bytes (at most
+ *             PVPERF_EVENTS_BUF_MAX).  The host writes the events it
+ *             counts, one per line, as sysfs spells them under
+ *             events/ ("instructions=event=0xc0\n",
+ *             "bus-cycles=event=0x3c,umask=0x01\n"), then a NUL, and
+ *             returns the length without the NUL; -ENOSPC if the buffer
+ *             is too small.  The host's event table is the one
+ *             definition: the driver advertises what this returns.
+ */
+#define PVPERF_OP_EVENTS		0x106
+#define PVPERF_EVENTS_BUF_MAX		16384
 
 /*
  * The kernel half of the x86_64 address space (4-level paging): the host

@@ -997,33 +997,92 @@ static const struct attribute_group pvperf_format_group = {
 };
 
 /*
- * The x86 architectural encodings (Intel SDM vol. 3, "Architectural
- * Performance Monitoring") of exactly the events the host counts: its event
- * table (pyhost/pmu/events.py) is the definition, and tests/test_events.py
- * fails if this list names an event the host cannot count.
+ * events/: exactly the events the host counts, as its event table
+ * (pyhost/pmu/events.py) spells them: PVPERF_OP_EVENTS answers a line
+ * name=event=0x..[,umask=0x..] per event.  Built at init, before
+ * perf_pmu_register() creates the sysfs files; the driver keeps no event
+ * table of its own, so a model added on the host shows in `perf list`.
  */
-PMU_EVENT_ATTR_STRING(cpu-cycles, pvperf_ev_cpu_cycles, "event=0x3c");
-PMU_EVENT_ATTR_STRING(instructions, pvperf_ev_instructions, "event=0xc0");
-PMU_EVENT_ATTR_STRING(branch-instructions, pvperf_ev_branch_instructions,
-		      "event=0xc4");
-PMU_EVENT_ATTR_STRING(bus-cycles, pvperf_ev_bus_cycles,
-		      "event=0x3c,umask=0x01");
-PMU_EVENT_ATTR_STRING(ref-cycles, pvperf_ev_ref_cycles,
-		      "event=0x00,umask=0x03");
+static char *pvperf_events_text;		/* the host's answer, kept */
+static struct perf_pmu_events_attr *pvperf_events_ea;
+static struct attribute **pvperf_events_attrs;
 
-static struct attribute *pvperf_events_attrs[] = {
-	&pvperf_ev_cpu_cycles.attr.attr,
-	&pvperf_ev_instructions.attr.attr,
-	&pvperf_ev_branch_instructions.attr.attr,
-	&pvperf_ev_bus_cycles.attr.attr,
-	&pvperf_ev_ref_cycles.attr.attr,
-	NULL,
-};
-
-static const struct attribute_group pvperf_events_group = {
+static struct attribute_group pvperf_events_group = {
 	.name = "events",
-	.attrs = pvperf_events_attrs,
 };
+
+/* The host is trusted, but a sysfs name is checked all the same. */
+static bool pvperf_event_line_ok(const char *name, const char *val)
+{
+	static const char name_chars[] =
+		"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-";
+	static const char val_chars[] = "abcdefghijklmnopqrstuvwxyz0123456789=,";
+
+	return *name && name[strspn(name, name_chars)] == '\0' &&
+	       *val && val[strspn(val, val_chars)] == '\0';
+}
+
+static void pvperf_events_free(void)
+{
+	kfree(pvperf_events_attrs);
+	kfree(pvperf_events_ea);
+	kfree(pvperf_events_text);
+	pvperf_events_attrs = NULL;
+	pvperf_events_ea = NULL;
+	pvperf_events_text = NULL;
+}
+
+static int pvperf_events_init(void)
+{
+	char *text, *line, *end;
+	unsigned int n = 0, i = 0;
+	s64 len;
+
+	/* kmalloc memory is physically contiguous: one gpa range. */
+	text = kzalloc(PVPERF_EVENTS_BUF_MAX, GFP_KERNEL);
+	if (!text)
+		return -ENOMEM;
+	pvperf_events_text = text;
+	len = pvperf_hypercall(PVPERF_OP_EVENTS, virt_to_phys(text),
+			       PVPERF_EVENTS_BUF_MAX, 0);
+	if (len <= 0 || len >= PVPERF_EVENTS_BUF_MAX) {
+		pr_warn("host event list unusable (ret=%lld), not registering\n",
+			len);
+		pvperf_events_free();
+		return len < 0 ? (int)len : -EIO;
+	}
+	text[len] = '\0';
+	for (line = text; (end = strchr(line, '\n')); line = end + 1)
+		n++;
+	pvperf_events_ea = kcalloc(n, sizeof(*pvperf_events_ea), GFP_KERNEL);
+	pvperf_events_attrs = kcalloc(n + 1, sizeof(*pvperf_events_attrs),
+				      GFP_KERNEL);
+	if (!pvperf_events_ea || !pvperf_events_attrs) {
+		pvperf_events_free();
+		return -ENOMEM;
+	}
+	for (line = text; (end = strchr(line, '\n')); line = end + 1) {
+		struct perf_pmu_events_attr *ea = &pvperf_events_ea[i];
+		char *eq;
+
+		*end = '\0';
+		eq = strchr(line, '=');
+		if (eq)
+			*eq = '\0';
+		if (!eq || !pvperf_event_line_ok(line, eq + 1)) {
+			pr_warn("host event line \"%s\" ignored\n", line);
+			continue;
+		}
+		sysfs_attr_init(&ea->attr.attr);
+		ea->attr.attr.name = line;
+		ea->attr.attr.mode = 0444;
+		ea->attr.show = perf_event_sysfs_show;
+		ea->event_str = eq + 1;
+		pvperf_events_attrs[i++] = &ea->attr.attr;
+	}
+	pvperf_events_group.attrs = pvperf_events_attrs;
+	return 0;
+}
 
 static const struct attribute_group *pvperf_attr_groups[] = {
 	&pvperf_format_group,
@@ -1211,10 +1270,13 @@ static int __init pvperf_init(void)
 	err = pvperf_probe_host();
 	if (err)
 		goto free_blocks;
+	err = pvperf_events_init();
+	if (err)
+		goto free_blocks;
 	pvperf_find_overflow();
 	err = pvperf_rings_init();
 	if (err)
-		goto free_blocks;
+		goto free_events;
 	err = register_nmi_handler(NMI_LOCAL, pvperf_nmi_handler, 0, "pvperf");
 	if (err)
 		goto free_rings;
@@ -1243,6 +1305,8 @@ restore_lint1:
 	unregister_nmi_handler(NMI_LOCAL, "pvperf");
 free_rings:
 	pvperf_rings_exit();
+free_events:
+	pvperf_events_free();
 free_blocks:
 	pvperf_hcall_blocks_free();
 	return err;
@@ -1257,6 +1321,7 @@ static void __exit pvperf_exit(void)
 	on_each_cpu(pvperf_lint1_restore, NULL, 1);
 	unregister_nmi_handler(NMI_LOCAL, "pvperf");
 	pvperf_rings_exit();
+	pvperf_events_free();
 	pvperf_hcall_blocks_free();
 	ida_destroy(&pvperf_ida);
 }

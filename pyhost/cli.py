@@ -27,7 +27,7 @@ from .errors import GuestTimeoutError, PvperfError
 from .image import build as image_build
 from .image.inputs import DEFAULT_DRIVER
 from .paths import DRIVER_KO_PATH
-from .pmu import abi
+from .pmu import abi, geometry
 from .pmu.events import default_events
 from .profile import record as prof_record
 from .profile import resolve as prof_resolve
@@ -76,6 +76,13 @@ def _mem_callback(ctx, param, value: str) -> int:
     return parse_mem(value)
 
 
+def _geometry_callback(ctx, param, value: str) -> str:
+    try:
+        return str(geometry.parse_geometry(value))
+    except ValueError as e:
+        raise click.BadParameter(f"{value}: {e}")
+
+
 def vm_options(pmu_switch: bool = True):
     """Options shared by run, shell and profile (decorator factory)."""
     opts = [
@@ -98,6 +105,18 @@ def vm_options(pmu_switch: bool = True):
         opts.append(click.option("--no-pmu", is_flag=True,
                                  help="plain TCG: no plugin, no guest PMU "
                                  "driver"))
+        for name, default in (("I1", geometry.DEFAULT_I1),
+                              ("D1", geometry.DEFAULT_D1),
+                              ("LL", geometry.DEFAULT_LL)):
+            opts.append(click.option(
+                f"--{name}", name, callback=_geometry_callback,
+                default=default, show_default=True, metavar="S,A,L",
+                help=f"{name} cache model: size, ways, line (bytes), as "
+                "cachegrind spells it"))
+        opts.append(click.option(
+            "--cachegrind-compat", "compat", is_flag=True,
+            help="models see user code only, as under cachegrind "
+            "(docs/events.md)"))
 
     def deco(fn):
         for opt in reversed(opts):
@@ -117,12 +136,17 @@ def ensure_image():
 
 def make_config(mode: str, command: str, smp: int, mem: int,
                 share: Path | None, timeout: float | None,
-                echo_console: bool, no_pmu: bool = False) -> VMConfig:
+                echo_console: bool, no_pmu: bool = False,
+                I1: str | None = None, D1: str | None = None,
+                LL: str | None = None, compat: bool = False) -> VMConfig:
     """The VMConfig of a run: checked (preflight), then the image."""
+    models = {k: v for k, v in (("I1", I1), ("D1", D1), ("LL", LL)) if v}
+    if compat:
+        models["compat"] = "on"
     config = VMConfig(image=None, mode=mode, command=command, smp=smp,
                       mem_mb=mem, share=(share or Path.cwd()).resolve(),
                       pmu=not no_pmu, timeout=timeout,
-                      echo_console=echo_console)
+                      echo_console=echo_console, plugin_options=models)
     preflight(config)
     config.image = ensure_image()
     return config
@@ -212,7 +236,9 @@ def events() -> None:
     """List the events the paravirtual PMU counts and what they mean."""
     for ev in default_events():
         raw = ",".join(f"r{c:04x}" for c in ev.raw_configs)
-        click.echo(f"  {ev.name:<22} [Hardware event, {raw}]  {ev.doc}")
+        kind = "Hardware cache event" if ev.cache_config is not None \
+            else "Hardware event"
+        click.echo(f"  {ev.name:<22} [{kind}, {raw}]  {ev.doc}")
 
 
 @cli.group()

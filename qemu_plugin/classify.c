@@ -121,6 +121,22 @@ static bool is_branch(const cs_insn *ci)
 	return in_list(ci->id, syscall_family, G_N_ELEMENTS(syscall_family));
 }
 
+/* A direct conditional branch: the relative ones but jmp and call. */
+static bool is_conditional(const cs_insn *ci)
+{
+	return in_group(ci->detail, X86_GRP_BRANCH_RELATIVE) &&
+	       ci->id != X86_INS_JMP && ci->id != X86_INS_CALL;
+}
+
+/* A near jmp or call whose target is not an immediate. */
+static bool is_indirect(const cs_insn *ci)
+{
+	const cs_x86 *x = &ci->detail->x86;
+
+	return (ci->id == X86_INS_JMP || ci->id == X86_INS_CALL) &&
+	       x->op_count == 1 && x->operands[0].type != X86_OP_IMM;
+}
+
 /* Move the stack pointer implicitly: they access memory without a
  * memory operand, and capstone 4 does not list rsp among the registers
  * some of them (enter, iret*, retf, int*) read or write. */
@@ -221,6 +237,10 @@ static bool decode(int mode, const struct cls_insn *in, uint8_t *flags)
 	*flags = 0;
 	if (is_branch(ci))
 		*flags |= CLS_BRANCH;
+	if (is_conditional(ci))
+		*flags |= CLS_COND;
+	if (is_indirect(ci))
+		*flags |= CLS_INDIRECT;
 	if (accesses_memory(ci))
 		*flags |= CLS_MEM;
 	if ((*flags & CLS_MEM) || may_trap(ci))

@@ -18,6 +18,9 @@ enum {
 	CLS_BOUNDARY	= 1 << 2,	/* may fault: it may not retire */
 	CLS_DOORBELL	= 1 << 3,	/* the hypercall store (pvperf_abi.h) */
 	CLS_FRAME	= 1 << 4,	/* writes sp or bp (or is undecodable) */
+	CLS_COND	= 1 << 5,	/* jcc, loop*, j*cxz: taken or not */
+	CLS_INDIRECT	= 1 << 6,	/* jmp or call through a register or
+					 * memory (not ret) */
 };
 
 struct cls_insn {

@@ -61,6 +61,7 @@
 #include "count.h"
 #include "guest.h"
 #include "mode.h"
+#include "models.h"
 #include "pvperf.h"
 #include "sample.h"
 
@@ -361,6 +362,9 @@ void count_tb(struct qemu_plugin_tb *tb, size_t n)
 	}
 	classify_tb(scratch_ci, n, kernel, scratch_cls);
 	emit_chunks(scratch, scratch_cls, n, kernel);
+	/* After the chunks' adds: the models' callbacks on an instruction
+	 * then run after its counts are added, like any later ones. */
+	models_tb(tb, scratch_cls, n, kernel);
 }
 
 /* The tail recorded for key, newest generation first; 0 if none. */

@@ -26,6 +26,7 @@
 #include "hcall.h"
 #include "link.h"
 #include "mode.h"
+#include "models.h"
 #include "pvperf.h"
 #include "sample.h"
 
@@ -52,16 +53,19 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 	uint64_t counters[PVPERF_NR_COUNTERS];
 	int64_t err;
 
+	_Static_assert(sizeof(counters) == sizeof(msg.counters), "counters");
+
 	/* Held overflows retired (this is not their FAULT): send first, so
 	 * the service sees them before this hypercall (one ordered socket). */
 	sample_confirm_all(vcpu);
 	score_count(vcpu, counters);
-	_Static_assert(sizeof(counters) == sizeof(msg.counters), "counters");
+	models_count(vcpu, counters + PVPERF_NR_INLINE_COUNTERS);
 	memcpy(msg.counters, counters, sizeof(msg.counters));
 	err = link_exchange(vcpu, &msg, &reply);
 	if (err)
 		return err;
 	sample_arm(vcpu, &reply);
+	models_reply(vcpu, reply.flags);
 	mode_request(reply_mode(reply.flags));
 	return 0;
 }

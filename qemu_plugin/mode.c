@@ -59,6 +59,16 @@ bool mode_sampling(void)
 	return applied_has(MODE_SAMPLE);
 }
 
+bool mode_cache(void)
+{
+	return applied_has(MODE_CACHE);
+}
+
+bool mode_bpred(void)
+{
+	return applied_has(MODE_BPRED);
+}
+
 enum capture_at mode_capture(void)
 {
 	return applied_has(MODE_CAPTURE_ALL) ? CAPTURE_ALL :
@@ -97,6 +107,10 @@ unsigned reply_mode(uint32_t flags)
 	mode |= MODE_COUNT;
 	if (flags & PVPERF_REPLY_BRANCHES)
 		mode |= MODE_BRANCHES;
+	if (flags & PVPERF_REPLY_CACHE)
+		mode |= MODE_CACHE;
+	if (flags & PVPERF_REPLY_BPRED)
+		mode |= MODE_BPRED;
 	if (!(flags & PVPERF_REPLY_SAMPLING))
 		return mode;
 	mode |= MODE_SAMPLE;

@@ -20,6 +20,8 @@ enum pvperf_mode {
 	MODE_SAMPLE = 1 << 2,		/* + a conditional callback per chunk */
 	MODE_CAPTURE_FRAME = 1 << 3,	/* + capture points after sp/bp writers */
 	MODE_CAPTURE_ALL = 1 << 4,	/* + a capture point per instruction */
+	MODE_CACHE = 1 << 5,		/* + fetch and memory callbacks */
+	MODE_BPRED = 1 << 6,		/* + branch sites, TB-start callbacks */
 };
 
 /* Where register capture points go (count.c), from the applied mode. */
@@ -36,6 +38,8 @@ void mode_init(qemu_plugin_id_t id, unsigned initial,
 bool mode_counting(void);
 bool mode_branches(void);
 bool mode_sampling(void);
+bool mode_cache(void);
+bool mode_bpred(void);
 enum capture_at mode_capture(void);
 unsigned reply_mode(uint32_t flags);
 void mode_request(unsigned mode);

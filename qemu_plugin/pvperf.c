@@ -11,7 +11,9 @@
  *     -plugin qemu_plugin/pvperf.so,sock=@NAME,ram=/dev/shm/NAME
  *
  * Options: sock=PATH (service socket; '@' = abstract namespace), ram=PATH
- * (the guest RAM file), ramsize=BYTES, count=on|off, verbose=on|off.
+ * (the guest RAM file), ramsize=BYTES, count=on|off, verbose=on|off;
+ * the models': I1=, D1=, LL=SIZE,ASSOC,LINE (cachegrind's spelling) and
+ * compat=on|off (user code only, as cachegrind sees it).
  * See README.md for the design; pvperf.h for the units.
  */
 #include <errno.h>
@@ -27,6 +29,7 @@
 #include "hcall.h"
 #include "link.h"
 #include "mode.h"
+#include "models.h"
 #include "pvperf.h"
 #include "sample.h"
 
@@ -78,6 +81,7 @@ static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 /* Exclusive section (accel/tcg/tb-maint.c do_tb_flush): no TB is left. */
 static void flush(qemu_plugin_id_t id)
 {
+	models_flush();
 	count_flush();
 }
 
@@ -94,7 +98,7 @@ static void vcpu_exit(qemu_plugin_id_t id, unsigned int vcpu)
 static void report(void)
 {
 	for (unsigned i = 0; i < pv.n_vcpus && i < (unsigned)qemu_plugin_num_vcpus(); i++) {
-		uint64_t c[PVPERF_NR_COUNTERS];
+		uint64_t c[PVPERF_NR_INLINE_COUNTERS];
 
 		score_count(i, c);
 
@@ -133,6 +137,7 @@ static void mode_settled(void)
 {
 	for (unsigned i = 0; i < pv.n_vcpus && i < (unsigned)qemu_plugin_num_vcpus(); i++)
 		sample_update_room(i);
+	models_flush();
 	if (pv.verbose)
 		pvperf_log("counting %s%s%s%s\n", mode_counting() ? "on" : "off",
 			   mode_branches() ? ", branches" : "",
@@ -185,8 +190,12 @@ static int parse_option(const char *arg)
 	} else if (!strcmp(key, "verbose")) {
 		ok = qemu_plugin_bool_parse(key, val, &pv.verbose);
 	} else {
-		pvperf_log("unknown option '%s' (known: sock, ram, ramsize, count, verbose)\n",
-			   key);
+		int r = models_option(key, val);
+
+		if (r)
+			return r > 0 ? 0 : -1;	/* models_option logged it */
+		pvperf_log("unknown option '%s' (known: sock, ram, ramsize, count, "
+			   "verbose, I1, D1, LL, compat)\n", key);
 		return -1;
 	}
 	if (!ok)
@@ -231,6 +240,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 		return -1;
 	}
 	count_init();
+	models_init(pv.n_vcpus);
 	if (pv.ram_path && guest_ram_init(pv.ram_path, &pv.ram_size))
 		return -1;
 	if (!pv.ram_path && pv.sock_path)

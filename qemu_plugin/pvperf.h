@@ -72,15 +72,19 @@ static inline unsigned ctr_branch(bool kernel)
  *       unique for the life of the plugin, so a stale one never matches.
  */
 struct pvperf_score {
-	uint64_t ctr[PVPERF_NR_COUNTERS];
+	uint64_t ctr[PVPERF_NR_INLINE_COUNTERS];
 	uint64_t capture;
-	uint8_t pad[128 - (PVPERF_NR_COUNTERS + 1) * 8];
+	/* branch: models.c.  Per half (index !kernel), the site of the last
+	 * conditional or indirect branch whose outcome the next TB of that
+	 * half shows, 0 for none; an inline store writes it. */
+	uint64_t branch[2];
+	uint8_t pad[128 - (PVPERF_NR_INLINE_COUNTERS + 3) * 8];
 };
 
 /* Per-vCPU state that only callbacks touch (never generated code). */
 struct pvperf_vcpu {
 	/* count = score ctr + bias (pvperf_score); fault corrections too. */
-	uint64_t bias[PVPERF_NR_COUNTERS];
+	uint64_t bias[PVPERF_NR_INLINE_COUNTERS];
 	/* Sampling: each half's room when last rebased (sample.c). */
 	uint64_t room[2];	/* [ctr_insn(kernel)] */
 	int fd;			/* service connection or -1 (link.c) */
@@ -143,11 +147,11 @@ static inline struct pvperf_score *score_of(unsigned vcpu)
 }
 
 /* A vCPU's exact counts now (its own thread, or an exclusive section). */
-static inline void score_count(unsigned vcpu, uint64_t out[PVPERF_NR_COUNTERS])
+static inline void score_count(unsigned vcpu, uint64_t out[PVPERF_NR_INLINE_COUNTERS])
 {
 	const struct pvperf_score *s = score_of(vcpu);
 
-	for (unsigned i = 0; i < PVPERF_NR_COUNTERS; i++)
+	for (unsigned i = 0; i < PVPERF_NR_INLINE_COUNTERS; i++)
 		out[i] = s->ctr[i] + pv.vcpu[vcpu].bias[i];
 }
 
@@ -155,6 +159,12 @@ static inline qemu_plugin_u64 score_ctr(unsigned ctr)
 {
 	return (qemu_plugin_u64){ pv.score, offsetof(struct pvperf_score, ctr) +
 					     ctr * sizeof(uint64_t) };
+}
+
+static inline qemu_plugin_u64 score_branch(bool kernel)
+{
+	return (qemu_plugin_u64){ pv.score, offsetof(struct pvperf_score, branch) +
+					     !kernel * sizeof(uint64_t) };
 }
 
 static inline qemu_plugin_u64 score_capture(void)

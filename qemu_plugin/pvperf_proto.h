@@ -38,12 +38,34 @@
 #define PVPERF_PROTO_REPLY_MAGIC	0x52505650	/* "PVPR" */
 #define PVPERF_PROTO_OVERFLOW_MAGIC	0x4f505650	/* "PVPO" */
 
-/* Raw per-vCPU counters the plugin keeps, in this order. */
+/*
+ * Raw per-vCPU counters the plugin keeps, in this order.  The first
+ * PVPERF_NR_INLINE_COUNTERS are counted by generated code (inline adds)
+ * and can be sampled (slot ctr_mask); the models' counters follow, each
+ * as a (kernel, user) pair: PVPERF_CTR_MODEL(PVPERF_M_*, PVPERF_MODE_*).
+ */
 #define PVPERF_CTR_INSN_KERNEL		0
 #define PVPERF_CTR_INSN_USER		1
 #define PVPERF_CTR_BRANCH_KERNEL	2
 #define PVPERF_CTR_BRANCH_USER		3
-#define PVPERF_NR_COUNTERS		4
+#define PVPERF_NR_INLINE_COUNTERS	4
+
+/* Model counters, in cachegrind's terms where it has one. */
+#define PVPERF_M_I1_MISS		0	/* I1mr: fetches missing L1I */
+#define PVPERF_M_LL_IMISS		1	/* ILmr: ... and the LL */
+#define PVPERF_M_D1_READ		2	/* Dr: data reads */
+#define PVPERF_M_D1_READ_MISS		3	/* D1mr */
+#define PVPERF_M_LL_READ_MISS		4	/* DLmr */
+#define PVPERF_M_D1_WRITE		5	/* Dw: data writes */
+#define PVPERF_M_D1_WRITE_MISS		6	/* D1mw */
+#define PVPERF_M_LL_WRITE_MISS		7	/* DLmw */
+#define PVPERF_M_COND			8	/* Bc: conditional branches */
+#define PVPERF_M_COND_MISS		9	/* Bcm: ... mispredicted */
+#define PVPERF_M_IND			10	/* Bi: indirect jumps, calls */
+#define PVPERF_M_IND_MISS		11	/* Bim: ... mispredicted */
+#define PVPERF_NR_MODEL_COUNTERS	12
+#define PVPERF_CTR_MODEL(m, mode)	(PVPERF_NR_INLINE_COUNTERS + 2 * (m) + (mode))
+#define PVPERF_NR_COUNTERS		28	/* inline + 2 * model */
 
 /* Reply flags: what the plugin must instrument from now on. */
 #define PVPERF_REPLY_COUNTING		(1U << 0)
@@ -60,6 +82,15 @@
  * (frame-pointer callchains): capture points only after the instructions
  * that write them.  REGS wins over FRAME. */
 #define PVPERF_REPLY_FRAME		(1U << 4)
+/* Some open event counts cache-model events: run the cache model. */
+#define PVPERF_REPLY_CACHE		(1U << 5)
+/* Some open event counts branch-predictor events: run the predictor. */
+#define PVPERF_REPLY_BPRED		(1U << 6)
+/* This vCPU runs an event counting model events (set on every reply to
+ * this vCPU; cachegrind-compatible models only watch such code). */
+#define PVPERF_REPLY_MODELS_LIVE	(1U << 7)
+/* A session of model events starts: the models start cold (compat). */
+#define PVPERF_REPLY_MODELS_COLD	(1U << 8)
 
 /*
  * Slot and overflow flags.  SYNC: the vCPU waits for the service's (empty)
@@ -93,7 +124,8 @@ struct pvperf_proto_slot {
 	__u64 threshold;		/* raw sum at which it overflows */
 	__u64 period;			/* raw re-arm period; 0: one-shot */
 	__u32 event_id;
-	__u8 ctr_mask;			/* bit i: raw counter i is summed */
+	__u8 ctr_mask;			/* bit i: raw counter i is summed
+					 * (inline counters only) */
 	__u8 rand_bits;			/* re-arm randomization, 0..31 */
 	__u8 flags;			/* PVPERF_PROTO_SYNC, _REGS */
 	__u8 __pad0;
@@ -120,7 +152,9 @@ struct pvperf_proto_overflow {
 	__u64 regs[PVPERF_NR_REGS];	/* before ip ran (pvperf_abi.h) */
 };
 
-_Static_assert(sizeof(struct pvperf_proto_hcall) == 56, "hcall msg size");
+_Static_assert(PVPERF_NR_COUNTERS ==
+	       PVPERF_NR_INLINE_COUNTERS + 2 * PVPERF_NR_MODEL_COUNTERS, "counters");
+_Static_assert(sizeof(struct pvperf_proto_hcall) == 248, "hcall msg size");
 _Static_assert(sizeof(struct pvperf_proto_slot) == 24, "slot size");
 _Static_assert(sizeof(struct pvperf_proto_reply) == 208, "reply msg size");
 _Static_assert(sizeof(struct pvperf_proto_overflow) == 168, "overflow msg size");

@@ -99,7 +99,7 @@ static uint64_t slot_sum(const uint64_t *ctr, uint8_t mask)
 {
 	uint64_t sum = 0;
 
-	for (unsigned c = 0; c < PVPERF_NR_COUNTERS; c++)
+	for (unsigned c = 0; c < PVPERF_NR_INLINE_COUNTERS; c++)
 		if (mask & (1u << c))
 			sum += ctr[c];
 	return sum;
@@ -171,7 +171,7 @@ void sample_update_room(unsigned vcpu)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
 	const struct pvperf_score *s = score_of(vcpu);
-	uint64_t count[PVPERF_NR_COUNTERS], room[2] = { ROOM_MAX, ROOM_MAX };
+	uint64_t count[PVPERF_NR_INLINE_COUNTERS], room[2] = { ROOM_MAX, ROOM_MAX };
 	uint64_t ran_k = ran_since_rebase(s, v, HALF_K);
 	uint64_t ran_u = ran_since_rebase(s, v, HALF_U);
 
@@ -204,7 +204,7 @@ void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 	for (unsigned i = 0; i < reply->n_slots && i < PVPERF_PROTO_MAX_SLOTS; i++) {
 		const struct pvperf_proto_slot *ps = &reply->slot[i];
 
-		if (!ps->ctr_mask || ps->ctr_mask >> PVPERF_NR_COUNTERS ||
+		if (!ps->ctr_mask || ps->ctr_mask >> PVPERF_NR_INLINE_COUNTERS ||
 		    ps->rand_bits > 31)
 			continue;
 		v->slot[n] = (struct pvperf_sample_slot){
@@ -403,7 +403,7 @@ void sample_chunk_exec(unsigned int vcpu, void *udata)
 {
 	const struct sample_chunk *c = udata;
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
-	uint64_t ctr[PVPERF_NR_COUNTERS];
+	uint64_t ctr[PVPERF_NR_INLINE_COUNTERS];
 	unsigned ci = ctr_insn(c->kernel), cb = ctr_branch(c->kernel);
 	bool have_delta = false;
 	uint64_t delta = 0;

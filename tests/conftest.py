@@ -108,14 +108,16 @@ def valgrind_irefs(argv: list[str]) -> int:
     return refs[0][1]
 
 
-def run_guest_script(script: str, smp: int, timeout: int) -> dict[str, list[str]]:
+def run_guest_script(script: str, smp: int, timeout: int,
+                     options: tuple[str, ...] = ()) -> dict[str, list[str]]:
     """Boot the default image at ``smp`` vCPUs with the test programs
     (built first) shared as the working directory, run the shell script
     there and return its output's sections; the script must end with a
-    section named 'end', so that a run cut short fails here."""
+    section named 'end', so that a run cut short fails here.  ``options``
+    go to `pvperf run` (model geometries, say)."""
     subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
     r = run_pvperf(["run", "--smp", str(smp), "--share", str(PROGRAMS),
-                    "--", "sh", "-c", script], timeout=timeout)
+                    *options, "--", "sh", "-c", script], timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     s = sections(r.stdout)
     assert "end" in s, r.stdout[-3000:] + r.stderr

@@ -1,6 +1,6 @@
 """The event table is defined once (pyhost/pmu/events.py): the guest
-driver advertises exactly its events, docs/events.md documents exactly
-them, and in a booted guest every event the sysfs ``cpu`` PMU and
+driver advertises exactly its events (it asks the host, PVPERF_OP_EVENTS),
+docs/events.md documents exactly them, and in a booted guest every event the sysfs ``cpu`` PMU and
 ``perf list`` show is one the host counts."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from pyhost.pmu.events import PERF_TYPE_RAW, default_events
+from pyhost.pmu.events import PERF_TYPE_RAW, default_events, sysfs_listing
 from pyhost.pmu.model import Pmu, PmuError
 from pyhost.pmu import abi
 
@@ -41,18 +41,22 @@ def host_counts(name: str, encoding: int) -> bool:
         return False
 
 
-def driver_events() -> dict[str, int]:
-    """The driver's sysfs events/ group as the C source declares it."""
+def test_driver_has_no_event_table_of_its_own():
+    """The driver's events/ come from the host (PVPERF_OP_EVENTS): no
+    event name or encoding is written into its source."""
     src = DRIVER.read_text()
-    declared = {m[1]: (m[0], sysfs_encoding(m[2])) for m in re.findall(
-        r'PMU_EVENT_ATTR_STRING\(([\w-]+),\s*(\w+),\s*"([^"]*)"\)', src)}
-    group = re.search(r"pvperf_events_attrs\[\] = \{(.*?)\};", src, re.S)
-    listed = re.findall(r"&(\w+)\.attr\.attr", group.group(1))
-    return dict(declared[var] for var in listed)
+    assert "PMU_EVENT_ATTR_STRING" not in src
+    assert not re.search(r'"[^"\n]*event=0x', src)
+    for name in host_table():
+        assert f'"{name}"' not in src, name
 
 
-def test_driver_advertises_exactly_the_host_table():
-    assert driver_events() == host_table()
+def test_sysfs_listing_is_the_host_table():
+    """What PVPERF_OP_EVENTS answers, parsed as sysfs strings are."""
+    text = sysfs_listing(default_events())
+    assert text.endswith("\n")
+    pairs = [line.split("=", 1) for line in text.splitlines()]
+    assert {n: sysfs_encoding(t) for n, t in pairs} == host_table()
 
 
 def test_every_host_event_is_reachable_by_its_encoding():
@@ -70,7 +74,9 @@ def test_pvperf_events_prints_the_table():
     r = run_pvperf(["events"])
     assert r.returncode == 0, r.stderr
     for ev in default_events():
-        assert re.search(rf"^\s+{re.escape(ev.name)}\s+\[Hardware event, "
+        kind = "Hardware cache event" if ev.cache_config is not None \
+            else "Hardware event"
+        assert re.search(rf"^\s+{re.escape(ev.name)}\s+\[{kind}, "
                          rf"r{ev.raw_configs[0]:04x}\]", r.stdout, re.M), \
             ev.name
 

@@ -29,6 +29,7 @@ def setup():
 def call(backend, buf, op, args=(0,), vcpu=0, counters=(0, 0, 0, 0),
          nr=abi.HC_PERF_OP, gpa=BLOCK, vaddr=KVADDR):
     buf[gpa:gpa + 64] = abi.pack_hcall(nr, op, args, ret=-errno.ENOSYS)
+    counters = tuple(counters) + (0,) * (proto.NR_COUNTERS - len(counters))
     flags = backend.handle(proto.HcallMessage(vcpu, gpa, vaddr, counters))
     ret = int.from_bytes(buf[gpa + abi.HCALL_OFFSET_RET:gpa + 48], "little",
                          signed=True)
@@ -92,6 +93,26 @@ def test_bad_calls_get_errnos(op, args, nr, err):
     assert call(be, buf, op, args, nr=nr)[0] == -err
 
 
+def test_events_writes_the_listing_or_refuses():
+    """EVENTS writes "name=sysfs string" lines and a NUL, nothing past
+    them, and returns the length; too small a buffer gets -ENOSPC and
+    nothing written; a size beyond the ABI's maximum -EINVAL."""
+    buf, be = setup()
+    out = 0x3000
+    ret, _ = call(be, buf, abi.OP_EVENTS, (out, abi.EVENTS_BUF_MAX))
+    text = bytes(buf[out:out + ret]).decode()
+    assert ret > 0 and buf[out + ret] == 0 and not any(buf[out + ret:])
+    lines = text.splitlines()
+    assert len(lines) == len(be.pmu.event_defs()) and text.endswith("\n")
+    assert "instructions=event=0xc0" in lines
+    buf2, be2 = setup()
+    assert call(be2, buf2, abi.OP_EVENTS, (out, ret))[0] == -errno.ENOSPC
+    assert not any(buf2[out:out + ret + 1])
+    assert call(be2, buf2, abi.OP_EVENTS,
+                (out, abi.EVENTS_BUF_MAX + 1))[0] == -errno.EINVAL
+    assert call(be2, buf2, abi.OP_EVENTS, (RAM - 16, 4096))[0] == -errno.EFAULT
+
+
 def test_user_mode_doorbell_never_reaches_the_backend():
     buf, be = setup()
     ret, _ = call(be, buf, abi.OP_PROBE, vaddr=0x401000)
@@ -103,7 +124,7 @@ def test_unaligned_or_outside_block_is_ignored():
     buf, be = setup()
     before = bytes(buf)
     for gpa in (BLOCK + 8, RAM - 32, RAM + 4096):
-        be.handle(proto.HcallMessage(0, gpa, KVADDR, (0, 0, 0, 0)))
+        be.handle(proto.HcallMessage(0, gpa, KVADDR, (0,) * proto.NR_COUNTERS))
     assert bytes(buf) == before
 
 
@@ -176,7 +197,7 @@ def test_events_the_host_does_not_count_log_at_debug(caplog):
     Anything else a guest gets refused stays a WARNING."""
     buf, be = setup()
     caplog.set_level(logging.DEBUG, logger="pvperf")
-    assert open_event(be, buf, type_=0, config=5)[0] == -errno.ENOENT
+    assert open_event(be, buf, type_=0, config=7)[0] == -errno.ENOENT
     assert open_event(be, buf, type_=4, config=1 << 20)[0] == -errno.EINVAL
     levels = [(r.levelno, "ENOENT" in r.getMessage())
               for r in caplog.records if r.name == "pvperf.hypercall"]

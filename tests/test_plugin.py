@@ -13,6 +13,7 @@ and the build tools of qemu_plugin/Makefile, but no guest image.  Each run
 boots in ~0.1 s; PVPERF_SKIP_VM=1 skips them with the other VM tests.
 """
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -287,9 +288,12 @@ def test_ram_size_limits():
         small.close()
 
 
-def test_classifier_unit():
+def test_classifier_and_models_unit():
     import subprocess
     out = subprocess.run(["make", "-s", "-C", str(h.PLUGIN_DIR), "check"],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert " 0 failed" in out.stdout
+    # classify_test and models_test each print "N passed, 0 failed".
+    summaries = re.findall(r"^(\d+) passed, (\d+) failed$", out.stdout, re.M)
+    assert len(summaries) == 2 and all(int(p) > 0 and f == "0"
+                                       for p, f in summaries), out.stdout

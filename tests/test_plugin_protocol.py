@@ -26,6 +26,17 @@ def defines():
     ("PVPERF_CTR_BRANCH_KERNEL", "CTR_BRANCH_KERNEL"),
     ("PVPERF_CTR_BRANCH_USER", "CTR_BRANCH_USER"),
     ("PVPERF_NR_COUNTERS", "NR_COUNTERS"),
+    ("PVPERF_NR_INLINE_COUNTERS", "NR_INLINE_COUNTERS"),
+    ("PVPERF_NR_MODEL_COUNTERS", "NR_MODEL_COUNTERS"),
+    ("PVPERF_M_I1_MISS", "M_I1_MISS"), ("PVPERF_M_LL_IMISS", "M_LL_IMISS"),
+    ("PVPERF_M_D1_READ", "M_D1_READ"),
+    ("PVPERF_M_D1_READ_MISS", "M_D1_READ_MISS"),
+    ("PVPERF_M_LL_READ_MISS", "M_LL_READ_MISS"),
+    ("PVPERF_M_D1_WRITE", "M_D1_WRITE"),
+    ("PVPERF_M_D1_WRITE_MISS", "M_D1_WRITE_MISS"),
+    ("PVPERF_M_LL_WRITE_MISS", "M_LL_WRITE_MISS"),
+    ("PVPERF_M_COND", "M_COND"), ("PVPERF_M_COND_MISS", "M_COND_MISS"),
+    ("PVPERF_M_IND", "M_IND"), ("PVPERF_M_IND_MISS", "M_IND_MISS"),
     ("PVPERF_PROTO_TIMEOUT_MS", "TIMEOUT_MS"),
 ])
 def test_constants(macro, attr):
@@ -38,6 +49,10 @@ def test_constants(macro, attr):
     ("PVPERF_REPLY_REGS", "REPLY_REGS"),
     ("PVPERF_REPLY_BRANCHES", "REPLY_BRANCHES"),
     ("PVPERF_REPLY_FRAME", "REPLY_FRAME"),
+    ("PVPERF_REPLY_CACHE", "REPLY_CACHE"),
+    ("PVPERF_REPLY_BPRED", "REPLY_BPRED"),
+    ("PVPERF_REPLY_MODELS_LIVE", "REPLY_MODELS_LIVE"),
+    ("PVPERF_REPLY_MODELS_COLD", "REPLY_MODELS_COLD"),
     ("PVPERF_PROTO_SYNC", "SYNC"),
     ("PVPERF_PROTO_REGS", "REGS"),
 ])
@@ -69,7 +84,8 @@ def test_message_sizes_match_c(tmp_path):
 
 
 def test_roundtrip_and_errors():
-    msg = proto.HcallMessage(1, 0x1000, 0xFFFFFFFF81000000, (1, 2, 3, 4))
+    msg = proto.HcallMessage(1, 0x1000, 0xFFFFFFFF81000000,
+                             tuple(range(1, proto.NR_COUNTERS + 1)))
     assert proto.HcallMessage.unpack(msg.pack()) == msg
     with pytest.raises(proto.ProtocolError):
         proto.HcallMessage.unpack(b"\0" * 10)

@@ -42,8 +42,9 @@ def test_encodings(type_, config, name):
 
 
 @pytest.mark.parametrize("type_,config,err", [
-    (PERF_TYPE_HARDWARE, 5, errno.ENOENT),      # branch-misses: no model yet
-    (PERF_TYPE_HW_CACHE, 0, errno.ENOENT),
+    (PERF_TYPE_HARDWARE, 7, errno.ENOENT),      # stalled-cycles-frontend
+    (PERF_TYPE_HW_CACHE, 3, errno.ENOENT),      # dTLB-loads: no model yet
+    (PERF_TYPE_HW_CACHE, 0x202, errno.ENOENT),      # LL prefetches
     (PERF_TYPE_RAW, 0x1234, errno.ENOENT),
     (PERF_TYPE_RAW, 0x5300C0, errno.EINVAL),    # usr/os/en bits
     (1, 0, errno.ENOENT),                       # software: not ours
@@ -186,7 +187,7 @@ def test_model_registration_is_checked_at_start_up():
         name = "dup"
 
         def events(self):
-            return (EventDef("x", 1, (), 0, 1),)
+            return (EventDef("x", 1, (), (0,), (1,)),)
     with pytest.raises(ValueError):
         Pmu(models=[RetirementModel(), Dup()])
 

@@ -349,7 +349,9 @@ def test_top_shows_hot_first(guest, hotcold_shares):
     ratio of the two is compared, not hot's own percentage.  Its last
     table holds > 10,000 samples (decayed by 7/8 a refresh): a binomial
     sigma of 0.4 points; three runs gave 80.02, 79.94, 79.89 (valgrind
-    79.9)."""
+    79.9).  On a loaded host the guest runs slower per refresh and the
+    table holds fewer (4,564 once): at least 3,000, a sigma of 0.73
+    points, keeps the 2-point window above 2.7 sigma."""
     lines = guest["top"]
     assert top_exit(lines) == "top exit 0", lines[-40:]
     tables = [rows for _irqs, rows in top_tables(lines) if rows]
@@ -360,7 +362,7 @@ def test_top_shows_hot_first(guest, hotcold_shares):
     got = {r[3]: r for r in user}
     assert "cold" in got, last
     n = got["hot"][1] + got["cold"][1]
-    assert n >= 5000, last
+    assert n >= 3000, last
     share = 100.0 * got["hot"][0] / (got["hot"][0] + got["cold"][0])
     ref = hotcold_shares
     want = 100.0 * ref["hot"] / (ref["hot"] + ref["cold"])

@@ -30,7 +30,7 @@ def test_probe_roundtrip_and_clean_stop():
     lat = []
     for _ in range(200):
         t0 = time.perf_counter()
-        s.send(proto.HcallMessage(0, 0x100, KVADDR, (0,) * 4).pack())
+        s.send(proto.HcallMessage(0, 0x100, KVADDR, (0,) * proto.NR_COUNTERS).pack())
         reply = s.recv(512)
         lat.append(time.perf_counter() - t0)
     assert proto.unpack_reply(reply) == (0, [])
@@ -50,7 +50,7 @@ def test_garbage_message_drops_only_that_connection():
         bad.send(b"junk")
         assert bad.recv(64) == b""
         good = connect(svc)
-        good.send(proto.HcallMessage(0, 0, KVADDR, (0,) * 4).pack())
+        good.send(proto.HcallMessage(0, 0, KVADDR, (0,) * proto.NR_COUNTERS).pack())
         assert len(good.recv(512)) == proto.REPLY_MSG_SIZE
     finally:
         svc.stop()

@@ -14,8 +14,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-ABI_VERSION = 3   # 2: sampling (SET_PERIOD, SAMPLE_BUF, sample records)
+ABI_VERSION = 4   # 2: sampling (SET_PERIOD, SAMPLE_BUF, sample records)
                   # 3: registers at the overflowing instruction in records
+                  # 4: EVENTS (the host's event table for the driver's sysfs)
 
 DOORBELL_MAGIC = 0x46505650
 DOORBELL_INSN_BYTES = bytes([0xC7, 0x00, 0x50, 0x56, 0x50, 0x46])
@@ -32,18 +33,20 @@ OP_PMU_DISABLE = 0x102
 OP_PMU_ENABLE = 0x103
 OP_SET_PERIOD = 0x104
 OP_SAMPLE_BUF = 0x105
+OP_EVENTS = 0x106
 
 OP_NAMES = {OP_OPEN: "OPEN", OP_CLOSE: "CLOSE", OP_ENABLE: "ENABLE",
             OP_DISABLE: "DISABLE", OP_READ: "READ", OP_PROBE: "PROBE",
             OP_FAULT: "FAULT", OP_PMU_DISABLE: "PMU_DISABLE",
             OP_PMU_ENABLE: "PMU_ENABLE", OP_SET_PERIOD: "SET_PERIOD",
-            OP_SAMPLE_BUF: "SAMPLE_BUF"}
+            OP_SAMPLE_BUF: "SAMPLE_BUF", OP_EVENTS: "EVENTS"}
 
 MODE_KERNEL = 0
 MODE_USER = 1
 
 MAX_EVENTS = 4096
 MAX_EVENT_ID = 65536
+EVENTS_BUF_MAX = 16384
 
 ATTR_EXCLUDE_USER = 1 << 0
 ATTR_EXCLUDE_KERNEL = 1 << 1

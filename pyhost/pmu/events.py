@@ -8,12 +8,11 @@ models*; the PMU core (model.py) reaches them only through
 ``CountingModel`` and checks each at registration (like KVM's
 kvm_pmu_ops), so a model with a missing op fails at start-up.
 
-Everything else is derived from this table and checked against it:
-``pvperf events`` prints it, docs/events.md documents it
-(tests/test_events.py compares), and the guest driver's sysfs
-``events/`` group advertises exactly these names and encodings
-(tests/test_events.py reads guest_kernel_patch/pvperf_pmu.c and, in a
-booted guest, /sys/bus/event_source/devices/cpu/events).
+Everything else is derived from this table: ``pvperf events`` prints it,
+docs/events.md documents it (tests/test_events.py compares), and the
+guest driver's sysfs ``events/`` group, hence ``perf list`` in the guest,
+is what the host answers to PVPERF_OP_EVENTS (``sysfs_listing``; the
+driver has no event table of its own).
 
 Cost model (docs/events.md, ``pvperf events``):
   cycles       = 1 cycle per retired instruction (a deterministic in-order
@@ -37,9 +36,21 @@ PERF_TYPE_RAW = 4
 # PERF_TYPE_HARDWARE configs (include/uapi/linux/perf_event.h).
 HW_CPU_CYCLES = 0
 HW_INSTRUCTIONS = 1
+HW_CACHE_REFERENCES = 2
+HW_CACHE_MISSES = 3
 HW_BRANCH_INSTRUCTIONS = 4
+HW_BRANCH_MISSES = 5
 HW_BUS_CYCLES = 6
 HW_REF_CPU_CYCLES = 9
+
+# PERF_TYPE_HW_CACHE: config = cache | op << 8 | result << 16.
+CACHE_L1D, CACHE_L1I, CACHE_LL, CACHE_DTLB, CACHE_ITLB, CACHE_BPU = range(6)
+CACHE_READ, CACHE_WRITE = 0, 1
+CACHE_ACCESS, CACHE_MISS = 0, 1
+
+
+def hw_cache(cache: int, op: int, result: int) -> int:
+    return cache | op << 8 | result << 16
 
 # Bits of a raw x86 encoding we accept: event select and unit mask.
 RAW_EVENT_MASK = 0xFFFF
@@ -54,14 +65,22 @@ class EventDef:
     name: str
     hw_config: int | None          # PERF_TYPE_HARDWARE config, if any
     raw_configs: tuple[int, ...]   # x86 event|umask<<8 encodings
-    kernel_counter: int            # raw counter index for kernel mode
-    user_counter: int              # raw counter index for user mode
+    kernel: tuple[int, ...]        # raw counters summed for kernel mode
+    user: tuple[int, ...]          # raw counters summed for user mode
     scale_num: int = 1
     scale_den: int = 1
     doc: str = ""
+    cache_config: int | None = None    # PERF_TYPE_HW_CACHE config, if any
 
     def scale(self, raw_total: int) -> int:
         return raw_total * self.scale_num // self.scale_den
+
+    def sysfs(self) -> str:
+        """The event's sysfs events/ string: its first raw encoding in the
+        driver's format/ fields (event: config 0-7, umask: 8-15)."""
+        raw = self.raw_configs[0]
+        text = f"event={raw & 0xFF:#04x}"
+        return text + (f",umask={raw >> 8:#04x}" if raw >> 8 else "")
 
 
 class CountingModel(ABC):
@@ -86,8 +105,8 @@ class RetirementModel(CountingModel):
     name = "retirement"
 
     def events(self) -> Iterable[EventDef]:
-        insn = (proto.CTR_INSN_KERNEL, proto.CTR_INSN_USER)
-        br = (proto.CTR_BRANCH_KERNEL, proto.CTR_BRANCH_USER)
+        insn = ((proto.CTR_INSN_KERNEL,), (proto.CTR_INSN_USER,))
+        br = ((proto.CTR_BRANCH_KERNEL,), (proto.CTR_BRANCH_USER,))
         return (
             EventDef("instructions", HW_INSTRUCTIONS, (0x00C0,), *insn,
                      doc="retired guest instructions (exact)"),
@@ -106,10 +125,99 @@ class RetirementModel(CountingModel):
         )
 
 
+def model_counters(*ms: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(kernel, user) raw counters summing model counters ``ms``."""
+    return (tuple(proto.ctr_model(m, 0) for m in ms),
+            tuple(proto.ctr_model(m, 1) for m in ms))
+
+
+class CacheModel(CountingModel):
+    """L1I, L1D and a shared LL (qemu_plugin/cachesim.c), cachegrind's
+    rules; the counters are cachegrind's (I1mr, ILmr, Dr, D1mr, ...)."""
+
+    name = "cache"
+
+    def events(self) -> Iterable[EventDef]:
+        p = proto
+        insn = ((p.CTR_INSN_KERNEL,), (p.CTR_INSN_USER,))
+        L1D, L1I, LL = CACHE_L1D, CACHE_L1I, CACHE_LL
+        R, W, A, M = CACHE_READ, CACHE_WRITE, CACHE_ACCESS, CACHE_MISS
+        return (
+            EventDef("cache-references", HW_CACHE_REFERENCES, (0x4F2E,),
+                     *model_counters(p.M_I1_MISS, p.M_D1_READ_MISS,
+                                     p.M_D1_WRITE_MISS),
+                     doc="LL accesses: L1I and L1D misses "
+                         "(cachegrind I1mr + D1mr + D1mw)"),
+            EventDef("cache-misses", HW_CACHE_MISSES, (0x412E,),
+                     *model_counters(p.M_LL_IMISS, p.M_LL_READ_MISS,
+                                     p.M_LL_WRITE_MISS),
+                     doc="LL misses (ILmr + DLmr + DLmw)"),
+            EventDef("L1-dcache-loads", None, (0x81D0,),
+                     *model_counters(p.M_D1_READ), cache_config=hw_cache(
+                         L1D, R, A), doc="data reads (Dr)"),
+            EventDef("L1-dcache-load-misses", None, (0x08D1,),
+                     *model_counters(p.M_D1_READ_MISS), cache_config=hw_cache(
+                         L1D, R, M), doc="data reads missing L1D (D1mr)"),
+            EventDef("L1-dcache-stores", None, (0x82D0,),
+                     *model_counters(p.M_D1_WRITE), cache_config=hw_cache(
+                         L1D, W, A), doc="data writes (Dw)"),
+            EventDef("L1-dcache-store-misses", None, (0x01D2,),
+                     *model_counters(p.M_D1_WRITE_MISS),
+                     cache_config=hw_cache(L1D, W, M),
+                     doc="data writes missing L1D (D1mw)"),
+            EventDef("L1-icache-loads", None, (0x0180,), *insn,
+                     cache_config=hw_cache(L1I, R, A),
+                     doc="instruction fetches: one per instruction (Ir)"),
+            EventDef("L1-icache-load-misses", None, (0x0283,),
+                     *model_counters(p.M_I1_MISS), cache_config=hw_cache(
+                         L1I, R, M), doc="fetches missing L1I (I1mr)"),
+            EventDef("LLC-loads", None, (0x01D3,),
+                     *model_counters(p.M_I1_MISS, p.M_D1_READ_MISS),
+                     cache_config=hw_cache(LL, R, A),
+                     doc="LL reads: L1I and L1D read misses (I1mr + D1mr)"),
+            EventDef("LLC-load-misses", None, (0x02D3,),
+                     *model_counters(p.M_LL_IMISS, p.M_LL_READ_MISS),
+                     cache_config=hw_cache(LL, R, M),
+                     doc="LL read misses (ILmr + DLmr)"),
+            EventDef("LLC-stores", None, (0x04D3,),
+                     *model_counters(p.M_D1_WRITE_MISS),
+                     cache_config=hw_cache(LL, W, A),
+                     doc="LL writes: L1D write misses (D1mw)"),
+            EventDef("LLC-store-misses", None, (0x08D3,),
+                     *model_counters(p.M_LL_WRITE_MISS),
+                     cache_config=hw_cache(LL, W, M),
+                     doc="LL write misses (DLmw)"),
+        )
+
+
+class BranchPredictorModel(CountingModel):
+    """Conditional and indirect branch prediction (qemu_plugin/bpred.c,
+    cachegrind's predictor)."""
+
+    name = "bpred"
+
+    def events(self) -> Iterable[EventDef]:
+        p = proto
+        miss = model_counters(p.M_COND_MISS, p.M_IND_MISS)
+        return (
+            EventDef("branch-misses", HW_BRANCH_MISSES, (0x00C5,), *miss,
+                     doc="mispredicted conditional and indirect branches "
+                         "(cachegrind Bcm + Bim)"),
+            EventDef("branch-loads", None, (0x01C4,),
+                     *model_counters(p.M_COND, p.M_IND),
+                     cache_config=hw_cache(CACHE_BPU, CACHE_READ, CACHE_ACCESS),
+                     doc="predicted branches: conditional and indirect, "
+                         "not returns (Bc + Bi)"),
+            EventDef("branch-load-misses", None, (0x01C5,), *miss,
+                     cache_config=hw_cache(CACHE_BPU, CACHE_READ, CACHE_MISS),
+                     doc="their mispredictions (Bcm + Bim)"),
+        )
+
+
 MANDATORY_OPS = ("name", "events")
 
 # The models a Pmu registers unless told otherwise.
-DEFAULT_MODELS = (RetirementModel,)
+DEFAULT_MODELS = (RetirementModel, CacheModel, BranchPredictorModel)
 
 
 def check_model(model: CountingModel) -> None:
@@ -117,6 +225,11 @@ def check_model(model: CountingModel) -> None:
     for op in MANDATORY_OPS:
         if not getattr(model, op, None):
             raise TypeError(f"counting model {model!r} lacks {op!r}")
+
+
+def sysfs_listing(defs: Iterable[EventDef]) -> str:
+    """PVPERF_OP_EVENTS' answer: "name=sysfs string" per line."""
+    return "".join(f"{ev.name}={ev.sysfs()}\n" for ev in defs)
 
 
 def default_events() -> list[EventDef]:

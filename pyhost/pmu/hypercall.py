@@ -16,6 +16,8 @@ Operations (see guest_kernel_patch/README.md for the table):
   PMU_DISABLE / PMU_ENABLE   freeze / thaw every event of the calling vCPU
   SET_PERIOD  args   event id, period -> 0 / -errno (countdown restarts)
   SAMPLE_BUF  args   gpa, size, watermark -> 0 / -errno (this vCPU's ring)
+  EVENTS      args   gpa, size -> length of the event list written there
+                     (the driver's sysfs events/), -ENOSPC if it does not fit
 
 Samples (``overflow``) arrive from the plugin between hypercalls: the PMU
 model matches each to its event, and the Sampler (sampling.py, the host
@@ -38,6 +40,7 @@ from typing import Callable
 from . import abi
 from . import plugin_protocol as proto
 from .guestmem import GuestMemory, GuestMemoryError
+from .events import sysfs_listing
 from .model import Pmu, PmuError, PmuEvent
 from .sampling import Sampler
 
@@ -113,13 +116,22 @@ class PerfBackend:
                 flags |= proto.REPLY_FRAME
             if self._linger("branches", self.pmu.branches_needed()):
                 flags |= proto.REPLY_BRANCHES
+            models = self.pmu.models_needed()
+            for flag, what in ((proto.REPLY_CACHE, "cache"),
+                               (proto.REPLY_BPRED, "bpred")):
+                if self._linger(what, bool(models & flag)):
+                    flags |= flag
+            if msg.vcpu < self.max_vcpus and self.pmu.models_live(msg.vcpu):
+                flags |= proto.REPLY_MODELS_LIVE
+            if self.pmu.take_models_cold():
+                flags |= proto.REPLY_MODELS_COLD
             slots = (self.pmu.slots(msg.vcpu) if msg.vcpu < self.max_vcpus
                      else [])
         return flags, slots
 
     def _linger(self, what: str, needed: bool) -> bool:
-        """Whether the plugin should count (``what``: "counting" or
-        "branches"): while an event needs it, and for abi.COUNT_LINGER_MS
+        """Whether the plugin should count (``what``: "counting",
+        "branches", "cache", "bpred"): while an event needs it, and for abi.COUNT_LINGER_MS
         after the last one closed (a mode switch retranslates all guest
         code), unless a PROBE ends the linger."""
         now = self.clock()
@@ -258,8 +270,20 @@ class PerfBackend:
         self.sampler.set_buffer(msg.vcpu, *args)
         return 0
 
+    def _events(self, msg, args) -> int:
+        """The event table as the driver's sysfs events/ spell it."""
+        text = sysfs_listing(self.pmu.event_defs()).encode() + b"\0"
+        if not 0 < args[1] <= abi.EVENTS_BUF_MAX:
+            raise PmuError(errno.EINVAL, f"events buffer size {args[1]} not "
+                           f"in 1..{abi.EVENTS_BUF_MAX}")
+        if len(text) > args[1]:
+            raise PmuError(errno.ENOSPC, f"event list needs {len(text)} "
+                           f"bytes, buffer has {args[1]}")
+        self.memory.write(args[0], text)
+        return len(text) - 1
+
     _ops = {abi.OP_PROBE: _probe, abi.OP_OPEN: _open, abi.OP_ENABLE: _enable,
             abi.OP_DISABLE: _disable, abi.OP_READ: _read,
             abi.OP_CLOSE: _close, abi.OP_PMU_DISABLE: _pmu_disable,
             abi.OP_PMU_ENABLE: _pmu_enable, abi.OP_SET_PERIOD: _set_period,
-            abi.OP_SAMPLE_BUF: _sample_buf}
+            abi.OP_SAMPLE_BUF: _sample_buf, abi.OP_EVENTS: _events}

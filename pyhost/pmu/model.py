@@ -46,6 +46,24 @@ SAMPLE_TYPES_WITH_ALL_REGS = (PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER |
                               PERF_SAMPLE_REGS_INTR)
 BRANCH_COUNTERS_MASK = (1 << proto.CTR_BRANCH_KERNEL |
                         1 << proto.CTR_BRANCH_USER)
+INLINE_COUNTERS_MASK = (1 << proto.NR_INLINE_COUNTERS) - 1
+# The model (reply flag) that counts each model counter (PVPERF_M_*).
+CACHE_MODEL_COUNTERS = range(proto.M_I1_MISS, proto.M_LL_WRITE_MISS + 1)
+BPRED_MODEL_COUNTERS = range(proto.M_COND, proto.M_IND_MISS + 1)
+
+
+def model_flags(counters) -> int:
+    """The PVPERF_REPLY_* models raw counters need the plugin to run."""
+    flags = 0
+    for c in counters:
+        m = (c - proto.NR_INLINE_COUNTERS) // 2
+        if c < proto.NR_INLINE_COUNTERS:
+            continue
+        if m in CACHE_MODEL_COUNTERS:
+            flags |= proto.REPLY_CACHE
+        elif m in BPRED_MODEL_COUNTERS:
+            flags |= proto.REPLY_BPRED
+    return flags
 
 COUNTERS_PER_VCPU = 8
 
@@ -169,10 +187,13 @@ class Pmu:
     def __post_init__(self):
         self._by_hw: dict[int, EventDef] = {}
         self._by_raw: dict[int, EventDef] = {}
+        self._by_cache: dict[int, EventDef] = {}
         self.events: dict[int, PmuEvent] = {}
         self._running: dict[int, set[int]] = {}
         # vCPUs whose PMU is globally disabled (PMU_DISABLE .. PMU_ENABLE).
         self._frozen: set[int] = set()
+        # A session of model events started since the plugin last heard.
+        self._models_cold = False
         models = self.models or [cls() for cls in DEFAULT_MODELS]
         self.models = []
         for m in models:
@@ -189,11 +210,16 @@ class Pmu:
                 if raw in self._by_raw:
                     raise ValueError(f"duplicate raw encoding {raw:#x}")
                 self._by_raw[raw] = ev
+            if ev.cache_config is not None:
+                if ev.cache_config in self._by_cache:
+                    raise ValueError(f"duplicate cache event {ev.name}")
+                self._by_cache[ev.cache_config] = ev
         self.models.append(model)
 
     def event_defs(self) -> list[EventDef]:
         seen = {id(e): e for e in list(self._by_hw.values())
-                + list(self._by_raw.values())}
+                + list(self._by_raw.values())
+                + list(self._by_cache.values())}
         return sorted(seen.values(), key=lambda e: e.name)
 
     # -- attr decoding -------------------------------------------------------
@@ -209,7 +235,7 @@ class Pmu:
                                "beyond event/umask")
             ev = self._by_raw.get(attr.config)
         elif attr.type == PERF_TYPE_HW_CACHE:
-            ev = None
+            ev = self._by_cache.get(attr.config)
         else:
             raise PmuError(errno.ENOENT, f"attr type {attr.type} not ours")
         if ev is None:
@@ -224,9 +250,9 @@ class Pmu:
             raise PmuError(errno.EINVAL, "breakpoint fields set")
         counters = []
         if not attr.flags & abi.ATTR_EXCLUDE_KERNEL:
-            counters.append(ev.kernel_counter)
+            counters += ev.kernel
         if not attr.flags & abi.ATTR_EXCLUDE_USER:
-            counters.append(ev.user_counter)
+            counters += ev.user
         if not counters:
             raise PmuError(errno.EINVAL, "both user and kernel excluded")
         return tuple(counters)
@@ -245,6 +271,12 @@ class Pmu:
         ev = self.lookup(attr)
         event = PmuEvent(event_id, attr, ev, guest_event_gpa,
                          self._modes(attr, ev))
+        if model_flags(event.counters) and not self.models_needed():
+            self._models_cold = True
+        if attr.sample_period and event.ctr_mask & ~INLINE_COUNTERS_MASK:
+            # FIXME(issue 12): overflow detection on model counters.
+            raise PmuError(errno.EOPNOTSUPP, f"{ev.name} counts but does "
+                           "not sample yet")
         # perf stat may set freq with a zero period: only a period samples.
         if attr.sample_period:
             event.period = self.raw_period(ev, attr.sample_period)
@@ -374,6 +406,24 @@ class Pmu:
         """Whether the plugin must capture the frame registers (a sampling
         event with a frame-pointer callchain open)."""
         return any(e.sampling and e.needs_regs for e in self.events.values())
+
+    def models_needed(self) -> int:
+        """PVPERF_REPLY_CACHE / _BPRED: the models open events count."""
+        flags = 0
+        for e in self.events.values():
+            flags |= model_flags(e.counters)
+        return flags
+
+    def models_live(self, vcpu: int) -> bool:
+        """Whether an event counting model events runs on ``vcpu``."""
+        return any(model_flags(self.events[i].counters)
+                   for i in self._running.get(vcpu, ()))
+
+    def take_models_cold(self) -> bool:
+        """True once after a session of model events began (the first
+        OPEN of one while none was open): the models start cold."""
+        cold, self._models_cold = self._models_cold, False
+        return cold
 
     def branches_needed(self) -> bool:
         """Whether the plugin must count branches (an event counting them

@@ -20,13 +20,38 @@ CTR_INSN_KERNEL = 0
 CTR_INSN_USER = 1
 CTR_BRANCH_KERNEL = 2
 CTR_BRANCH_USER = 3
-NR_COUNTERS = 4
+NR_INLINE_COUNTERS = 4      # counted by generated code; samplable
+
+# Model counters (PVPERF_M_*), each a (kernel, user) pair: ctr_model().
+M_I1_MISS = 0
+M_LL_IMISS = 1
+M_D1_READ = 2
+M_D1_READ_MISS = 3
+M_LL_READ_MISS = 4
+M_D1_WRITE = 5
+M_D1_WRITE_MISS = 6
+M_LL_WRITE_MISS = 7
+M_COND = 8
+M_COND_MISS = 9
+M_IND = 10
+M_IND_MISS = 11
+NR_MODEL_COUNTERS = 12
+NR_COUNTERS = NR_INLINE_COUNTERS + 2 * NR_MODEL_COUNTERS
+
+
+def ctr_model(m: int, mode: int) -> int:
+    """The raw counter index of model counter m in mode (abi.MODE_*)."""
+    return NR_INLINE_COUNTERS + 2 * m + mode
 
 REPLY_COUNTING = 1 << 0
 REPLY_SAMPLING = 1 << 1
 REPLY_REGS = 1 << 2        # some sampling event needs every register
 REPLY_BRANCHES = 1 << 3    # some open event counts branches
 REPLY_FRAME = 1 << 4       # some sampling event needs only sp and bp
+REPLY_CACHE = 1 << 5       # some open event needs the cache model
+REPLY_BPRED = 1 << 6       # some open event needs the branch predictor
+REPLY_MODELS_LIVE = 1 << 7     # this vCPU runs an event counting models
+REPLY_MODELS_COLD = 1 << 8     # a session of model events starts
 # Slot / overflow flag: the vCPU waits for the answer (callchain events).
 SYNC = 1 << 0
 # Slot: capture registers at the overflow; overflow message: regs valid.
@@ -41,7 +66,7 @@ SLOT = struct.Struct("<QQIBBBB")
 REPLY_HEAD = struct.Struct("<IIII")
 REPLY_MSG_SIZE = REPLY_HEAD.size + MAX_SLOTS * SLOT.size
 OVERFLOW_MSG = struct.Struct(f"<IIIHHQQQ{abi.NR_REGS}Q")
-assert HCALL_MSG.size == 56
+assert HCALL_MSG.size == 248
 assert SLOT.size == 24
 assert REPLY_MSG_SIZE == 208
 assert OVERFLOW_MSG.size == 168

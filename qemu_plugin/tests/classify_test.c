@@ -19,6 +19,8 @@
 #define X CLS_BOUNDARY
 #define D CLS_DOORBELL
 #define F CLS_FRAME
+#define C CLS_COND
+#define I CLS_INDIRECT
 
 struct expect {
 	const char *name;
@@ -51,14 +53,16 @@ static const struct expect cases[] = {
 	{ "ud2",		{ 0x0f, 0x0b }, 2, X },
 	{ "rdmsr",		{ 0x0f, 0x32 }, 2, X },
 	{ "hlt",		{ 0xf4 }, 1, X },
-	{ "jne .",		{ 0x75, 0xfe }, 2, B },
+	{ "jne .",		{ 0x75, 0xfe }, 2, B | C },
 	{ "jmp .",		{ 0xeb, 0xfe }, 2, B },
-	{ "jmp *%rax",		{ 0xff, 0xe0 }, 2, B },
-	{ "jmp *(%rax)",	{ 0xff, 0x20 }, 2, B | M | X },
-	{ "loop .",		{ 0xe2, 0xfe }, 2, B },
-	{ "jrcxz .",		{ 0xe3, 0xfe }, 2, B },
+	{ "jmp *%rax",		{ 0xff, 0xe0 }, 2, B | I },
+	{ "jmp *(%rax)",	{ 0xff, 0x20 }, 2, B | M | X | I },
+	{ "loop .",		{ 0xe2, 0xfe }, 2, B | C },
+	{ "jrcxz .",		{ 0xe3, 0xfe }, 2, B | C },
 	{ "call rel32",		{ 0xe8, 0, 0, 0, 0 }, 5, B | M | X | F },
-	{ "call *(%rax)",	{ 0xff, 0x10 }, 2, B | M | X | F },
+	{ "call *(%rax)",	{ 0xff, 0x10 }, 2, B | M | X | F | I },
+	{ "call *%rdx",	{ 0xff, 0xd2 }, 2, B | M | X | F | I },
+	{ "jg rel32",		{ 0x0f, 0x8f, 0, 0, 0, 0 }, 6, B | C },
 	{ "ret",		{ 0xc3 }, 1, B | M | X | F },
 	{ "lret",		{ 0xcb }, 1, B | M | X | F },
 	{ "iretq",		{ 0x48, 0xcf }, 2, B | M | X | F },

@@ -179,7 +179,9 @@ class FakeService:
             return
         k = consts()
         assert len(data) == k["PROTO_HCALL_SIZE"], len(data)
-        magic, vcpu, gpa, vaddr, *ctr = struct.unpack("<IIQQ4Q", data)
+        magic, vcpu, gpa, vaddr, *ctr = struct.unpack(
+            f"<IIQQ{k['PVPERF_NR_COUNTERS']}Q", data)
+        ctr = ctr[:4]   # the inline counters (PVPERF_CTR_*); no models here
         assert magic == k["PVPERF_PROTO_HCALL_MAGIC"]
         _, _, op, _, *args = struct.unpack_from("<IIII3Q", self.ram, gpa)
         self.records.append(Record(vcpu, gpa, vaddr, tuple(ctr), op, tuple(args)))

@@ -1,0 +1,65 @@
+"""Cache geometries as cachegrind spells them: "SIZE,ASSOC,LINE" (bytes,
+ways, bytes), checked by cachegrind's rules before QEMU starts, so a bad
+``--I1``/``--D1``/``--LL`` is a one-line usage error.  The plugin checks
+the same rules again (qemu_plugin/cachesim.c cache_geom_check; the C and
+Python tests hold the same cases).
+
+The rules: the set count (size / (assoc * line)) and the line size are
+powers of two, lines at least 16 bytes, the cache larger than a line, no
+more ways than lines; and, for pvperf, lines no larger than a page.  The
+size itself need not be a power of two (12 MiB, 12 ways is fine).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MIN_LINE = 16
+MAX_LINE = 4096         # the guest page: runtime code addresses move by pages
+
+# Defaults (docs/events.md), as the plugin has them.
+DEFAULT_I1 = "32768,8,64"
+DEFAULT_D1 = "32768,8,64"
+DEFAULT_LL = "8388608,16,64"
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and not x & (x - 1)
+
+
+@dataclass(frozen=True)
+class CacheGeometry:
+    size: int
+    assoc: int
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.size},{self.assoc},{self.line}"
+
+    @property
+    def sets(self) -> int:
+        return self.size // (self.assoc * self.line)
+
+
+def parse_geometry(text: str) -> CacheGeometry:
+    """"32768,8,64" -> CacheGeometry, or ValueError saying what is wrong."""
+    if not re.fullmatch(r"\d+,\d+,\d+", text.strip()):
+        raise ValueError("expected SIZE,ASSOC,LINE (bytes, ways, bytes)")
+    size, assoc, line = (int(f) for f in text.split(","))
+    if not (size and assoc and line):
+        raise ValueError("size, associativity and line size must be "
+                         "positive")
+    if not _pow2(line):
+        raise ValueError("line size is not a power of two")
+    if line < MIN_LINE:
+        raise ValueError(f"line size is below {MIN_LINE} bytes")
+    if size <= line:
+        raise ValueError("size is not greater than the line size")
+    if assoc > size // line:
+        raise ValueError("associativity exceeds size / line size")
+    if size % (assoc * line) or not _pow2(size // (assoc * line)):
+        raise ValueError("set count (size / (assoc * line)) is not a power "
+                         "of two")
+    if line > MAX_LINE:
+        raise ValueError(f"line size above the page size ({MAX_LINE})")
+    return CacheGeometry(size, assoc, line)

@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * cachesim.c - the cache model (cachesim.h).
+ *
+ * The rules are cachegrind's, so that pvperf's counts can be checked
+ * against it exactly: write-allocate (a write miss loads the line), true
+ * LRU within a set, set index = low bits of the block number, and an
+ * access straddling two lines counts once and misses if either line
+ * misses.  The geometry checks are cachegrind's too: the set count and
+ * the line size must be powers of two, lines at least 16 bytes (an
+ * instruction could otherwise straddle three), the cache larger than a
+ * line and no more ways than lines.  The size itself need not be a power
+ * of two (a 12 MiB, 12-way LL is valid: 16384 sets).
+ */
+#include <errno.h>
+#include <glib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cachesim.h"
+
+#define MIN_LINE_SIZE 16
+
+static bool is_pow2(uint64_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+const char *cache_geom_check(const struct cache_geom *g)
+{
+	uint64_t way_bytes = (uint64_t)g->line * g->assoc;
+
+	if (!g->size || !g->assoc || !g->line)
+		return "size, associativity and line size must be positive";
+	if (!is_pow2(g->line))
+		return "line size is not a power of two";
+	if (g->line < MIN_LINE_SIZE)
+		return "line size is below 16 bytes";
+	if (g->size <= g->line)
+		return "size is not greater than the line size";
+	if (g->assoc > g->size / g->line)
+		return "associativity exceeds size / line size";
+	if (g->size % way_bytes || !is_pow2(g->size / way_bytes))
+		return "set count (size / (assoc * line)) is not a power of two";
+	return NULL;
+}
+
+static bool parse_u32(const char *s, uint32_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!g_ascii_isdigit(*s))
+		return false;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v > UINT32_MAX)
+		return false;
+	*out = v;
+	return true;
+}
+
+const char *cache_geom_parse(const char *text, struct cache_geom *g)
+{
+	g_auto(GStrv) f = g_strsplit(text, ",", -1);
+
+	if (g_strv_length(f) != 3 || !parse_u32(f[0], &g->size) ||
+	    !parse_u32(f[1], &g->assoc) || !parse_u32(f[2], &g->line))
+		return "expected SIZE,ASSOC,LINE (bytes, ways, bytes)";
+	return cache_geom_check(g);
+}
+
+void cache_init(struct cache *c, const struct cache_geom *g)
+{
+	uint64_t n_sets = g->size / ((uint64_t)g->line * g->assoc);
+	size_t n = n_sets * g->assoc;
+
+	c->blocks = g_new(uint64_t, n);
+	c->set_mask = n_sets - 1;
+	c->line_bits = __builtin_ctz(g->line);
+	c->assoc = g->assoc;
+	cache_reset(c);
+}
+
+void cache_reset(struct cache *c)
+{
+	size_t n = (c->set_mask + 1) * c->assoc;
+
+	for (size_t i = 0; i < n; i++)
+		c->blocks[i] = CACHE_EMPTY;
+}
+
+void cache_destroy(struct cache *c)
+{
+	g_free(c->blocks);
+	c->blocks = NULL;
+}
+
+/* Look block up in its set and make it the most recent; true if absent. */
+static bool ref_block(struct cache *c, uint64_t block)
+{
+	uint64_t *set = &c->blocks[(block & c->set_mask) * c->assoc];
+	unsigned i;
+	bool miss;
+
+	if (set[0] == block)		/* the common case: nothing moves */
+		return false;
+	for (i = 1; i < c->assoc && set[i] != block; i++)
+		;
+	miss = i == c->assoc;
+	/* Ways 0..i-1 move down one (a miss drops the least recent), and
+	 * the block becomes the most recent. */
+	memmove(&set[1], &set[0], (miss ? i - 1 : i) * sizeof(*set));
+	set[0] = block;
+	return miss;
+}
+
+bool cache_ref(struct cache *c, uint64_t addr, unsigned size)
+{
+	uint64_t first = addr >> c->line_bits;
+	uint64_t last = (addr + size - 1) >> c->line_bits;
+	bool miss = ref_block(c, first);
+
+	/* Both lines are referenced, whatever the first one did. */
+	if (last != first)
+		miss |= ref_block(c, last);
+	return miss;
+}

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * cachesim.h - a set-associative, write-allocate, LRU cache as cachegrind
+ * models one, and its geometry as cachegrind spells it ("SIZE,ASSOC,LINE"
+ * in bytes).  No QEMU dependency (unit-tested natively, tests/).
+ */
+#ifndef PVPERF_CACHESIM_H
+#define PVPERF_CACHESIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct cache_geom {
+	uint32_t size;		/* bytes */
+	uint32_t assoc;		/* ways */
+	uint32_t line;		/* bytes */
+};
+
+/*
+ * One cache.  Each set holds the block numbers (address >> line_bits) of
+ * its lines, most recently used first; CACHE_EMPTY marks an empty way.
+ */
+struct cache {
+	uint64_t *blocks;	/* [n_sets * assoc] */
+	uint64_t set_mask;	/* n_sets - 1 (n_sets is a power of two) */
+	unsigned line_bits;
+	unsigned assoc;
+};
+
+#define CACHE_EMPTY UINT64_MAX
+
+/*
+ * Parse "SIZE,ASSOC,LINE" and check it as cachegrind does; returns NULL
+ * or a one-line reason (static string).
+ */
+const char *cache_geom_parse(const char *text, struct cache_geom *g);
+const char *cache_geom_check(const struct cache_geom *g);
+
+void cache_init(struct cache *c, const struct cache_geom *g);
+void cache_destroy(struct cache *c);
+void cache_reset(struct cache *c);	/* every way empty: a cold cache */
+
+/*
+ * Reference [addr, addr + size): true if it missed.  An access that
+ * straddles two lines is one access, touching both; it misses if either
+ * does (cachegrind's rule).  size <= the line size (checked by callers).
+ */
+bool cache_ref(struct cache *c, uint64_t addr, unsigned size);
+
+#endif /* PVPERF_CACHESIM_H */

@@ -1,0 +1,368 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * models.c - feeds the cache and branch-predictor models (models.h).
+ *
+ * What each vCPU's models see, and from which callback:
+ *
+ *   instruction fetches  one I1 reference per run of instructions that
+ *                        stay in one line: an instruction lying wholly in
+ *                        the last line of the one before it is an MRU hit
+ *                        that changes nothing, so it needs no callback
+ *                        (I1 accesses themselves are the instruction
+ *                        count).  The TB-start callback makes the first.
+ *   data accesses        a memory callback per access, with the address
+ *                        QEMU computed.  A store right after a load of
+ *                        the same address and size by the same instruction
+ *                        (add %eax,(%rbx), xchg) is one read, as
+ *                        cachegrind counts a "modify".
+ *   branches             a conditional or indirect branch stores its site
+ *                        into the vCPU's scoreboard entry (an inline
+ *                        store, no callback); the next TB of the same half
+ *                        starts at the branch's outcome, and its start
+ *                        callback feeds the predictor.  Inline ops run
+ *                        before their instruction, so a branch that
+ *                        faults (call pushing onto an unmapped page) has
+ *                        stored its site: the restart at its own address
+ *                        is recognised and resolves nothing.  On a TB's
+ *                        first instruction the start callback is
+ *                        registered before the store, and QEMU emits
+ *                        them in that order.
+ *
+ * Addresses are the runtime ones: x86 TBs are PC-relative and serve every
+ * process mapping their page (sample.c), so a user TB's start callback
+ * reads rip and keeps the delta from where the TB was translated; it is
+ * a multiple of the page size, so line positions (line <= page) agree.
+ *
+ * Cachegrind-compatible mode (compat=on).  Cachegrind sees one process's
+ * user code, from a cold start.  So only user-half code is instrumented
+ * (kernel fetches, accesses and branches neither count nor disturb the
+ * models); the models watch a vCPU only while it runs an event that
+ * counts model events (PVPERF_REPLY_MODELS_LIVE on each reply: the
+ * driver enables the events of the monitored task when it runs, so other
+ * processes' code is not seen either); and a session of model events
+ * starts cold (PVPERF_REPLY_MODELS_COLD: the LL is emptied there and
+ * each vCPU empties its own L1s and predictor at its next TB, the cold
+ * epoch telling it).  Otherwise both halves and every process feed the
+ * same models, which stay warm, as hardware's do.
+ *
+ * Sharing.  L1I, L1D and the predictor are per vCPU and touched only by
+ * its thread.  The LL is shared, as on a multi-core chip, and locked; it
+ * is reached on L1 misses only.
+ */
+#include <glib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bpred.h"
+#include "cachesim.h"
+#include "classify.h"
+#include "count.h"
+#include "guest.h"
+#include "mode.h"
+#include "models.h"
+#include "pvperf.h"
+
+/* Defaults (documented in docs/events.md): a common desktop core. */
+static struct cache_geom geom_i1 = { 32768, 8, 64 };
+static struct cache_geom geom_d1 = { 32768, 8, 64 };
+static struct cache_geom geom_ll = { 8388608, 16, 64 };
+static bool compat;
+
+struct model_vcpu {
+	struct cache i1, d1;
+	struct bpred bp;
+	uint64_t ctr[2 * PVPERF_NR_MODEL_COUNTERS];	/* [2 * m + mode] */
+	/* delta of the last TB started in each half (kernel: always 0) */
+	uint64_t delta[2];
+	/* The last data access, if a load: a store matching it is merged. */
+	uint64_t load_site, load_addr;
+	unsigned load_size;
+	bool live;		/* compat: the models watch this vCPU */
+	/* compat: whether the last TB started in each half was watched, so
+	 * whether a pending branch is the watched task's (the inline store
+	 * runs in unwatched code too: perf's own before it execs the task) */
+	bool watched[2];
+	uint64_t epoch;		/* compat: the cold epoch it last reset at */
+} __attribute__((aligned(64)));
+
+static struct model_vcpu *mv;		/* [pv.n_vcpus] */
+static struct cache ll;
+static GMutex ll_lock;
+static uint64_t cold_epoch;		/* atomic; bumped under ll_lock */
+
+/* What a TB-start callback needs. */
+struct tb_site {
+	uint64_t vaddr;		/* where the TB was translated */
+	uint32_t len;		/* bytes of its first I1 reference */
+	bool kernel;
+	bool fetch;		/* run the I1 reference */
+};
+
+/* A conditional or indirect branch (stored in the scoreboard). */
+struct branch_site {
+	uint64_t vaddr;		/* translated address */
+	uint32_t len;
+	bool conditional;
+};
+
+/* An I1 reference by an instruction that is not a TB's first. */
+struct fetch_site {
+	uint64_t vaddr;
+	uint32_t len;
+	bool kernel;
+};
+
+static inline void bump(struct model_vcpu *m, unsigned ctr, bool kernel)
+{
+	m->ctr[2 * ctr + !kernel] += 1;
+}
+
+/* ---- options ---- */
+
+static int parse_geom(const char *key, const char *val, struct cache_geom *g)
+{
+	const char *err = cache_geom_parse(val, g);
+
+	if (!err && g->line > GUEST_PAGE_SIZE)
+		err = "line size above the page size (4096)";
+	if (err) {
+		pvperf_log("option %s=%s: %s\n", key, val, err);
+		return -1;
+	}
+	return 1;
+}
+
+int models_option(const char *key, const char *val)
+{
+	if (!strcmp(key, "I1"))
+		return parse_geom(key, val, &geom_i1);
+	if (!strcmp(key, "D1"))
+		return parse_geom(key, val, &geom_d1);
+	if (!strcmp(key, "LL"))
+		return parse_geom(key, val, &geom_ll);
+	if (!strcmp(key, "compat"))
+		return qemu_plugin_bool_parse(key, val, &compat) ? 1 : -1;
+	return 0;
+}
+
+void models_init(unsigned n_vcpus)
+{
+	mv = g_aligned_alloc0(n_vcpus, sizeof(*mv), 64);
+	for (unsigned i = 0; i < n_vcpus; i++) {
+		cache_init(&mv[i].i1, &geom_i1);
+		cache_init(&mv[i].d1, &geom_d1);
+		bpred_init(&mv[i].bp);
+	}
+	cache_init(&ll, &geom_ll);
+}
+
+void models_count(unsigned vcpu, uint64_t *out)
+{
+	memcpy(out, mv[vcpu].ctr, sizeof(mv[vcpu].ctr));
+}
+
+/* ---- the models' inputs ---- */
+
+static bool ll_ref(uint64_t addr, unsigned size)
+{
+	bool miss;
+
+	g_mutex_lock(&ll_lock);
+	miss = cache_ref(&ll, addr, size);
+	g_mutex_unlock(&ll_lock);
+	return miss;
+}
+
+static void fetch(struct model_vcpu *m, uint64_t addr, unsigned len, bool kernel)
+{
+	if (!cache_ref(&m->i1, addr, len))
+		return;
+	bump(m, PVPERF_M_I1_MISS, kernel);
+	if (ll_ref(addr, len))
+		bump(m, PVPERF_M_LL_IMISS, kernel);
+}
+
+void models_reply(unsigned vcpu, uint32_t flags)
+{
+	if (!compat)
+		return;
+	mv[vcpu].live = flags & PVPERF_REPLY_MODELS_LIVE;
+	if (flags & PVPERF_REPLY_MODELS_COLD) {
+		g_mutex_lock(&ll_lock);
+		cache_reset(&ll);
+		__atomic_add_fetch(&cold_epoch, 1, __ATOMIC_RELEASE);
+		g_mutex_unlock(&ll_lock);
+	}
+}
+
+/* The models ignore this vCPU's code now (compat, no live event). */
+static inline bool ignored(const struct model_vcpu *m)
+{
+	return compat && !m->live;
+}
+
+/* compat: empty this vCPU's own models if a cold start was asked for. */
+static void catch_up(struct model_vcpu *m)
+{
+	uint64_t epoch = __atomic_load_n(&cold_epoch, __ATOMIC_ACQUIRE);
+
+	if (m->epoch == epoch)
+		return;
+	m->epoch = epoch;
+	cache_reset(&m->i1);
+	cache_reset(&m->d1);
+	bpred_init(&m->bp);
+	m->load_site = 0;
+}
+
+static void fetch_exec(unsigned vcpu, void *udata)
+{
+	const struct fetch_site *f = udata;
+	struct model_vcpu *m = &mv[vcpu];
+
+	if (ignored(m))
+		return;
+	fetch(m, f->vaddr + m->delta[!f->kernel], f->len, f->kernel);
+}
+
+/* The pending branch of this half resolved by where execution went. */
+static void resolve_branch(struct model_vcpu *m, const struct branch_site *b,
+			   uint64_t delta, uint64_t next, bool kernel)
+{
+	uint64_t pc = b->vaddr + delta;
+	bool miss;
+
+	if (next == pc)		/* it faulted and runs again: not retired */
+		return;
+	if (b->conditional) {
+		bump(m, PVPERF_M_COND, kernel);
+		miss = bpred_cond(&m->bp, pc, next != pc + b->len);
+		if (miss)
+			bump(m, PVPERF_M_COND_MISS, kernel);
+	} else {
+		bump(m, PVPERF_M_IND, kernel);
+		if (bpred_indirect(&m->bp, pc, next))
+			bump(m, PVPERF_M_IND_MISS, kernel);
+	}
+}
+
+static void tb_start_exec(unsigned vcpu, void *udata)
+{
+	const struct tb_site *t = udata;
+	struct model_vcpu *m = &mv[vcpu];
+	struct pvperf_score *s = score_of(vcpu);
+	uint64_t *pending = &s->branch[!t->kernel];
+	uint64_t delta = 0, rip;
+
+	/* A pending branch of the watched task waits while others run: its
+	 * next TB resolves it (its delta is still the one kept). */
+	if (ignored(m)) {
+		m->watched[!t->kernel] = false;
+		return;
+	}
+	catch_up(m);
+	if (!t->kernel && guest_read_reg(REG_RIP, &rip))
+		delta = rip - t->vaddr;
+	if (*pending && !m->watched[!t->kernel])
+		*pending = 0;		/* stored by code nobody watches */
+	m->watched[!t->kernel] = true;
+	if (*pending) {
+		resolve_branch(m, (const struct branch_site *)(uintptr_t)*pending,
+			       m->delta[!t->kernel], t->vaddr + delta, t->kernel);
+		*pending = 0;
+	}
+	m->delta[!t->kernel] = delta;
+	if (t->fetch)
+		fetch(m, t->vaddr + delta, t->len, t->kernel);
+}
+
+static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
+		       uint64_t vaddr, void *udata)
+{
+	struct model_vcpu *m = &mv[vcpu];
+	uint64_t site = (uintptr_t)udata;
+	bool kernel = vaddr_is_kernel(site);
+	unsigned size = 1u << qemu_plugin_mem_size_shift(info);
+	bool store = qemu_plugin_mem_is_store(info);
+	bool merged = store && m->load_site == site && m->load_addr == vaddr &&
+		      m->load_size == size;
+	unsigned acc = store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ;
+
+	if (ignored(m))
+		return;
+	m->load_site = store ? 0 : site;
+	m->load_addr = vaddr;
+	m->load_size = size;
+	if (merged)
+		return;
+	bump(m, acc, kernel);
+	if (!cache_ref(&m->d1, vaddr, size))
+		return;
+	bump(m, acc + 1, kernel);			/* D1 miss */
+	if (ll_ref(vaddr, size))
+		bump(m, store ? PVPERF_M_LL_WRITE_MISS : PVPERF_M_LL_READ_MISS,
+		     kernel);
+}
+
+/* ---- translation ---- */
+
+static uint64_t line_of(uint64_t addr)
+{
+	return addr / geom_i1.line;
+}
+
+void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
+	       bool kernel)
+{
+	bool cache = mode_cache(), bpred = mode_bpred();
+	uint64_t prev_last_line = 0;
+	struct tb_site *t;
+
+	if (!n || (!cache && !bpred) || (compat && kernel))
+		return;
+	t = arena_alloc(sizeof(*t));
+	*t = (struct tb_site){ .vaddr = qemu_plugin_tb_vaddr(tb),
+			       .kernel = kernel, .fetch = cache };
+	for (size_t i = 0; i < n; i++) {
+		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+		uint64_t vaddr = qemu_plugin_insn_vaddr(insn);
+		uint32_t len = qemu_plugin_insn_size(insn);
+		uint64_t first = line_of(vaddr), last = line_of(vaddr + len - 1);
+
+		if (i == 0) {
+			t->len = len;
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, tb_start_exec,
+				kernel ? QEMU_PLUGIN_CB_NO_REGS : QEMU_PLUGIN_CB_R_REGS, t);
+		} else if (cache && !(first == prev_last_line && last == first)) {
+			struct fetch_site *f = arena_alloc(sizeof(*f));
+
+			*f = (struct fetch_site){ vaddr, len, kernel };
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, fetch_exec,
+				QEMU_PLUGIN_CB_NO_REGS, f);
+		}
+		prev_last_line = last;
+		if (cache)
+			qemu_plugin_register_vcpu_mem_cb(insn, mem_access,
+				QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
+				(void *)(uintptr_t)vaddr);
+		if (bpred && (cls[i] & (CLS_COND | CLS_INDIRECT))) {
+			struct branch_site *b = arena_alloc(sizeof(*b));
+
+			*b = (struct branch_site){ vaddr, len, cls[i] & CLS_COND };
+			qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
+				QEMU_PLUGIN_INLINE_STORE_U64, score_branch(kernel),
+				(uintptr_t)b);
+		}
+	}
+}
+
+/* Flush (exclusive section): branch sites die with the arena. */
+void models_flush(void)
+{
+	for (unsigned i = 0; mv && i < pv.n_vcpus &&
+	     i < (unsigned)qemu_plugin_num_vcpus(); i++) {
+		struct pvperf_score *s = score_of(i);
+
+		s->branch[0] = s->branch[1] = 0;
+	}
+}

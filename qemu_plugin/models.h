@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * models.h - the microarchitectural models the PMU's model events count:
+ * L1I, L1D and a shared last-level cache (cachesim.c) and a branch
+ * predictor (bpred.c), fed by instruction, memory and branch callbacks
+ * while an open event needs them (MODE_CACHE, MODE_BPRED).
+ */
+#ifndef PVPERF_MODELS_H
+#define PVPERF_MODELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <qemu-plugin.h>
+
+/*
+ * A plugin option the models own (I1, D1, LL, compat): 1 if key is
+ * theirs and val is good, -1 if theirs and bad (logged), 0 if not theirs.
+ */
+int models_option(const char *key, const char *val);
+void models_init(unsigned n_vcpus);
+
+/* tb_trans (count.c, after classification): instrument the TB. */
+void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
+	       bool kernel);
+
+/* The models' counters of a vCPU, PVPERF_NR_MODEL_COUNTERS pairs
+ * (pvperf_proto.h order); its own thread or an exclusive section. */
+void models_count(unsigned vcpu, uint64_t *out);
+
+/* A hypercall's reply on the vCPU's thread: PVPERF_REPLY_MODELS_*. */
+void models_reply(unsigned vcpu, uint32_t flags);
+
+/* A flush or a mode switch (exclusive section): forget pending branches,
+ * whose sites live in the arena the flush frees. */
+void models_flush(void);
+
+#endif /* PVPERF_MODELS_H */

@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * models_test.c - unit test of cachesim.c and bpred.c, natively: the
+ * geometry checks cachegrind makes, LRU order, straddling accesses, and
+ * the predictor's miss counts worked out by hand from its definition.
+ * (The end-to-end check against cachegrind itself is tests/test_models.py.)
+ *
+ *   make -C qemu_plugin check
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "bpred.h"
+#include "cachesim.h"
+
+static int fails, passes;
+
+static void check(const char *what, long got, long want)
+{
+	if (got == want) {
+		passes++;
+		return;
+	}
+	fails++;
+	printf("FAIL %s: got %ld, want %ld\n", what, got, want);
+}
+
+static void test_geometry(void)
+{
+	static const struct { const char *text; bool ok; } cases[] = {
+		{ "32768,8,64", true },
+		{ "12582912,12,64", true },	/* 12 MiB: 16384 sets */
+		{ "65536,2,16", true },
+		{ "32768,8,48", false },	/* line not a power of two */
+		{ "32768,8,8", false },		/* line below 16 */
+		{ "64,1,64", false },		/* size not above line */
+		{ "1024,32,64", false },	/* more ways than lines */
+		{ "3072,2,64", false },		/* 24 sets */
+		{ "32768,8", false },
+		{ "32768,8,64,1", false },
+		{ "32k,8,64", false },
+		{ "-32768,8,64", false },
+		{ "", false },
+	};
+	struct cache_geom g;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		check(cases[i].text, cache_geom_parse(cases[i].text, &g) == NULL,
+		      cases[i].ok);
+}
+
+static void test_lru(void)
+{
+	/* 2 sets of 2 ways, 16-byte lines: blocks 0, 2, 4 share set 0. */
+	struct cache_geom g = { 64, 2, 16 };
+	struct cache c;
+
+	cache_init(&c, &g);
+	check("cold 0", cache_ref(&c, 0x00, 4), 1);
+	check("cold 2", cache_ref(&c, 0x20, 4), 1);
+	check("hit 0", cache_ref(&c, 0x04, 4), 0);	/* 0 becomes MRU */
+	check("cold 4 evicts 2", cache_ref(&c, 0x40, 4), 1);
+	check("0 stayed", cache_ref(&c, 0x08, 4), 0);
+	check("2 was evicted", cache_ref(&c, 0x20, 4), 1);
+	check("other set cold", cache_ref(&c, 0x10, 4), 1);
+	check("other set kept", cache_ref(&c, 0x10, 8), 0);
+	/* Straddling 0x1c..0x23 (blocks 1 and 2): both present, a hit. */
+	check("straddle hit", cache_ref(&c, 0x1c, 8), 0);
+	/* 0x3c..0x43 (blocks 3, 4): 3 absent, so one miss, and both load. */
+	check("straddle miss", cache_ref(&c, 0x3c, 8), 1);
+	check("straddled line 3 now present", cache_ref(&c, 0x30, 4), 0);
+	cache_destroy(&c);
+}
+
+static void test_direct_mapped(void)
+{
+	struct cache_geom g = { 1024, 1, 64 };	/* 16 sets */
+	struct cache c;
+	int misses = 0;
+
+	cache_init(&c, &g);
+	/* Two addresses 1 KiB apart conflict in every round: all miss. */
+	for (int i = 0; i < 100; i++)
+		misses += cache_ref(&c, 0x1000, 8) + cache_ref(&c, 0x1400, 8);
+	check("direct-mapped conflicts", misses, 200);
+	cache_destroy(&c);
+}
+
+static void test_bpred(void)
+{
+	struct bpred p;
+	int miss = 0;
+
+	/*
+	 * Always taken, one branch: the history index differs for each of
+	 * the first 7 branches (history 0, 1, 3, ... 63), each counter at 0
+	 * predicts not-taken; from the 8th on history is 127 and its counter
+	 * needs two takens (0 -> 1 -> 2) before it predicts taken: 9 misses.
+	 */
+	bpred_init(&p);
+	for (int i = 0; i < 1000; i++)
+		miss += bpred_cond(&p, 0x401000, true);
+	check("always taken", miss, 9);
+	/* Never taken: history stays 0 and counters start at 0: no miss. */
+	bpred_init(&p);
+	miss = 0;
+	for (int i = 0; i < 1000; i++)
+		miss += bpred_cond(&p, 0x401000, false);
+	check("never taken", miss, 0);
+	/* Indirect: the same target misses once, alternating ones always. */
+	bpred_init(&p);
+	miss = 0;
+	for (int i = 0; i < 100; i++)
+		miss += bpred_indirect(&p, 0x401000, 0x402000);
+	check("same target", miss, 1);
+	miss = 0;
+	for (int i = 0; i < 100; i++)
+		miss += bpred_indirect(&p, 0x401000, 0x403000 + (i & 1) * 0x10);
+	check("alternating targets", miss, 100);
+	/* 512 slots: pcs 512 apart share one. */
+	bpred_init(&p);
+	bpred_indirect(&p, 0x401000, 0x402000);
+	check("aliased slot", bpred_indirect(&p, 0x401200, 0x402000), 0);
+}
+
+int main(void)
+{
+	test_geometry();
+	test_lru();
+	test_direct_mapped();
+	test_bpred();
+	printf("%d passed, %d failed\n", passes, fails);
+	return fails != 0;
+}
