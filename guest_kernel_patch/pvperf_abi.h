@@ -234,7 +234,7 @@ struct pvperf_sample {
 	__u16 mode;		/* PVPERF_MODE_* */
 	__u16 flags;		/* PVPERF_SAMPLE_REGS */
 	__u64 ip;		/* guest virtual address of that instruction */
-	__u64 data_addr;	/* 0 for now */
+	__u64 data_addr;	/* model data events: the access; else 0 */
 	__u64 period;		/* the period that elapsed */
 	__u64 regs[PVPERF_NR_REGS];	/* valid with PVPERF_SAMPLE_REGS */
 };

@@ -65,7 +65,7 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 	if (err)
 		return err;
 	sample_arm(vcpu, &reply);
-	models_reply(vcpu, reply.flags);
+	models_reply(vcpu, &reply);
 	mode_request(reply_mode(reply.flags));
 	return 0;
 }

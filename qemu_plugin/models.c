@@ -45,6 +45,14 @@
  * epoch telling it).  Otherwise both halves and every process feed the
  * same models, which stay warm, as hardware's do.
  *
+ * Sampling.  A slot on model counters (the service never mixes them with
+ * inline ones) is checked where its counters grow, in the callback that
+ * saw the event, so the overflow names that very instruction (and, for
+ * data events, the access's address).  A memory callback runs after its
+ * access succeeded, so the instruction retires (unless a later access of
+ * it faults: a FIXME, rare); no register capture (PVPERF_PROTO_REGS is
+ * not honoured: the guest takes registers where the NMI lands).
+ *
  * Sharing.  L1I, L1D and the predictor are per vCPU and touched only by
  * its thread.  The LL is shared, as on a multi-core chip, and locked; it
  * is reached on L1 misses only.
@@ -59,8 +67,10 @@
 #include "count.h"
 #include "guest.h"
 #include "mode.h"
+#include "link.h"
 #include "models.h"
 #include "pvperf.h"
+#include "sample.h"
 
 /* Defaults (documented in docs/events.md): a common desktop core. */
 static struct cache_geom geom_i1 = { 32768, 8, 64 };
@@ -78,6 +88,17 @@ struct model_vcpu {
 	uint64_t load_site, load_addr;
 	unsigned load_size;
 	bool live;		/* compat: the models watch this vCPU */
+	/* Armed slots on model counters, and the union of their masks. */
+	unsigned n_slots;
+	uint32_t armed;
+	struct model_slot {
+		uint64_t threshold;	/* UINT64_MAX: disarmed */
+		uint64_t period;
+		uint32_t event_id;
+		uint32_t mask;		/* raw counter bits (model ones) */
+		uint8_t rand_bits;
+		uint8_t flags;		/* PVPERF_PROTO_SYNC */
+	} slot[PVPERF_PROTO_MAX_SLOTS];
 	/* compat: whether the last TB started in each half was watched, so
 	 * whether a pending branch is the watched task's (the inline store
 	 * runs in unwatched code too: perf's own before it execs the task) */
@@ -112,9 +133,57 @@ struct fetch_site {
 	bool kernel;
 };
 
-static inline void bump(struct model_vcpu *m, unsigned ctr, bool kernel)
+/* Where and on what a model event happened (the overflow's ip, addr). */
+struct event_at {
+	unsigned vcpu;
+	uint64_t ip;
+	uint64_t addr;
+};
+
+static uint64_t slot_sum(const struct model_vcpu *m, uint32_t mask)
 {
+	uint64_t sum = 0;
+
+	for (mask >>= PVPERF_NR_INLINE_COUNTERS; mask; mask &= mask - 1)
+		sum += m->ctr[__builtin_ctz(mask)];
+	return sum;
+}
+
+/* Slots on raw counter c that its last increment made reach threshold. */
+static void check_slots(struct model_vcpu *m, unsigned c, bool kernel,
+			const struct event_at *at)
+{
+	for (unsigned i = 0; i < m->n_slots; i++) {
+		struct model_slot *sl = &m->slot[i];
+		struct pvperf_proto_overflow msg;
+
+		if (!(sl->mask & (1u << c)) || slot_sum(m, sl->mask) < sl->threshold)
+			continue;
+		msg = (struct pvperf_proto_overflow){
+			.magic = PVPERF_PROTO_OVERFLOW_MAGIC,
+			.vcpu = at->vcpu,
+			.event_id = sl->event_id,
+			.mode = kernel ? PVPERF_MODE_KERNEL : PVPERF_MODE_USER,
+			.flags = sl->flags & PVPERF_PROTO_SYNC,
+			.ip = at->ip,
+			.threshold = sl->threshold,
+			.data_addr = at->addr,
+		};
+		sl->threshold = msg.next_threshold = sample_next_threshold(
+			at->vcpu, sl->threshold, sl->period, sl->rand_bits);
+		link_send_overflow(at->vcpu, &msg);
+	}
+}
+
+/* Model counter ctr grew by one in the half given, at *at. */
+static inline void bump(struct model_vcpu *m, unsigned ctr, bool kernel,
+			const struct event_at *at)
+{
+	unsigned c = PVPERF_CTR_MODEL(ctr, !kernel);
+
 	m->ctr[2 * ctr + !kernel] += 1;
+	if (m->armed & (1u << c))
+		check_slots(m, c, kernel, at);
 }
 
 /* ---- options ---- */
@@ -173,17 +242,50 @@ static bool ll_ref(uint64_t addr, unsigned size)
 	return miss;
 }
 
-static void fetch(struct model_vcpu *m, uint64_t addr, unsigned len, bool kernel)
+static void fetch(unsigned vcpu, struct model_vcpu *m, uint64_t addr,
+		  unsigned len, bool kernel)
 {
+	struct event_at at = { vcpu, addr, addr };
+
 	if (!cache_ref(&m->i1, addr, len))
 		return;
-	bump(m, PVPERF_M_I1_MISS, kernel);
+	bump(m, PVPERF_M_I1_MISS, kernel, &at);
 	if (ll_ref(addr, len))
-		bump(m, PVPERF_M_LL_IMISS, kernel);
+		bump(m, PVPERF_M_LL_IMISS, kernel, &at);
 }
 
-void models_reply(unsigned vcpu, uint32_t flags)
+/* The reply's slots on model counters (model counter bits only). */
+static void arm(struct model_vcpu *m, const struct pvperf_proto_reply *reply)
 {
+	const uint32_t inline_bits = (1u << PVPERF_NR_INLINE_COUNTERS) - 1;
+	const uint32_t all_bits = (uint32_t)((1ull << PVPERF_NR_COUNTERS) - 1);
+	unsigned n = 0;
+
+	m->armed = 0;
+	for (unsigned i = 0; i < reply->n_slots && i < PVPERF_PROTO_MAX_SLOTS; i++) {
+		const struct pvperf_proto_slot *ps = &reply->slot[i];
+
+		if (!ps->ctr_mask || (ps->ctr_mask & inline_bits) ||
+		    (ps->ctr_mask & ~all_bits) || ps->rand_bits > 31)
+			continue;
+		m->slot[n++] = (struct model_slot){
+			.threshold = ps->threshold,
+			.period = ps->period,
+			.event_id = ps->event_id,
+			.mask = ps->ctr_mask,
+			.rand_bits = ps->rand_bits,
+			.flags = ps->flags & PVPERF_PROTO_SYNC,
+		};
+		m->armed |= ps->ctr_mask;
+	}
+	m->n_slots = n;
+}
+
+void models_reply(unsigned vcpu, const struct pvperf_proto_reply *reply)
+{
+	uint32_t flags = reply->flags;
+
+	arm(&mv[vcpu], reply);
 	if (!compat)
 		return;
 	mv[vcpu].live = flags & PVPERF_REPLY_MODELS_LIVE;
@@ -222,27 +324,29 @@ static void fetch_exec(unsigned vcpu, void *udata)
 
 	if (ignored(m))
 		return;
-	fetch(m, f->vaddr + m->delta[!f->kernel], f->len, f->kernel);
+	fetch(vcpu, m, f->vaddr + m->delta[!f->kernel], f->len, f->kernel);
 }
 
 /* The pending branch of this half resolved by where execution went. */
-static void resolve_branch(struct model_vcpu *m, const struct branch_site *b,
-			   uint64_t delta, uint64_t next, bool kernel)
+static void resolve_branch(unsigned vcpu, struct model_vcpu *m,
+			   const struct branch_site *b, uint64_t delta,
+			   uint64_t next, bool kernel)
 {
 	uint64_t pc = b->vaddr + delta;
+	struct event_at at = { vcpu, pc, 0 };
 	bool miss;
 
 	if (next == pc)		/* it faulted and runs again: not retired */
 		return;
 	if (b->conditional) {
-		bump(m, PVPERF_M_COND, kernel);
+		bump(m, PVPERF_M_COND, kernel, &at);
 		miss = bpred_cond(&m->bp, pc, next != pc + b->len);
 		if (miss)
-			bump(m, PVPERF_M_COND_MISS, kernel);
+			bump(m, PVPERF_M_COND_MISS, kernel, &at);
 	} else {
-		bump(m, PVPERF_M_IND, kernel);
+		bump(m, PVPERF_M_IND, kernel, &at);
 		if (bpred_indirect(&m->bp, pc, next))
-			bump(m, PVPERF_M_IND_MISS, kernel);
+			bump(m, PVPERF_M_IND_MISS, kernel, &at);
 	}
 }
 
@@ -267,13 +371,14 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 		*pending = 0;		/* stored by code nobody watches */
 	m->watched[!t->kernel] = true;
 	if (*pending) {
-		resolve_branch(m, (const struct branch_site *)(uintptr_t)*pending,
+		resolve_branch(vcpu, m,
+			       (const struct branch_site *)(uintptr_t)*pending,
 			       m->delta[!t->kernel], t->vaddr + delta, t->kernel);
 		*pending = 0;
 	}
 	m->delta[!t->kernel] = delta;
 	if (t->fetch)
-		fetch(m, t->vaddr + delta, t->len, t->kernel);
+		fetch(vcpu, m, t->vaddr + delta, t->len, t->kernel);
 }
 
 static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
@@ -287,6 +392,7 @@ static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
 	bool merged = store && m->load_site == site && m->load_addr == vaddr &&
 		      m->load_size == size;
 	unsigned acc = store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ;
+	struct event_at at = { vcpu, site + m->delta[!kernel], vaddr };
 
 	if (ignored(m))
 		return;
@@ -295,13 +401,13 @@ static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
 	m->load_size = size;
 	if (merged)
 		return;
-	bump(m, acc, kernel);
+	bump(m, acc, kernel, &at);
 	if (!cache_ref(&m->d1, vaddr, size))
 		return;
-	bump(m, acc + 1, kernel);			/* D1 miss */
+	bump(m, acc + 1, kernel, &at);			/* D1 miss */
 	if (ll_ref(vaddr, size))
 		bump(m, store ? PVPERF_M_LL_WRITE_MISS : PVPERF_M_LL_READ_MISS,
-		     kernel);
+		     kernel, &at);
 }
 
 /* ---- translation ---- */

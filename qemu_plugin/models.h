@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <qemu-plugin.h>
 
+#include "pvperf_proto.h"
+
 /*
  * A plugin option the models own (I1, D1, LL, compat): 1 if key is
  * theirs and val is good, -1 if theirs and bad (logged), 0 if not theirs.
@@ -28,8 +30,9 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
  * (pvperf_proto.h order); its own thread or an exclusive section. */
 void models_count(unsigned vcpu, uint64_t *out);
 
-/* A hypercall's reply on the vCPU's thread: PVPERF_REPLY_MODELS_*. */
-void models_reply(unsigned vcpu, uint32_t flags);
+/* A hypercall's reply on the vCPU's thread: PVPERF_REPLY_MODELS_*, and
+ * the slots on model counters. */
+void models_reply(unsigned vcpu, const struct pvperf_proto_reply *reply);
 
 /* A flush or a mode switch (exclusive section): forget pending branches,
  * whose sites live in the arena the flush frees. */

@@ -124,11 +124,13 @@ struct pvperf_proto_slot {
 	__u64 threshold;		/* raw sum at which it overflows */
 	__u64 period;			/* raw re-arm period; 0: one-shot */
 	__u32 event_id;
-	__u8 ctr_mask;			/* bit i: raw counter i is summed
-					 * (inline counters only) */
+	__u32 ctr_mask;			/* bit i: raw counter i is summed;
+					 * inline counters only, or model
+					 * counters only (models.c) */
 	__u8 rand_bits;			/* re-arm randomization, 0..31 */
 	__u8 flags;			/* PVPERF_PROTO_SYNC, _REGS */
-	__u8 __pad0;
+	__u16 __pad0;
+	__u32 __pad1;
 };
 
 struct pvperf_proto_reply {
@@ -149,14 +151,16 @@ struct pvperf_proto_overflow {
 	__u64 ip;			/* the overflowing instruction */
 	__u64 threshold;		/* the threshold it reached */
 	__u64 next_threshold;		/* re-armed at; ~0: disarmed */
+	__u64 data_addr;		/* model events: the access's address */
 	__u64 regs[PVPERF_NR_REGS];	/* before ip ran (pvperf_abi.h) */
 };
 
 _Static_assert(PVPERF_NR_COUNTERS ==
 	       PVPERF_NR_INLINE_COUNTERS + 2 * PVPERF_NR_MODEL_COUNTERS, "counters");
 _Static_assert(sizeof(struct pvperf_proto_hcall) == 248, "hcall msg size");
-_Static_assert(sizeof(struct pvperf_proto_slot) == 24, "slot size");
-_Static_assert(sizeof(struct pvperf_proto_reply) == 208, "reply msg size");
-_Static_assert(sizeof(struct pvperf_proto_overflow) == 168, "overflow msg size");
+_Static_assert(sizeof(struct pvperf_proto_slot) == 32, "slot size");
+_Static_assert(sizeof(struct pvperf_proto_reply) == 272, "reply msg size");
+_Static_assert(sizeof(struct pvperf_proto_overflow) == 176, "overflow msg size");
+_Static_assert(PVPERF_NR_COUNTERS <= 32, "ctr_mask bits");
 
 #endif /* PVPERF_PROTO_H */

@@ -195,7 +195,8 @@ void sample_update_room(unsigned vcpu)
 	rebase(vcpu, HALF_U, room[HALF_U]);
 }
 
-/* A reply's slot table (service -> this vCPU): validate and copy. */
+/* A reply's slot table (service -> this vCPU): validate and copy the
+ * slots on inline counters (those on model counters are models.c's). */
 void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
@@ -301,17 +302,24 @@ static void confirm_held(unsigned vcpu, bool kernel, uint64_t kctr)
 	}
 }
 
-static uint64_t next_threshold(struct pvperf_vcpu *v,
-			       const struct pvperf_sample_slot *sl)
+uint64_t sample_next_threshold(unsigned vcpu, uint64_t threshold,
+			       uint64_t period, unsigned rand_bits)
 {
 	uint64_t next;
 
-	if (!sl->period)
+	if (!period)
 		return UINT64_MAX;		/* one-shot: the guest re-arms */
-	next = sl->threshold + sl->period;
-	if (sl->rand_bits)
-		next += prng_next(&v->prng) & ((1ULL << sl->rand_bits) - 1);
-	return next < sl->threshold ? UINT64_MAX : next;
+	next = threshold + period;
+	if (rand_bits)
+		next += prng_next(&pv.vcpu[vcpu].prng) & ((1ULL << rand_bits) - 1);
+	return next < threshold ? UINT64_MAX : next;
+}
+
+static uint64_t next_threshold(struct pvperf_vcpu *v,
+			       const struct pvperf_sample_slot *sl)
+{
+	return sample_next_threshold(v - pv.vcpu, sl->threshold, sl->period,
+				     sl->rand_bits);
 }
 
 /* How far this execution of the chunk lies from where it was translated. */

@@ -66,6 +66,9 @@ void sample_chunk_exec(unsigned int vcpu, void *udata);
 void sample_capture_exec(unsigned int vcpu, void *udata);
 
 void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply);
+/* The threshold a slot re-arms at after reaching threshold (~0: none). */
+uint64_t sample_next_threshold(unsigned vcpu, uint64_t threshold,
+			       uint64_t period, unsigned rand_bits);
 void sample_confirm_all(unsigned vcpu);
 void sample_fault(unsigned vcpu, uint64_t ip);
 void sample_update_room(unsigned vcpu);

@@ -133,3 +133,82 @@ def test_programs_exercise_the_models(compared):
         assert ref[g, "chase", "cache-misses"] > 10000
         assert ref[g, "branchy", "branch-misses"] > 10000
         assert ref[g, "indirect", "branch-misses"] > 10000
+
+
+# -- sampling on model events -------------------------------------------------
+
+PERIOD = 1009               # prime
+SAMPLE_SCRIPT = f"""
+echo '=== dmiss'
+perf record -q -e L1-dcache-load-misses:u -c {PERIOD} -d -o /tmp/d.data \\
+    ./memwalk 0 4 2>&1
+perf script -i /tmp/d.data -F ip,addr 2>/dev/null
+echo '=== bmiss'
+perf record -q -e branch-misses:u -c {PERIOD} -o /tmp/b.data \\
+    ./memwalk 4 4 2>&1
+perf script -i /tmp/b.data -F ip 2>/dev/null
+echo '=== end'
+"""
+
+
+def symbols() -> dict[str, tuple[int, int]]:
+    """name -> (address, size) from nm (independent of pvperf)."""
+    out = subprocess.run(["nm", "-S", str(PROGRAMS / "memwalk")],
+                         capture_output=True, text=True, check=True).stdout
+    return {f[3]: (int(f[0], 16), int(f[1], 16))
+            for f in (line.split() for line in out.splitlines())
+            if len(f) == 4}
+
+
+def disassembly() -> dict[int, str]:
+    """address -> "mnemonic operands" of every instruction of memwalk."""
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn",
+                          str(PROGRAMS / "memwalk")], capture_output=True,
+                         text=True, check=True).stdout
+    return {int(m[0], 16): m[1].strip() for m in
+            (line.split(":", 1) for line in out.splitlines()
+             if line.startswith("  ") and ":" in line) if m[1].strip()}
+
+
+@pytest.fixture(scope="module")
+def sampled():
+    return run_guest_script(SAMPLE_SCRIPT, 1, 600, ("--cachegrind-compat",))
+
+
+def test_data_miss_samples_name_the_load_and_its_address(sampled,
+                                                         tmp_path):
+    """perf record -d on L1-dcache-load-misses: every sample's address is
+    in buf (nm), every ip is an instruction that reads memory (objdump),
+    and there are as many samples as cachegrind's D1mr / period."""
+    base, size = symbols()["buf"]
+    code = disassembly()
+    rows = [line.split() for line in sampled["dmiss"] if line.strip()]
+    # perf script prints the address before the ip, whatever -F's order.
+    samples = [(int(r[1], 16), int(r[0], 16)) for r in rows if len(r) == 2]
+    ref = cachegrind(GEOMETRIES["default"],
+                     [str(PROGRAMS / "memwalk"), "0", "4"],
+                     tmp_path / "cg.out")
+    assert abs(len(samples) - ref["D1mr"] // PERIOD) <= 2, \
+        (len(samples), ref["D1mr"], sampled["dmiss"][:10])
+    inside = [s for s in samples if base <= s[1] < base + size]
+    assert len(inside) >= 0.99 * len(samples), samples[:20]
+    loads = {ip for ip, _ in samples}
+    assert all("(" in code.get(ip, "") and not code[ip].startswith("lea")
+               for ip in loads), {hex(ip): code.get(ip) for ip in loads}
+
+
+def test_branch_miss_samples_name_conditional_branches(sampled, tmp_path):
+    """perf record on branch-misses: every sampled ip is a conditional
+    branch (objdump: a j* other than jmp), of the branchy loop."""
+    code = disassembly()
+    ips = [int(line.split()[0], 16) for line in sampled["bmiss"]
+           if line.strip()]
+    ref = cachegrind(GEOMETRIES["default"],
+                     [str(PROGRAMS / "memwalk"), "4", "4"],
+                     tmp_path / "cg.out")
+    assert abs(len(ips) - (ref["Bcm"] + ref["Bim"]) // PERIOD) <= 1, \
+        (len(ips), ref["Bcm"], ref["Bim"])
+    bad = {hex(ip): code.get(ip) for ip in set(ips)
+           if not code.get(ip, "").startswith("j")
+           or code[ip].startswith("jmp")}
+    assert bad == {}

@@ -106,20 +106,26 @@ def test_reply_and_overflow_roundtrip():
 
 
 def test_flag_fields_offsets_match_c(tmp_path):
-    """The SYNC flag sits where both sides think it does."""
+    """The flags, the data address and the counter mask sit where both
+    sides think they do."""
     assert re.search(r"#define\s+PVPERF_PROTO_SYNC\s+\(1U << 0\)",
                      HEADER.read_text()) and proto.SYNC == 1
     out = c_values(tmp_path, "offsetof(struct pvperf_proto_slot, flags)",
                    "offsetof(struct pvperf_proto_overflow, mode)",
                    "offsetof(struct pvperf_proto_overflow, flags)",
                    "offsetof(struct pvperf_proto_overflow, ip)",
-                   "offsetof(struct pvperf_proto_overflow, regs)")
-    slot = proto.Slot(0, 0, 0, 0, 0, 0xA5).pack()
+                   "offsetof(struct pvperf_proto_overflow, regs)",
+                   "offsetof(struct pvperf_proto_overflow, data_addr)",
+                   "offsetof(struct pvperf_proto_slot, ctr_mask)")
+    slot = proto.Slot(0, 0, 0, 0x0F0E0D0C, 0, 0xA5).pack()
     regs = (0,) * 7 + (0x1122334455667788,) + (0,) * 8   # rsp
-    ov = proto.OverflowMessage(0, 0, 0x1234, 0, 0, 0, 0x5678, regs).pack()
+    ov = proto.OverflowMessage(0, 0, 0x1234, 0, 0, 0, 0x5678, regs,
+                               data_addr=0x99AABBCCDDEEFF00).pack()
     assert slot.index(0xA5) == out[0]
     assert ov.index((0x1234).to_bytes(2, "little")) == out[1]
     assert ov.index((0x5678).to_bytes(2, "little")) == out[2]
-    assert proto.OVERFLOW_MSG.size - (3 + 16) * 8 == out[3]
+    assert proto.OVERFLOW_MSG.size - (4 + 16) * 8 == out[3]
     assert ov.index((0x1122334455667788).to_bytes(8, "little")) == \
         out[4] + 8 * 7
+    assert ov.index((0x99AABBCCDDEEFF00).to_bytes(8, "little")) == out[5]
+    assert slot.index((0x0F0E0D0C).to_bytes(4, "little")) == out[6]

@@ -62,14 +62,14 @@ DISARMED = (1 << 64) - 1
 TIMEOUT_MS = 5000
 
 HCALL_MSG = struct.Struct("<IIQQ%dQ" % NR_COUNTERS)
-SLOT = struct.Struct("<QQIBBBB")
+SLOT = struct.Struct("<QQIIBBHI")
 REPLY_HEAD = struct.Struct("<IIII")
 REPLY_MSG_SIZE = REPLY_HEAD.size + MAX_SLOTS * SLOT.size
-OVERFLOW_MSG = struct.Struct(f"<IIIHHQQQ{abi.NR_REGS}Q")
+OVERFLOW_MSG = struct.Struct(f"<IIIHHQQQQ{abi.NR_REGS}Q")
 assert HCALL_MSG.size == 248
-assert SLOT.size == 24
-assert REPLY_MSG_SIZE == 208
-assert OVERFLOW_MSG.size == 168
+assert SLOT.size == 32
+assert REPLY_MSG_SIZE == 272
+assert OVERFLOW_MSG.size == 176
 
 
 class ProtocolError(ValueError):
@@ -111,7 +111,7 @@ class Slot:
 
     def pack(self) -> bytes:
         return SLOT.pack(self.threshold, self.period, self.event_id,
-                         self.ctr_mask, self.rand_bits, self.flags, 0)
+                         self.ctr_mask, self.rand_bits, self.flags, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,7 @@ class OverflowMessage:
     flags: int = 0          # SYNC: the plugin waits for an answer;
                             # REGS: regs holds the state before ip ran
     regs: tuple[int, ...] = (0,) * abi.NR_REGS
+    data_addr: int = 0      # model events: the data access's address
 
     @classmethod
     def unpack(cls, raw: bytes) -> "OverflowMessage":
@@ -134,15 +135,15 @@ class OverflowMessage:
         f = OVERFLOW_MSG.unpack(raw)
         if f[0] != OVERFLOW_MAGIC:
             raise ProtocolError(f"bad magic {f[0]:#x}")
-        magic, vcpu, event_id, mode, flags, ip, threshold, nxt = f[:8]
+        magic, vcpu, event_id, mode, flags, ip, threshold, nxt, addr = f[:9]
         return cls(vcpu, event_id, mode, ip, threshold, nxt, flags,
-                   tuple(f[8:]))
+                   tuple(f[9:]), addr)
 
     def pack(self) -> bytes:
         return OVERFLOW_MSG.pack(OVERFLOW_MAGIC, self.vcpu, self.event_id,
                                  self.mode, self.flags, self.ip,
                                  self.threshold, self.next_threshold,
-                                 *self.regs)
+                                 self.data_addr, *self.regs)
 
 
 def unpack_message(raw: bytes):
@@ -168,7 +169,7 @@ def unpack_reply(raw: bytes) -> tuple[int, list[Slot]]:
         raise ProtocolError("bad reply")
     slots = []
     for i in range(n):
-        t, p, e, m, r, fl, _ = SLOT.unpack_from(raw,
-                                                REPLY_HEAD.size + i * SLOT.size)
+        t, p, e, m, r, fl, _, _ = SLOT.unpack_from(
+            raw, REPLY_HEAD.size + i * SLOT.size)
         slots.append(Slot(t, p, e, m, r, fl))
     return flags, slots

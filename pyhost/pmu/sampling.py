@@ -132,7 +132,7 @@ class Sampler:
         has_regs = bool(msg.flags & proto.REGS)
         self.memory.write(slot, abi.SAMPLE.pack(
             event.event_id, msg.mode, abi.SAMPLE_REGS if has_regs else 0,
-            msg.ip, 0, event.spec.scale(event.period),
+            msg.ip, msg.data_addr, event.spec.scale(event.period),
             *(msg.regs if has_regs else (0,) * abi.NR_REGS)), align=8)
         # Record first, then head: the guest reads head, then records.
         ring.head = (ring.head + 1) & U32

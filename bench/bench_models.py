@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Model overhead: the cache and branch-predictor models against plain
+TCG, QEMU's contrib cache plugin and cachegrind, in one run (issue 12).
+
+Each configuration boots the default image and times the same guest
+program with perf stat's task-clock (a software event), REPS times per
+boot; cachegrind runs the same binary on the host (wall time):
+
+  plain       pvperf run --no-pmu         plain TCG
+  idle        pvperf run                  driver loaded, no PMU event open
+  counting    instructions                the inline counters only
+  models      --cachegrind-compat with cache and predictor events
+  models-all  the same events without --cachegrind-compat (kernel too)
+  contrib     --no-pmu, QEMU's contrib/plugins/cache.c (built from the
+              orig tarball of the installed QEMU, same geometry, L2 on)
+  cachegrind  valgrind --tool=cachegrind --cache-sim=yes --branch-sim=yes
+              on the host
+
+Targets: models <= 3x plain on both workloads; contrib / models >= 10;
+cachegrind / models > 1; idle and counting unchanged (bench_counting.py).
+Each figure is the minimum over its runs (host noise only adds time).
+
+  .venv/bin/python bench/bench_models.py [--rounds 2] [--reps 3]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from benchlib import task_clock_ms as parse_task_clock
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from pyhost.image.build import image_status  # noqa: E402
+from pyhost.pmu.geometry import DEFAULT_D1, DEFAULT_I1, DEFAULT_LL  # noqa: E402
+from pyhost.vm.launcher import VMConfig, run_command  # noqa: E402
+
+PROGRAMS = REPO / "tests" / "guest_programs"
+PLUGIN_INC = REPO / "qemu_plugin" / "fetch-plugin-header.sh"
+WORKLOADS = {"memory": "./memwalk 0 24", "tight": "./loop 300000000"}
+MODEL_EVENTS = ("task-clock,L1-icache-load-misses,L1-dcache-load-misses,"
+                "L1-dcache-store-misses,cache-misses,branch-misses")
+GEOMETRY = {"I1": DEFAULT_I1, "D1": DEFAULT_D1, "LL": DEFAULT_LL}
+CONFIGS = {
+    "plain": (False, {}, "task-clock"),
+    "idle": (True, {}, "task-clock"),
+    "counting": (True, {}, "task-clock,instructions"),
+    "models": (True, {**GEOMETRY, "compat": "on"}, MODEL_EVENTS),
+    "models-all": (True, GEOMETRY, MODEL_EVENTS),
+    "contrib": (False, {}, "task-clock"),
+}
+
+
+def build_contrib_cache(workdir: Path) -> Path:
+    """libcache.so from the installed QEMU's own source (its orig tarball,
+    which fetch-plugin-header.sh keeps)."""
+    inc = subprocess.run([str(PLUGIN_INC)], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    tarball = next(Path(inc).parent.glob("download/*.orig.tar.*"))
+    with tarfile.open(tarball) as tar:
+        member = next(m for m in tar.getmembers()
+                      if m.name.endswith("contrib/plugins/cache.c"))
+        member.name = "cache.c"
+        tar.extract(member, workdir, filter="data")
+    glib = subprocess.run(["pkg-config", "--cflags", "--libs", "glib-2.0"],
+                          capture_output=True, text=True,
+                          check=True).stdout.split()
+    out = workdir / "libcache.so"
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", f"-I{inc}",
+                    str(workdir / "cache.c"), "-o", str(out), *glib],
+                   check=True)
+    return out
+
+
+def contrib_wrapper(workdir: Path, libcache: Path) -> Path:
+    """A qemu-system-x86_64 that loads contrib's cache plugin."""
+    def kb(geom):
+        return geom.split(",")
+    i1, d1, ll = kb(DEFAULT_I1), kb(DEFAULT_D1), kb(DEFAULT_LL)
+    args = (f"icachesize={i1[0]},iassoc={i1[1]},iblksize={i1[2]},"
+            f"dcachesize={d1[0]},dassoc={d1[1]},dblksize={d1[2]},"
+            f"l2=on,l2cachesize={ll[0]},l2assoc={ll[1]},l2blksize={ll[2]}")
+    wrapper = workdir / "qemu-contrib-cache"
+    wrapper.write_text("#!/bin/sh\nexec qemu-system-x86_64 \"$@\" "
+                       f"-plugin {libcache},{args}\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def guest_runs(config: str, workload: str, reps: int,
+               qemu: str | None) -> list[float]:
+    """task-clock (ms) of ``reps`` runs of the workload in one boot."""
+    pmu, options, events = CONFIGS[config]
+    cmd = (f"i=0; while [ $i -lt {reps} ]; do i=$((i + 1)); "
+           f"perf stat -x, -e {events} {WORKLOADS[workload]}; done")
+    cfg = VMConfig(image=image_status("default"), command=cmd,
+                   share=PROGRAMS, pmu=pmu, plugin_options=dict(options),
+                   timeout=900)
+    if qemu:
+        cfg.qemu = qemu
+    out, err = io.BytesIO(), io.BytesIO()
+    status = asyncio.run(run_command(cfg, out, err))
+    text = err.getvalue().decode()
+    if status:
+        raise SystemExit(f"bench: {config} exited {status}:\n{text[-2000:]}")
+    return [parse_task_clock(line) for line in text.splitlines()
+            if "task-clock" in line]
+
+
+def cachegrind_ms(workload: str) -> float:
+    argv = WORKLOADS[workload].split()
+    t0 = time.monotonic()
+    subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes",
+                    "--branch-sim=yes", f"--I1={DEFAULT_I1}",
+                    f"--D1={DEFAULT_D1}", f"--LL={DEFAULT_LL}",
+                    "--cachegrind-out-file=/dev/null", *argv],
+                   cwd=PROGRAMS, capture_output=True, check=True)
+    return (time.monotonic() - t0) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--workload", nargs="+", default=list(WORKLOADS))
+    args = ap.parse_args()
+    subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
+    workdir = Path(tempfile.mkdtemp(prefix="pvperf-bench-models-"))
+    try:
+        qemu = str(contrib_wrapper(workdir, build_contrib_cache(workdir)))
+        print(f"{'workload':<8} {'config':<11} {'ms':>9} {'/plain':>8}"
+              f" {'/models':>8}")
+        for wl in args.workload:
+            best: dict[str, float] = {}
+            for i in range(args.rounds):
+                for c in CONFIGS:
+                    runs = guest_runs(c, wl, args.reps,
+                                      qemu if c == "contrib" else None)
+                    best[c] = min([best.get(c, float("inf")), *runs])
+                best["cachegrind"] = min(best.get("cachegrind",
+                                                  float("inf")),
+                                         cachegrind_ms(wl))
+                print(f"  round {i + 1}/{args.rounds}: " + " ".join(
+                    f"{c}={t:.0f}" for c, t in best.items()),
+                    file=sys.stderr)
+            for c, t in best.items():
+                print(f"{wl:<8} {c:<11} {t:>9.0f} {t / best['plain']:>7.2f}x"
+                      f" {t / best['models']:>7.2f}x")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
