@@ -57,6 +57,7 @@
 #include <glib.h>
 #include <string.h>
 
+#include "arena.h"
 #include "classify.h"
 #include "count.h"
 #include "guest.h"
@@ -66,29 +67,12 @@
 #include "sample.h"
 
 /*
- * Translation-side lock.  Protects the arena and the tables below.
+ * Translation-side lock.  Protects the tables below.
  * Taken at translation (tb_trans, any vCPU thread), in the flush callback
  * (exclusive section) and in the FAULT handler (a rare, guest-requested
  * hypercall); never on an exec callback of ordinary code.
  */
 static GMutex tr_lock;
-
-/*
- * Arena for callback udata that must live as long as the TBs referring to
- * it.  QEMU has no TB-free callback; after a flush no TB is left, so the
- * flush callback frees everything at once.  TBs invalidated one by one
- * (self-modifying code, unmapped pages) leave garbage here until the next
- * flush; that is bounded by the code buffer, which fills and flushes.
- */
-#define ARENA_CHUNK_BYTES (64 * 1024)
-
-struct arena_chunk {
-	struct arena_chunk *next;
-	size_t used;
-	uint8_t data[ARENA_CHUNK_BYTES];
-};
-
-static struct arena_chunk *arena;	/* tr_lock */
 
 /*
  * Tails of may-fault instructions, code key -> tail_pack().  Two
@@ -113,44 +97,6 @@ static uint64_t code_key(uint64_t gpa, uint64_t vaddr)
 static uint64_t tail_pack(uint32_t insns, uint32_t branches)
 {
 	return (uint64_t)branches << 32 | insns;
-}
-
-static void *arena_alloc_locked(size_t size)
-{
-	void *p;
-
-	size = (size + 7) & ~(size_t)7;
-	g_assert(size <= ARENA_CHUNK_BYTES);
-	if (!arena || arena->used + size > ARENA_CHUNK_BYTES) {
-		struct arena_chunk *c = g_malloc(sizeof(*c));
-
-		c->next = arena;
-		c->used = 0;
-		arena = c;
-	}
-	p = arena->data + arena->used;
-	arena->used += size;
-	return p;
-}
-
-void *arena_alloc(size_t size)
-{
-	void *p;
-
-	g_mutex_lock(&tr_lock);
-	p = arena_alloc_locked(size);
-	g_mutex_unlock(&tr_lock);
-	return p;
-}
-
-static void arena_free_all(void)
-{
-	while (arena) {
-		struct arena_chunk *next = arena->next;
-
-		g_free(arena);
-		arena = next;
-	}
 }
 
 /* One translated instruction, as count_tb sees it. */
@@ -193,13 +139,13 @@ static void place_capture_points(struct sample_chunk *c, const uint8_t *cls,
 	}
 }
 
-/* The chunk's sampling descriptor.  tr_lock held (arena). */
+/* The chunk's sampling descriptor.  tr_lock held (next_chunk_uid). */
 static struct sample_chunk *describe_chunk(const struct tb_insn *insn,
 					   const uint8_t *cls, uint32_t n,
 					   uint32_t n_branches, bool kernel,
 					   uint64_t tb_vaddr, enum capture_at at)
 {
-	struct sample_chunk *c = arena_alloc_locked(sizeof(*c));
+	struct sample_chunk *c = arena_alloc(sizeof(*c));
 
 	c->tb_vaddr = tb_vaddr;
 	c->n_insns = n;
@@ -211,12 +157,12 @@ static struct sample_chunk *describe_chunk(const struct tb_insn *insn,
 	c->regs_at = NULL;
 	if (at != CAPTURE_NONE) {
 		c->uid = next_chunk_uid++;
-		c->point = arena_alloc_locked(n * sizeof(*c->point));
-		c->regs_at = arena_alloc_locked(n * sizeof(*c->regs_at));
+		c->point = arena_alloc(n * sizeof(*c->point));
+		c->regs_at = arena_alloc(n * sizeof(*c->regs_at));
 		place_capture_points(c, cls, at);
 	}
-	c->vaddr = arena_alloc_locked(n * sizeof(*c->vaddr));
-	c->branch = arena_alloc_locked(MAX(n_branches, 1) * sizeof(*c->branch));
+	c->vaddr = arena_alloc(n * sizeof(*c->vaddr));
+	c->branch = arena_alloc(MAX(n_branches, 1) * sizeof(*c->branch));
 	for (uint32_t i = 0, b = 0; i < n; i++) {
 		c->vaddr[i] = insn[i].vaddr;
 		if (cls[i] & CLS_BRANCH)
@@ -412,8 +358,8 @@ int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode, uint64_t cr3)
 /* Flush callback (exclusive section): no TB refers to the arena any more. */
 void count_flush(void)
 {
-	g_mutex_lock(&tr_lock);
 	arena_free_all();
+	g_mutex_lock(&tr_lock);
 	g_hash_table_destroy(tails[1]);
 	tails[1] = tails[0];
 	tails[0] = g_hash_table_new(g_direct_hash, g_direct_equal);

@@ -16,7 +16,4 @@ void count_tb(struct qemu_plugin_tb *tb, size_t n);
 int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode, uint64_t cr3);
 void count_flush(void);
 
-/* A bump allocator for udata that lives as long as the TBs (flushed). */
-void *arena_alloc(size_t size);
-
 #endif /* PVPERF_COUNT_H */

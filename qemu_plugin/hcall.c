@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "arena.h"
 #include "classify.h"
 #include "count.h"
 #include "guest.h"
@@ -30,7 +31,7 @@
 #include "pvperf.h"
 #include "sample.h"
 
-/* Memory-callback udata; lives in the TB arena (count.c). */
+/* Memory-callback udata; lives in the TB arena (arena.c). */
 struct pvperf_doorbell {
 	uint64_t insn_vaddr;
 };

@@ -61,10 +61,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "arena.h"
 #include "bpred.h"
 #include "cachesim.h"
 #include "classify.h"
-#include "count.h"
 #include "guest.h"
 #include "mode.h"
 #include "link.h"

@@ -14,6 +14,7 @@
  *           guest.c     guest RAM, page walk, register reads
  *         classify.c  capstone at translation: branch / may-fault
  *       mode.c      counting off / on / sampling: qemu_plugin_reset
+ *       arena.c     udata that lives as long as the TBs
  *
  * Index spaces (as in pvperf_abi.h): "vcpu" is QEMU's cpu_index, "gpa" a
  * guest physical address (== offset into the RAM file), "vaddr" a guest

@@ -1,5 +1,7 @@
 """The shape of pyhost: subsystems in layers whose imports only point down,
-no import circle, no module over ~600 lines (pyhost/__init__.py draws it).
+no import circle, no module over ~600 lines (pyhost/__init__.py draws it);
+and the TCG plugin's units, whose includes form no circle either
+(qemu_plugin/pvperf.h draws them).
 
     cli -> profile -> image -> vm -> pmu -> errors, paths
 
@@ -9,6 +11,7 @@ that one launcher; the launcher never imports the image package.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import REPO
@@ -88,8 +91,7 @@ def test_imports_only_point_down():
     assert bad == []
 
 
-def test_no_import_circle():
-    g = graph()
+def assert_acyclic(g: dict[str, set[str]]) -> None:
     state: dict[str, int] = {}
 
     def visit(n: str, path: list[str]) -> None:
@@ -103,6 +105,32 @@ def test_no_import_circle():
 
     for n in sorted(g):
         visit(n, [])
+
+
+def test_no_import_circle():
+    assert_acyclic(graph())
+
+
+def plugin_graph() -> dict[str, set[str]]:
+    """Unit -> units it uses: x.c including "y.h" uses y (if y.c exists).
+    pvperf.h is the shared state every unit includes, not pvperf.c's
+    interface (pvperf.c is the top unit), so it is no edge."""
+    plugin = REPO / "qemu_plugin"
+    units = {p.stem for p in plugin.glob("*.c")}
+    g = {}
+    for u in units:
+        text = (plugin / f"{u}.c").read_text() + (
+            (plugin / f"{u}.h").read_text() if (plugin / f"{u}.h").exists()
+            else "")
+        g[u] = {m for m in re.findall(r'^#include "(\w+)\.h"', text, re.M)
+                if m in units and m not in (u, "pvperf")}
+    return g
+
+
+def test_plugin_units_include_no_circle():
+    g = plugin_graph()
+    assert {"count", "models", "sample", "arena"} <= set(g)
+    assert_acyclic(g)
 
 
 def test_no_module_over_the_size_limit():

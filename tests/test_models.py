@@ -212,3 +212,64 @@ def test_branch_miss_samples_name_conditional_branches(sampled, tmp_path):
            if not code.get(ip, "").startswith("j")
            or code[ip].startswith("jmp")}
     assert bad == {}
+
+
+# -- the models without --cachegrind-compat, on their own terms ---------------
+
+# L1D 32 KiB, 8 ways, 64 sets; LL 1 MiB: memwalk's 4 MiB array is 4 LLs.
+OWN_OPTIONS = ("--D1", "32768,8,64", "--LL", "1048576,16,64")
+OWN_SCRIPT = """
+echo '=== fits'
+perf stat -x, -e L1-dcache-loads:u,L1-dcache-load-misses:u ./memwalk 5 8 2>&1 >/dev/null
+echo '=== stride'
+perf stat -x, -e L1-dcache-loads:u,L1-dcache-load-misses:u,LLC-load-misses:u ./memwalk 1 50 2>&1 >/dev/null
+echo '=== stream'
+perf stat -x, -e L1-dcache-loads:u,LLC-load-misses:u,LLC-store-misses:u ./memwalk 0 3 2>&1 >/dev/null
+echo '=== end'
+"""
+STRIDE_LINES = -(-(1 << 22) // 4160)     # memwalk: one read per 4160 bytes
+
+
+@pytest.fixture(scope="module")
+def own_terms():
+    s = run_guest_script(OWN_SCRIPT, 1, 600, OWN_OPTIONS)
+    return {k: parse_stat(s[k], ev) for k, ev in (
+        ("fits", ("L1-dcache-loads", "L1-dcache-load-misses")),
+        ("stride", ("L1-dcache-loads", "L1-dcache-load-misses",
+                    "LLC-load-misses")),
+        ("stream", ("L1-dcache-loads", "LLC-load-misses",
+                    "LLC-store-misses")))}
+
+
+def test_working_set_in_l1_does_not_miss(own_terms):
+    """indirect touches a few words (the table, lcg, the stack): after
+    the first touches nothing misses L1D, though kernel code runs between
+    (timer interrupts) and shares the caches in this mode."""
+    got = own_terms["fits"]
+    assert got["L1-dcache-loads"] > 500000
+    assert got["L1-dcache-load-misses"] <= 0.001 * got["L1-dcache-loads"]
+
+
+def test_stride_thrashes_l1_and_fits_the_ll(own_terms):
+    """One read per 4160 bytes (65 lines): the 1,009 lines fall ~16 to a
+    set of 8 ways, so LRU misses every read, every pass; the LL (16,384
+    lines, 1,009 of its sets) holds them all, so only the first pass
+    misses there, but for the lines the kernel evicts meanwhile: in this
+    mode it shares the LL, and on the first pass it clears each page the
+    program touches (seen: 1,519 LL misses, not 1,009)."""
+    got = own_terms["stride"]
+    reads = 50 * STRIDE_LINES
+    assert got["L1-dcache-load-misses"] >= 0.99 * reads
+    assert STRIDE_LINES <= got["LLC-load-misses"] <= 2 * STRIDE_LINES
+
+
+def test_stream_over_four_lls_misses_every_line(own_terms):
+    """Reading then writing 4 MiB (4x the LL), three times: every line
+    misses the LL on every read pass (65,536 lines) and every write pass
+    finds none of its lines left; but for the first read of the lines the
+    kernel has just zeroed for the page faults of the first touch (in this
+    mode the kernel shares the LL: seen 49 of them)."""
+    got = own_terms["stream"]
+    lines = (1 << 22) // 64
+    assert 0.99 * 3 * lines <= got["LLC-load-misses"] <= 1.02 * 3 * lines
+    assert 0.99 * 3 * lines <= got["LLC-store-misses"] <= 1.02 * 3 * lines

@@ -4,6 +4,8 @@
   plugin_protocol  Python mirror of qemu_plugin/pvperf_proto.h
   guestmem         bounds-checked access to guest RAM (the shared file)
   events           the event table: every event the host counts, once
+                   (retirement, cache and branch-predictor models)
+  geometry         cache geometries as cachegrind spells them, checked
   model            the PMU programming model: events, modes, counters
   sampling         the host half of sampling: sample rings, NMI requests
   nmi              thread-safe QMP inject-nmi for the service threads
