@@ -28,10 +28,18 @@
  *                        registered before the store, and QEMU emits
  *                        them in that order.
  *
- * Addresses are the runtime ones: x86 TBs are PC-relative and serve every
- * process mapping their page (sample.c), so a user TB's start callback
- * reads rip and keeps the delta from where the TB was translated; it is
- * a multiple of the page size, so line positions (line <= page) agree.
+ * Addresses.  Data addresses are the runtime ones (the memory callback's).
+ * Code addresses are where the TB was translated: x86 TBs are PC-relative
+ * and serve every process mapping their page (sample.c), so shared code
+ * run by another process is seen at the translating process's address,
+ * a multiple of the page size away.  Reading rip at every TB start to
+ * correct that cost more than half of the models' time (27 ns a TB), and
+ * it changes nothing that depends on the page offset: L1 set indexes
+ * (sets * line <= page), the predictor's indexes (low 7 and 9 bits), a
+ * branch's outcome (the next TB's start against its fall-through: the
+ * same page offset a page apart is never both).  It matters for LL set
+ * indexes and for sample ips, so while something samples (MODE_SAMPLE)
+ * a user TB's start callback reads rip and keeps the runtime delta.
  *
  * Cachegrind-compatible mode (compat=on).  Cachegrind sees one process's
  * user code, from a cold start.  So only user-half code is instrumented
@@ -117,6 +125,7 @@ struct tb_site {
 	uint32_t len;		/* bytes of its first I1 reference */
 	bool kernel;
 	bool fetch;		/* run the I1 reference */
+	bool runtime;		/* read rip: runtime code addresses */
 };
 
 /* A conditional or indirect branch (stored in the scoreboard). */
@@ -365,7 +374,7 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 		return;
 	}
 	catch_up(m);
-	if (!t->kernel && guest_read_reg(REG_RIP, &rip))
+	if (t->runtime && guest_read_reg(REG_RIP, &rip))
 		delta = rip - t->vaddr;
 	if (*pending && !m->watched[!t->kernel])
 		*pending = 0;		/* stored by code nobody watches */
@@ -427,8 +436,10 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 	if (!n || (!cache && !bpred) || (compat && kernel))
 		return;
 	t = arena_alloc(sizeof(*t));
+	/* Kernel code is mapped alike everywhere: no delta to find. */
 	*t = (struct tb_site){ .vaddr = qemu_plugin_tb_vaddr(tb),
-			       .kernel = kernel, .fetch = cache };
+			       .kernel = kernel, .fetch = cache,
+			       .runtime = !kernel && mode_sampling() };
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		uint64_t vaddr = qemu_plugin_insn_vaddr(insn);
@@ -438,7 +449,7 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 		if (i == 0) {
 			t->len = len;
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, tb_start_exec,
-				kernel ? QEMU_PLUGIN_CB_NO_REGS : QEMU_PLUGIN_CB_R_REGS, t);
+				t->runtime ? QEMU_PLUGIN_CB_R_REGS : QEMU_PLUGIN_CB_NO_REGS, t);
 		} else if (cache && !(first == prev_last_line && last == first)) {
 			struct fetch_site *f = arena_alloc(sizeof(*f));
 
