@@ -105,6 +105,8 @@ def compared(request, tmp_path_factory):
             for ev in events:
                 want = sum(ref[c] for c in CACHEGRIND[ev])
                 rows.append((request.param, name, ev, got[ev], want))
+    print(f"\n{'geometry':8} {'program':9} {'event':24} {'pvperf':>10} "
+          f"{'cachegrind':>10} {'diff':>6}\n" + table(rows))   # pytest -s
     return rows
 
 
