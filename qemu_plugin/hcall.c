@@ -82,6 +82,8 @@ static int64_t fault(unsigned vcpu, const struct pvperf_hcall *h)
 	ret = count_fault(vcpu, h->args[0], h->args[1], cr3);
 	if (!ret && mode_sampling())
 		sample_fault(vcpu, h->args[0]);
+	if (!ret)
+		models_fault(vcpu, h->args[0]);
 	return ret;
 }
 

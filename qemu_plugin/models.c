@@ -14,7 +14,11 @@
  *                        QEMU computed.  A store right after a load of
  *                        the same address and size by the same instruction
  *                        (add %eax,(%rbx), xchg) is one read, as
- *                        cachegrind counts a "modify".
+ *                        cachegrind counts a "modify".  An instruction
+ *                        whose later access page-faults runs again: its
+ *                        first load, seen twice, counts once (the
+ *                        guest's FAULT names it; compat mode only, where
+ *                        no kernel access comes between).
  *   branches             a conditional or indirect branch stores its site
  *                        into the vCPU's scoreboard entry (an inline
  *                        store, no callback); the next TB of the same half
@@ -95,6 +99,9 @@ struct model_vcpu {
 	/* The last data access, if a load: a store matching it is merged. */
 	uint64_t load_site, load_addr;
 	unsigned load_size;
+	/* The site of that load if its instruction then faulted: the same
+	 * load again is the re-execution, not a new access. */
+	uint64_t refault_site;
 	bool live;		/* compat: the models watch this vCPU */
 	/* Armed slots on model counters, and the union of their masks. */
 	unsigned n_slots;
@@ -405,6 +412,12 @@ static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
 
 	if (ignored(m))
 		return;
+	if (!store && m->refault_site == site && m->load_addr == vaddr &&
+	    m->load_size == size) {
+		m->refault_site = 0;	/* counted before the fault */
+		return;
+	}
+	m->refault_site = 0;
 	m->load_site = store ? 0 : site;
 	m->load_addr = vaddr;
 	m->load_size = size;
@@ -471,6 +484,15 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 				(uintptr_t)b);
 		}
 	}
+}
+
+void models_fault(unsigned vcpu, uint64_t ip)
+{
+	struct model_vcpu *m = &mv[vcpu];
+
+	/* Sites are translated addresses: a page multiple from ip at most. */
+	if (m->load_site && !((m->load_site ^ ip) & (GUEST_PAGE_SIZE - 1)))
+		m->refault_site = m->load_site;
 }
 
 /* Flush (exclusive section): branch sites die with the arena. */

@@ -34,6 +34,9 @@ void models_count(unsigned vcpu, uint64_t *out);
  * the slots on model counters. */
 void models_reply(unsigned vcpu, const struct pvperf_proto_reply *reply);
 
+/* PVPERF_OP_FAULT: the instruction at ip page-faulted and will run again. */
+void models_fault(unsigned vcpu, uint64_t ip);
+
 /* A flush or a mode switch (exclusive section): forget pending branches,
  * whose sites live in the arena the flush frees. */
 void models_flush(void);
