@@ -18,7 +18,10 @@
  *                        whose later access page-faults runs again: its
  *                        first load, seen twice, counts once (the
  *                        guest's FAULT names it; compat mode only, where
- *                        no kernel access comes between).
+ *                        no kernel access comes between).  QEMU splits a
+ *                        32-byte (AVX) access in two 16-byte ones: the
+ *                        second half of one is the same access, as for
+ *                        cachegrind, which misses once if either does.
  *   branches             a conditional or indirect branch stores its site
  *                        into the vCPU's scoreboard entry (an inline
  *                        store, no callback); the next TB of the same half
@@ -102,6 +105,11 @@ struct model_vcpu {
 	/* The site of that load if its instruction then faulted: the same
 	 * load again is the re-execution, not a new access. */
 	uint64_t refault_site;
+	/* The first half of a 32-byte access (QEMU splits AVX ones in two
+	 * 16-byte accesses; cachegrind sees one): its site, end, direction
+	 * and whether it missed L1D and the LL. */
+	uint64_t half_site, half_end;
+	bool half_store, half_d1_miss, half_ll_miss;
 	bool live;		/* compat: the models watch this vCPU */
 	/* Armed slots on model counters, and the union of their masks. */
 	unsigned n_slots;
@@ -397,6 +405,23 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 		fetch(vcpu, m, t->vaddr + delta, t->len, t->kernel);
 }
 
+/* The second 16 bytes of a split 32-byte access: the lines it touches,
+ * but no second access, and a miss only if the first half had none. */
+static void second_half(struct model_vcpu *m, uint64_t vaddr, bool store,
+			bool kernel, const struct event_at *at)
+{
+	unsigned acc = store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ;
+
+	m->half_site = 0;
+	if (!cache_ref(&m->d1, vaddr, 16))
+		return;
+	if (!m->half_d1_miss)
+		bump(m, acc + 1, kernel, at);
+	if (ll_ref(vaddr, 16) && !m->half_ll_miss)
+		bump(m, store ? PVPERF_M_LL_WRITE_MISS : PVPERF_M_LL_READ_MISS,
+		     kernel, at);
+}
+
 static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
 		       uint64_t vaddr, void *udata)
 {
@@ -418,18 +443,30 @@ static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
 		return;
 	}
 	m->refault_site = 0;
+	if (size == 16 && m->half_site == site && m->half_end == vaddr &&
+	    m->half_store == store) {
+		second_half(m, vaddr, store, kernel, &at);
+		return;
+	}
 	m->load_site = store ? 0 : site;
 	m->load_addr = vaddr;
 	m->load_size = size;
+	m->half_site = 0;
 	if (merged)
 		return;
 	bump(m, acc, kernel, &at);
+	if (size == 16)
+		m->half_site = site, m->half_end = vaddr + 16, m->half_store = store;
+	m->half_d1_miss = m->half_ll_miss = false;
 	if (!cache_ref(&m->d1, vaddr, size))
 		return;
+	m->half_d1_miss = true;
 	bump(m, acc + 1, kernel, &at);			/* D1 miss */
-	if (ll_ref(vaddr, size))
+	if (ll_ref(vaddr, size)) {
+		m->half_ll_miss = true;
 		bump(m, store ? PVPERF_M_LL_WRITE_MISS : PVPERF_M_LL_READ_MISS,
 		     kernel, &at);
+	}
 }
 
 /* ---- translation ---- */
