@@ -455,8 +455,11 @@ static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
 	if (merged)
 		return;
 	bump(m, acc, kernel, &at);
-	if (size == 16)
-		m->half_site = site, m->half_end = vaddr + 16, m->half_store = store;
+	if (size == 16) {	/* perhaps the first half of an AVX access */
+		m->half_site = site;
+		m->half_end = vaddr + 16;
+		m->half_store = store;
+	}
 	m->half_d1_miss = m->half_ll_miss = false;
 	if (!cache_ref(&m->d1, vaddr, size))
 		return;

@@ -16,6 +16,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAMS = REPO / "tests" / "guest_programs"
+# GLIBC_TUNABLES that make libc take the same copy paths in the guest and
+# under valgrind (no rep movsb, no non-temporal stores; see
+# test_multiprocess.py's docstring): for references of dynamic programs.
+TUNABLES = ("glibc.cpu.x86_rep_movsb_threshold=0x10000000:"
+            "glibc.cpu.x86_non_temporal_threshold=0x10000000")
 
 
 def _vm_skip_reason() -> str | None:

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROGRAMS, run_guest_script
+from conftest import PROGRAMS, TUNABLES, run_guest_script
 
 pytestmark = pytest.mark.vm
 
@@ -66,8 +66,6 @@ LIBC = Path("/lib/x86_64-linux-gnu/libc.so.6")
 # samples keep 2 points near 3 sigma.
 N = 800000
 PERIOD = 100003
-TUNABLES = ("glibc.cpu.x86_rep_movsb_threshold=0x10000000:"
-            "glibc.cpu.x86_non_temporal_threshold=0x10000000")
 # perf report rows: Overhead, Samples, Pid:Command, Shared Object, Symbol.
 REPORT = "perf report -i {0} --stdio -n --sort pid,dso,sym 2>&1 | grep '%'"
 # One line a pid: samples, first and last sample time (seconds).

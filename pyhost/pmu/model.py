@@ -56,9 +56,9 @@ def model_flags(counters) -> int:
     """The PVPERF_REPLY_* models raw counters need the plugin to run."""
     flags = 0
     for c in counters:
-        m = (c - proto.NR_INLINE_COUNTERS) // 2
         if c < proto.NR_INLINE_COUNTERS:
             continue
+        m = (c - proto.NR_INLINE_COUNTERS) // 2
         if m in CACHE_MODEL_COUNTERS:
             flags |= proto.REPLY_CACHE
         elif m in BPRED_MODEL_COUNTERS:
