@@ -83,6 +83,32 @@ def _geometry_callback(ctx, param, value: str) -> str:
         raise click.BadParameter(f"{value}: {e}")
 
 
+def _tlb_callback(ctx, param, value: str) -> str:
+    try:
+        return str(geometry.parse_tlb(value))
+    except ValueError as e:
+        raise click.BadParameter(f"{value}: {e}")
+
+
+PENALTIES = ("L1", "LL", "TLB", "BR")
+
+
+def _penalties_callback(ctx, param, value: str | None) -> dict[str, int]:
+    """"L1=10,LL=200" -> {"L1": 10, "LL": 200} (cycles, 0..100000)."""
+    out: dict[str, int] = {}
+    for item in (value or "").split(","):
+        if not item:
+            continue
+        name, _, cycles = item.partition("=")
+        if name not in PENALTIES or not cycles.isdigit() or \
+                int(cycles) > 100000:
+            raise click.BadParameter(
+                f"{item}: expected NAME=CYCLES, NAME one of "
+                f"{', '.join(PENALTIES)}, CYCLES 0..100000")
+        out[name] = int(cycles)
+    return out
+
+
 def vm_options(pmu_switch: bool = True):
     """Options shared by run, shell and profile (decorator factory)."""
     opts = [
@@ -113,6 +139,20 @@ def vm_options(pmu_switch: bool = True):
                 default=default, show_default=True, metavar="S,A,L",
                 help=f"{name} cache model: size, ways, line (bytes), as "
                 "cachegrind spells it"))
+        for name, default in (("iTLB", geometry.DEFAULT_ITLB),
+                              ("dTLB", geometry.DEFAULT_DTLB)):
+            opts.append(click.option(
+                f"--{name}", name, callback=_tlb_callback, default=default,
+                show_default=True, metavar="E,A,P",
+                help=f"{name} model: entries, ways, page size (bytes)"))
+        opts.append(click.option(
+            "--timing", is_flag=True,
+            help="cycles from the timing model: 1 per instruction plus "
+            "miss and misprediction penalties (docs/events.md)"))
+        opts.append(click.option(
+            "--penalties", callback=_penalties_callback, metavar="N=C,..",
+            help="timing-model penalties in cycles, N one of L1, LL, TLB, "
+            "BR  [default: L1=10,LL=200,TLB=30,BR=15]"))
         opts.append(click.option(
             "--cachegrind-compat", "compat", is_flag=True,
             help="models see user code only, as under cachegrind "
@@ -138,15 +178,22 @@ def make_config(mode: str, command: str, smp: int, mem: int,
                 share: Path | None, timeout: float | None,
                 echo_console: bool, no_pmu: bool = False,
                 I1: str | None = None, D1: str | None = None,
-                LL: str | None = None, compat: bool = False) -> VMConfig:
+                LL: str | None = None, compat: bool = False,
+                iTLB: str | None = None, dTLB: str | None = None,
+                timing: bool = False,
+                penalties: dict[str, int] | None = None) -> VMConfig:
     """The VMConfig of a run: checked (preflight), then the image."""
-    models = {k: v for k, v in (("I1", I1), ("D1", D1), ("LL", LL)) if v}
+    models = {k: v for k, v in (("I1", I1), ("D1", D1), ("LL", LL),
+                                ("iTLB", iTLB), ("dTLB", dTLB)) if v}
+    models.update({f"penalty_{k.lower()}": str(v)
+                   for k, v in (penalties or {}).items()})
     if compat:
         models["compat"] = "on"
     config = VMConfig(image=None, mode=mode, command=command, smp=smp,
                       mem_mb=mem, share=(share or Path.cwd()).resolve(),
                       pmu=not no_pmu, timeout=timeout,
-                      echo_console=echo_console, plugin_options=models)
+                      echo_console=echo_console, plugin_options=models,
+                      timing=timing or bool(penalties))
     preflight(config)
     config.image = ensure_image()
     return config

@@ -70,6 +70,23 @@ const char *cache_geom_parse(const char *text, struct cache_geom *g)
 	return cache_geom_check(g);
 }
 
+const char *tlb_geom_parse(const char *text, struct cache_geom *g)
+{
+	g_auto(GStrv) f = g_strsplit(text, ",", -1);
+	uint32_t entries, page;
+
+	if (g_strv_length(f) != 3 || !parse_u32(f[0], &entries) ||
+	    !parse_u32(f[1], &g->assoc) || !parse_u32(f[2], &page))
+		return "expected ENTRIES,ASSOC,PAGE (entries, ways, bytes)";
+	if (page < TLB_MIN_PAGE || page > TLB_MAX_PAGE || (page & (page - 1)))
+		return "page size is not a power of two from 4096 to 1 GiB";
+	if (!entries || (uint64_t)entries * page > UINT32_MAX)
+		return "entries * page size must be 1 .. 4 GiB - 1";
+	g->size = entries * page;
+	g->line = page;
+	return cache_geom_check(g);
+}
+
 void cache_init(struct cache *c, const struct cache_geom *g)
 {
 	uint64_t n_sets = g->size / ((uint64_t)g->line * g->assoc);

@@ -36,6 +36,14 @@ struct cache {
 const char *cache_geom_parse(const char *text, struct cache_geom *g);
 const char *cache_geom_check(const struct cache_geom *g);
 
+/*
+ * A TLB is a cache of pages: parse "ENTRIES,ASSOC,PAGE" (cachegrind-style
+ * order: entries, ways, page bytes) into the geometry of that cache.
+ */
+#define TLB_MIN_PAGE 4096u
+#define TLB_MAX_PAGE (1u << 30)
+const char *tlb_geom_parse(const char *text, struct cache_geom *g);
+
 void cache_init(struct cache *c, const struct cache_geom *g);
 void cache_destroy(struct cache *c);
 void cache_reset(struct cache *c);	/* every way empty: a cold cache */

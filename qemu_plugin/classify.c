@@ -137,6 +137,17 @@ static bool is_indirect(const cs_insn *ci)
 	       x->op_count == 1 && x->operands[0].type != X86_OP_IMM;
 }
 
+/* mov %reg,%cr3: the kernel switches address spaces (the TLB model
+ * flushes). */
+static bool writes_cr3(const cs_insn *ci)
+{
+	const cs_x86 *x = &ci->detail->x86;
+
+	return ci->id == X86_INS_MOV && x->op_count == 2 &&
+	       x->operands[0].type == X86_OP_REG &&
+	       x->operands[0].reg == X86_REG_CR3;
+}
+
 /* Move the stack pointer implicitly: they access memory without a
  * memory operand, and capstone 4 does not list rsp among the registers
  * some of them (enter, iret*, retf, int*) read or write. */
@@ -241,6 +252,8 @@ static bool decode(int mode, const struct cls_insn *in, uint8_t *flags)
 		*flags |= CLS_COND;
 	if (is_indirect(ci))
 		*flags |= CLS_INDIRECT;
+	if (writes_cr3(ci))
+		*flags |= CLS_CR3_WRITE;
 	if (accesses_memory(ci))
 		*flags |= CLS_MEM;
 	if ((*flags & CLS_MEM) || may_trap(ci))

@@ -21,6 +21,7 @@ enum {
 	CLS_COND	= 1 << 5,	/* jcc, loop*, j*cxz: taken or not */
 	CLS_INDIRECT	= 1 << 6,	/* jmp or call through a register or
 					 * memory (not ret) */
+	CLS_CR3_WRITE	= 1 << 7,	/* mov to cr3: a new address space */
 };
 
 struct cls_insn {

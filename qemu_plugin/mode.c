@@ -69,6 +69,11 @@ bool mode_bpred(void)
 	return applied_has(MODE_BPRED);
 }
 
+bool mode_tlb(void)
+{
+	return applied_has(MODE_TLB);
+}
+
 enum capture_at mode_capture(void)
 {
 	return applied_has(MODE_CAPTURE_ALL) ? CAPTURE_ALL :
@@ -111,6 +116,8 @@ unsigned reply_mode(uint32_t flags)
 		mode |= MODE_CACHE;
 	if (flags & PVPERF_REPLY_BPRED)
 		mode |= MODE_BPRED;
+	if (flags & PVPERF_REPLY_TLB)
+		mode |= MODE_TLB;
 	if (!(flags & PVPERF_REPLY_SAMPLING))
 		return mode;
 	mode |= MODE_SAMPLE;

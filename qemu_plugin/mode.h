@@ -22,6 +22,7 @@ enum pvperf_mode {
 	MODE_CAPTURE_ALL = 1 << 4,	/* + a capture point per instruction */
 	MODE_CACHE = 1 << 5,		/* + fetch and memory callbacks */
 	MODE_BPRED = 1 << 6,		/* + branch sites, TB-start callbacks */
+	MODE_TLB = 1 << 7,		/* + fetch and memory callbacks (TLBs) */
 };
 
 /* Where register capture points go (count.c), from the applied mode. */
@@ -40,6 +41,7 @@ bool mode_branches(void);
 bool mode_sampling(void);
 bool mode_cache(void);
 bool mode_bpred(void);
+bool mode_tlb(void);
 enum capture_at mode_capture(void);
 unsigned reply_mode(uint32_t flags);
 void mode_request(unsigned mode);

@@ -91,10 +91,30 @@
 static struct cache_geom geom_i1 = { 32768, 8, 64 };
 static struct cache_geom geom_d1 = { 32768, 8, 64 };
 static struct cache_geom geom_ll = { 8388608, 16, 64 };
+/* TLBs as caches of pages: 128 and 64 entries of 4 KiB. */
+static struct cache_geom geom_itlb = { 128 * 4096, 8, 4096 };
+static struct cache_geom geom_dtlb = { 64 * 4096, 4, 4096 };
 static bool compat;
 
+/*
+ * The timing model: an instruction costs one cycle (the instruction
+ * counter), and each of these events adds its penalty to the stall
+ * counter (PVPERF_M_STALL); cycles = instructions + stall.  An L1 miss
+ * that also misses the LL pays both.  Options penalty_l1=, penalty_ll=,
+ * penalty_tlb=, penalty_br= (cycles).
+ */
+static uint32_t penalty[PVPERF_NR_MODEL_COUNTERS] = {
+	[PVPERF_M_I1_MISS] = 10, [PVPERF_M_D1_READ_MISS] = 10,
+	[PVPERF_M_D1_WRITE_MISS] = 10,
+	[PVPERF_M_LL_IMISS] = 200, [PVPERF_M_LL_READ_MISS] = 200,
+	[PVPERF_M_LL_WRITE_MISS] = 200,
+	[PVPERF_M_DTLB_READ_MISS] = 30, [PVPERF_M_DTLB_WRITE_MISS] = 30,
+	[PVPERF_M_ITLB_MISS] = 30,
+	[PVPERF_M_COND_MISS] = 15, [PVPERF_M_IND_MISS] = 15,
+};
+
 struct model_vcpu {
-	struct cache i1, d1;
+	struct cache i1, d1, itlb, dtlb;
 	struct bpred bp;
 	uint64_t ctr[2 * PVPERF_NR_MODEL_COUNTERS];	/* [2 * m + mode] */
 	/* delta of the last TB started in each half (kernel: always 0) */
@@ -109,16 +129,18 @@ struct model_vcpu {
 	 * 16-byte accesses; cachegrind sees one): its site, end, direction
 	 * and whether it missed L1D and the LL. */
 	uint64_t half_site, half_end;
-	bool half_store, half_d1_miss, half_ll_miss;
+	bool half_store, half_d1_miss, half_ll_miss, half_tlb_miss;
 	bool live;		/* compat: the models watch this vCPU */
-	/* Armed slots on model counters, and the union of their masks. */
+	/* Armed slots on model counters, and the union of their masks;
+	 * whether one is on cycles (instructions + stall: timing model). */
 	unsigned n_slots;
-	uint32_t armed;
+	uint64_t armed;
+	bool armed_cycles;
 	struct model_slot {
 		uint64_t threshold;	/* UINT64_MAX: disarmed */
 		uint64_t period;
 		uint32_t event_id;
-		uint32_t mask;		/* raw counter bits (model ones) */
+		uint64_t mask;		/* raw counter bits (model ones) */
 		uint8_t rand_bits;
 		uint8_t flags;		/* PVPERF_PROTO_SYNC */
 	} slot[PVPERF_PROTO_MAX_SLOTS];
@@ -164,24 +186,42 @@ struct event_at {
 	uint64_t addr;
 };
 
-static uint64_t slot_sum(const struct model_vcpu *m, uint32_t mask)
-{
-	uint64_t sum = 0;
+#define INLINE_BITS	((1ull << PVPERF_NR_INLINE_COUNTERS) - 1)
+#define INSN_BITS	(1ull << PVPERF_CTR_INSN_KERNEL | 1ull << PVPERF_CTR_INSN_USER)
+#define STALL_BITS	(1ull << PVPERF_CTR_MODEL(PVPERF_M_STALL, 0) | \
+			 1ull << PVPERF_CTR_MODEL(PVPERF_M_STALL, 1))
 
+static uint64_t slot_sum(unsigned vcpu, const struct model_vcpu *m,
+			 uint64_t mask)
+{
+	uint64_t sum = 0, insn[PVPERF_NR_INLINE_COUNTERS];
+
+	if (mask & INLINE_BITS) {	/* cycles: instructions too */
+		score_count(vcpu, insn);
+		for (unsigned c = 0; c < PVPERF_NR_INLINE_COUNTERS; c++)
+			if (mask & (1ull << c))
+				sum += insn[c];
+	}
 	for (mask >>= PVPERF_NR_INLINE_COUNTERS; mask; mask &= mask - 1)
-		sum += m->ctr[__builtin_ctz(mask)];
+		sum += m->ctr[__builtin_ctzll(mask)];
 	return sum;
 }
 
-/* Slots on raw counter c that its last increment made reach threshold. */
-static void check_slots(struct model_vcpu *m, unsigned c, bool kernel,
+/*
+ * Slots on raw counters in bits that an increment made reach threshold.
+ * A cycles slot (timing model) is also checked at each TB start, for the
+ * instructions: the count then already holds the whole first chunk, so
+ * its sample may name an instruction up to a block early.
+ */
+static void check_slots(struct model_vcpu *m, uint64_t bits, bool kernel,
 			const struct event_at *at)
 {
 	for (unsigned i = 0; i < m->n_slots; i++) {
 		struct model_slot *sl = &m->slot[i];
 		struct pvperf_proto_overflow msg;
 
-		if (!(sl->mask & (1u << c)) || slot_sum(m, sl->mask) < sl->threshold)
+		if (!(sl->mask & bits) ||
+		    slot_sum(at->vcpu, m, sl->mask) < sl->threshold)
 			continue;
 		msg = (struct pvperf_proto_overflow){
 			.magic = PVPERF_PROTO_OVERFLOW_MAGIC,
@@ -199,15 +239,25 @@ static void check_slots(struct model_vcpu *m, unsigned c, bool kernel,
 	}
 }
 
-/* Model counter ctr grew by one in the half given, at *at. */
-static inline void bump(struct model_vcpu *m, unsigned ctr, bool kernel,
-			const struct event_at *at)
+/* Model counter ctr grew by n in the half given, at *at. */
+static inline void add(struct model_vcpu *m, unsigned ctr, uint64_t n,
+		       bool kernel, const struct event_at *at)
 {
 	unsigned c = PVPERF_CTR_MODEL(ctr, !kernel);
 
-	m->ctr[2 * ctr + !kernel] += 1;
-	if (m->armed & (1u << c))
-		check_slots(m, c, kernel, at);
+	m->ctr[2 * ctr + !kernel] += n;
+	if (m->armed & (1ull << c))
+		check_slots(m, 1ull << c, kernel, at);
+}
+
+/* An event (model counter ctr) in the half given, at *at; it stalls the
+ * timing model by its penalty. */
+static inline void bump(struct model_vcpu *m, unsigned ctr, bool kernel,
+			const struct event_at *at)
+{
+	add(m, ctr, 1, kernel, at);
+	if (penalty[ctr])
+		add(m, PVPERF_M_STALL, penalty[ctr], kernel, at);
 }
 
 /* ---- options ---- */
@@ -225,8 +275,58 @@ static int parse_geom(const char *key, const char *val, struct cache_geom *g)
 	return 1;
 }
 
+static int parse_tlb(const char *key, const char *val, struct cache_geom *g)
+{
+	const char *err = tlb_geom_parse(val, g);
+
+	if (err) {
+		pvperf_log("option %s=%s: %s\n", key, val, err);
+		return -1;
+	}
+	return 1;
+}
+
+static int parse_penalty(const char *key, const char *val)
+{
+	static const struct {
+		const char *key;
+		unsigned ctr[3];
+	} what[] = {
+		{ "penalty_l1", { PVPERF_M_I1_MISS, PVPERF_M_D1_READ_MISS,
+				  PVPERF_M_D1_WRITE_MISS } },
+		{ "penalty_ll", { PVPERF_M_LL_IMISS, PVPERF_M_LL_READ_MISS,
+				  PVPERF_M_LL_WRITE_MISS } },
+		{ "penalty_tlb", { PVPERF_M_DTLB_READ_MISS,
+				   PVPERF_M_DTLB_WRITE_MISS, PVPERF_M_ITLB_MISS } },
+		{ "penalty_br", { PVPERF_M_COND_MISS, PVPERF_M_IND_MISS,
+				  PVPERF_M_IND_MISS } },
+	};
+	char *end;
+	unsigned long v;
+
+	for (size_t i = 0; i < G_N_ELEMENTS(what); i++) {
+		if (strcmp(key, what[i].key))
+			continue;
+		v = strtoul(val, &end, 10);
+		if (!*val || *end || v > 100000) {
+			pvperf_log("option %s=%s: cycles 0..100000\n", key, val);
+			return -1;
+		}
+		for (size_t j = 0; j < 3; j++)
+			penalty[what[i].ctr[j]] = v;
+		return 1;
+	}
+	return 0;
+}
+
 int models_option(const char *key, const char *val)
 {
+	if (!strncmp(key, "penalty_", 8))
+		return parse_penalty(key, val) ?: -1;
+	if (!strcmp(key, "iTLB"))
+		return parse_tlb(key, val, &geom_itlb);
+	if (!strcmp(key, "dTLB"))
+		return parse_tlb(key, val, &geom_dtlb);
 	if (!strcmp(key, "I1"))
 		return parse_geom(key, val, &geom_i1);
 	if (!strcmp(key, "D1"))
@@ -244,6 +344,8 @@ void models_init(unsigned n_vcpus)
 	for (unsigned i = 0; i < n_vcpus; i++) {
 		cache_init(&mv[i].i1, &geom_i1);
 		cache_init(&mv[i].d1, &geom_d1);
+		cache_init(&mv[i].itlb, &geom_itlb);
+		cache_init(&mv[i].dtlb, &geom_dtlb);
 		bpred_init(&mv[i].bp);
 	}
 	cache_init(&ll, &geom_ll);
@@ -271,26 +373,40 @@ static void fetch(unsigned vcpu, struct model_vcpu *m, uint64_t addr,
 {
 	struct event_at at = { vcpu, addr, addr };
 
-	if (!cache_ref(&m->i1, addr, len))
+	if (mode_tlb() && cache_ref(&m->itlb, addr, len))
+		bump(m, PVPERF_M_ITLB_MISS, kernel, &at);
+	if (!mode_cache() || !cache_ref(&m->i1, addr, len))
 		return;
 	bump(m, PVPERF_M_I1_MISS, kernel, &at);
 	if (ll_ref(addr, len))
 		bump(m, PVPERF_M_LL_IMISS, kernel, &at);
 }
 
-/* The reply's slots on model counters (model counter bits only). */
+/* Whether this file serves a slot: model counters only, or cycles under
+ * the timing model (instructions and stall cycles, both present). */
+static bool models_slot(uint64_t mask)
+{
+	const uint64_t all_bits = (1ull << PVPERF_NR_COUNTERS) - 1;
+
+	if (!mask || (mask & ~all_bits))
+		return false;
+	if (!(mask & INLINE_BITS))
+		return true;
+	return (mask & STALL_BITS) && !(mask & ~(INSN_BITS | STALL_BITS)) &&
+	       (mask & INSN_BITS);
+}
+
+/* The reply's slots on model counters. */
 static void arm(struct model_vcpu *m, const struct pvperf_proto_reply *reply)
 {
-	const uint32_t inline_bits = (1u << PVPERF_NR_INLINE_COUNTERS) - 1;
-	const uint32_t all_bits = (uint32_t)((1ull << PVPERF_NR_COUNTERS) - 1);
 	unsigned n = 0;
 
 	m->armed = 0;
+	m->armed_cycles = false;
 	for (unsigned i = 0; i < reply->n_slots && i < PVPERF_PROTO_MAX_SLOTS; i++) {
 		const struct pvperf_proto_slot *ps = &reply->slot[i];
 
-		if (!ps->ctr_mask || (ps->ctr_mask & inline_bits) ||
-		    (ps->ctr_mask & ~all_bits) || ps->rand_bits > 31)
+		if (!models_slot(ps->ctr_mask) || ps->rand_bits > 31)
 			continue;
 		m->slot[n++] = (struct model_slot){
 			.threshold = ps->threshold,
@@ -300,7 +416,8 @@ static void arm(struct model_vcpu *m, const struct pvperf_proto_reply *reply)
 			.rand_bits = ps->rand_bits,
 			.flags = ps->flags & PVPERF_PROTO_SYNC,
 		};
-		m->armed |= ps->ctr_mask;
+		m->armed |= ps->ctr_mask & ~INLINE_BITS;
+		m->armed_cycles |= !!(ps->ctr_mask & INLINE_BITS);
 	}
 	m->n_slots = n;
 }
@@ -337,6 +454,8 @@ static void catch_up(struct model_vcpu *m)
 	m->epoch = epoch;
 	cache_reset(&m->i1);
 	cache_reset(&m->d1);
+	cache_reset(&m->itlb);
+	cache_reset(&m->dtlb);
 	bpred_init(&m->bp);
 	m->load_site = 0;
 }
@@ -401,6 +520,11 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 		*pending = 0;
 	}
 	m->delta[!t->kernel] = delta;
+	if (m->armed_cycles) {
+		struct event_at at = { vcpu, t->vaddr + delta, 0 };
+
+		check_slots(m, INSN_BITS, t->kernel, &at);
+	}
 	if (t->fetch)
 		fetch(vcpu, m, t->vaddr + delta, t->len, t->kernel);
 }
@@ -413,7 +537,10 @@ static void second_half(struct model_vcpu *m, uint64_t vaddr, bool store,
 	unsigned acc = store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ;
 
 	m->half_site = 0;
-	if (!cache_ref(&m->d1, vaddr, 16))
+	if (mode_tlb() && cache_ref(&m->dtlb, vaddr, 16) && !m->half_tlb_miss)
+		bump(m, store ? PVPERF_M_DTLB_WRITE_MISS :
+				PVPERF_M_DTLB_READ_MISS, kernel, at);
+	if (!mode_cache() || !cache_ref(&m->d1, vaddr, 16))
 		return;
 	if (!m->half_d1_miss)
 		bump(m, acc + 1, kernel, at);
@@ -460,8 +587,13 @@ static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
 		m->half_end = vaddr + 16;
 		m->half_store = store;
 	}
-	m->half_d1_miss = m->half_ll_miss = false;
-	if (!cache_ref(&m->d1, vaddr, size))
+	m->half_d1_miss = m->half_ll_miss = m->half_tlb_miss = false;
+	if (mode_tlb() && cache_ref(&m->dtlb, vaddr, size)) {
+		m->half_tlb_miss = true;
+		bump(m, store ? PVPERF_M_DTLB_WRITE_MISS :
+				PVPERF_M_DTLB_READ_MISS, kernel, &at);
+	}
+	if (!mode_cache() || !cache_ref(&m->d1, vaddr, size))
 		return;
 	m->half_d1_miss = true;
 	bump(m, acc + 1, kernel, &at);			/* D1 miss */
@@ -470,6 +602,13 @@ static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
 		bump(m, store ? PVPERF_M_LL_WRITE_MISS : PVPERF_M_LL_READ_MISS,
 		     kernel, &at);
 	}
+}
+
+/* A write to cr3: another address space, no PCID (docs/events.md). */
+static void cr3_exec(unsigned vcpu, void *udata)
+{
+	cache_reset(&mv[vcpu].itlb);
+	cache_reset(&mv[vcpu].dtlb);
 }
 
 /* ---- translation ---- */
@@ -482,16 +621,17 @@ static uint64_t line_of(uint64_t addr)
 void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 	       bool kernel)
 {
-	bool cache = mode_cache(), bpred = mode_bpred();
+	bool cache = mode_cache(), bpred = mode_bpred(), tlb = mode_tlb();
+	bool fetches = cache || tlb;	/* I1 and iTLB references */
 	uint64_t prev_last_line = 0;
 	struct tb_site *t;
 
-	if (!n || (!cache && !bpred) || (compat && kernel))
+	if (!n || (!cache && !bpred && !tlb) || (compat && kernel))
 		return;
 	t = arena_alloc(sizeof(*t));
 	/* Kernel code is mapped alike everywhere: no delta to find. */
 	*t = (struct tb_site){ .vaddr = qemu_plugin_tb_vaddr(tb),
-			       .kernel = kernel, .fetch = cache,
+			       .kernel = kernel, .fetch = fetches,
 			       .runtime = !kernel && mode_sampling() };
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
@@ -503,7 +643,8 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 			t->len = len;
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, tb_start_exec,
 				t->runtime ? QEMU_PLUGIN_CB_R_REGS : QEMU_PLUGIN_CB_NO_REGS, t);
-		} else if (cache && !(first == prev_last_line && last == first)) {
+		} else if (fetches &&
+			   !(first == prev_last_line && last == first)) {
 			struct fetch_site *f = arena_alloc(sizeof(*f));
 
 			*f = (struct fetch_site){ vaddr, len, kernel };
@@ -511,7 +652,10 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 				QEMU_PLUGIN_CB_NO_REGS, f);
 		}
 		prev_last_line = last;
-		if (cache)
+		if (tlb && !compat && (cls[i] & CLS_CR3_WRITE))
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, cr3_exec,
+				QEMU_PLUGIN_CB_NO_REGS, NULL);
+		if (fetches)
 			qemu_plugin_register_vcpu_mem_cb(insn, mem_access,
 				QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
 				(void *)(uintptr_t)vaddr);

@@ -12,8 +12,10 @@
  *
  * Options: sock=PATH (service socket; '@' = abstract namespace), ram=PATH
  * (the guest RAM file), ramsize=BYTES, count=on|off, verbose=on|off;
- * the models': I1=, D1=, LL=SIZE,ASSOC,LINE (cachegrind's spelling) and
- * compat=on|off (user code only, as cachegrind sees it).
+ * the models': I1=, D1=, LL=SIZE,ASSOC,LINE (cachegrind's spelling),
+ * iTLB=, dTLB=ENTRIES,ASSOC,PAGE, penalty_l1=, penalty_ll=, penalty_tlb=,
+ * penalty_br=CYCLES (the timing model) and compat=on|off (user code only,
+ * as cachegrind sees it).
  * See README.md for the design; pvperf.h for the units.
  */
 #include <errno.h>

@@ -63,9 +63,13 @@
 #define PVPERF_M_COND_MISS		9	/* Bcm: ... mispredicted */
 #define PVPERF_M_IND			10	/* Bi: indirect jumps, calls */
 #define PVPERF_M_IND_MISS		11	/* Bim: ... mispredicted */
-#define PVPERF_NR_MODEL_COUNTERS	12
+#define PVPERF_M_DTLB_READ_MISS		12	/* data reads missing the dTLB */
+#define PVPERF_M_DTLB_WRITE_MISS	13	/* data writes missing it */
+#define PVPERF_M_ITLB_MISS		14	/* fetches missing the iTLB */
+#define PVPERF_M_STALL			15	/* timing: penalty cycles */
+#define PVPERF_NR_MODEL_COUNTERS	16
 #define PVPERF_CTR_MODEL(m, mode)	(PVPERF_NR_INLINE_COUNTERS + 2 * (m) + (mode))
-#define PVPERF_NR_COUNTERS		28	/* inline + 2 * model */
+#define PVPERF_NR_COUNTERS		36	/* inline + 2 * model */
 
 /* Reply flags: what the plugin must instrument from now on. */
 #define PVPERF_REPLY_COUNTING		(1U << 0)
@@ -91,6 +95,8 @@
 #define PVPERF_REPLY_MODELS_LIVE	(1U << 7)
 /* A session of model events starts: the models start cold (compat). */
 #define PVPERF_REPLY_MODELS_COLD	(1U << 8)
+/* Some open event counts TLB-model events: run the TLB models. */
+#define PVPERF_REPLY_TLB		(1U << 9)
 
 /*
  * Slot and overflow flags.  SYNC: the vCPU waits for the service's (empty)
@@ -123,14 +129,13 @@ struct pvperf_proto_hcall {
 struct pvperf_proto_slot {
 	__u64 threshold;		/* raw sum at which it overflows */
 	__u64 period;			/* raw re-arm period; 0: one-shot */
-	__u32 event_id;
-	__u32 ctr_mask;			/* bit i: raw counter i is summed;
+	__u64 ctr_mask;			/* bit i: raw counter i is summed;
 					 * inline counters only, or model
 					 * counters only (models.c) */
+	__u32 event_id;
 	__u8 rand_bits;			/* re-arm randomization, 0..31 */
 	__u8 flags;			/* PVPERF_PROTO_SYNC, _REGS */
 	__u16 __pad0;
-	__u32 __pad1;
 };
 
 struct pvperf_proto_reply {
@@ -157,10 +162,10 @@ struct pvperf_proto_overflow {
 
 _Static_assert(PVPERF_NR_COUNTERS ==
 	       PVPERF_NR_INLINE_COUNTERS + 2 * PVPERF_NR_MODEL_COUNTERS, "counters");
-_Static_assert(sizeof(struct pvperf_proto_hcall) == 248, "hcall msg size");
+_Static_assert(sizeof(struct pvperf_proto_hcall) == 312, "hcall msg size");
 _Static_assert(sizeof(struct pvperf_proto_slot) == 32, "slot size");
 _Static_assert(sizeof(struct pvperf_proto_reply) == 272, "reply msg size");
 _Static_assert(sizeof(struct pvperf_proto_overflow) == 176, "overflow msg size");
-_Static_assert(PVPERF_NR_COUNTERS <= 32, "ctr_mask bits");
+_Static_assert(PVPERF_NR_COUNTERS <= 64, "ctr_mask bits");
 
 #endif /* PVPERF_PROTO_H */

@@ -37,6 +37,9 @@ def defines():
     ("PVPERF_M_LL_WRITE_MISS", "M_LL_WRITE_MISS"),
     ("PVPERF_M_COND", "M_COND"), ("PVPERF_M_COND_MISS", "M_COND_MISS"),
     ("PVPERF_M_IND", "M_IND"), ("PVPERF_M_IND_MISS", "M_IND_MISS"),
+    ("PVPERF_M_DTLB_READ_MISS", "M_DTLB_READ_MISS"),
+    ("PVPERF_M_DTLB_WRITE_MISS", "M_DTLB_WRITE_MISS"),
+    ("PVPERF_M_ITLB_MISS", "M_ITLB_MISS"), ("PVPERF_M_STALL", "M_STALL"),
     ("PVPERF_PROTO_TIMEOUT_MS", "TIMEOUT_MS"),
 ])
 def test_constants(macro, attr):
@@ -53,6 +56,7 @@ def test_constants(macro, attr):
     ("PVPERF_REPLY_BPRED", "REPLY_BPRED"),
     ("PVPERF_REPLY_MODELS_LIVE", "REPLY_MODELS_LIVE"),
     ("PVPERF_REPLY_MODELS_COLD", "REPLY_MODELS_COLD"),
+    ("PVPERF_REPLY_TLB", "REPLY_TLB"),
     ("PVPERF_PROTO_SYNC", "SYNC"),
     ("PVPERF_PROTO_REGS", "REGS"),
 ])
@@ -117,7 +121,8 @@ def test_flag_fields_offsets_match_c(tmp_path):
                    "offsetof(struct pvperf_proto_overflow, regs)",
                    "offsetof(struct pvperf_proto_overflow, data_addr)",
                    "offsetof(struct pvperf_proto_slot, ctr_mask)")
-    slot = proto.Slot(0, 0, 0, 0x0F0E0D0C, 0, 0xA5).pack()
+    # a mask above 32 bits (the TLB and timing counters are there)
+    slot = proto.Slot(0, 0, 0, 0x0B0A0F0E0D0C, 0, 0xA5).pack()
     regs = (0,) * 7 + (0x1122334455667788,) + (0,) * 8   # rsp
     ov = proto.OverflowMessage(0, 0, 0x1234, 0, 0, 0, 0x5678, regs,
                                data_addr=0x99AABBCCDDEEFF00).pack()
@@ -128,4 +133,4 @@ def test_flag_fields_offsets_match_c(tmp_path):
     assert ov.index((0x1122334455667788).to_bytes(8, "little")) == \
         out[4] + 8 * 7
     assert ov.index((0x99AABBCCDDEEFF00).to_bytes(8, "little")) == out[5]
-    assert slot.index((0x0F0E0D0C).to_bytes(4, "little")) == out[6]
+    assert slot.index((0x0B0A0F0E0D0C).to_bytes(8, "little")) == out[6]

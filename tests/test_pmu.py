@@ -10,6 +10,7 @@ from pyhost.pmu.events import (HW_BRANCH_INSTRUCTIONS, HW_INSTRUCTIONS,
                                PERF_TYPE_RAW, CountingModel, EventDef,
                                RetirementModel)
 from pyhost.pmu.model import (PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER,
+                              samplable,
                               PERF_SAMPLE_STACK_USER, Pmu, PmuError)
 
 
@@ -43,7 +44,7 @@ def test_encodings(type_, config, name):
 
 @pytest.mark.parametrize("type_,config,err", [
     (PERF_TYPE_HARDWARE, 7, errno.ENOENT),      # stalled-cycles-frontend
-    (PERF_TYPE_HW_CACHE, 3, errno.ENOENT),      # dTLB-loads: no model yet
+    (PERF_TYPE_HW_CACHE, 0x10104, errno.ENOENT),    # iTLB store misses
     (PERF_TYPE_HW_CACHE, 0x202, errno.ENOENT),      # LL prefetches
     (PERF_TYPE_RAW, 0x1234, errno.ENOENT),
     (PERF_TYPE_RAW, 0x5300C0, errno.EINVAL),    # usr/os/en bits
@@ -219,3 +220,36 @@ def test_read_while_frozen_returns_settled_total():
     assert ev.value(snap(iu=99), vcpu=0) == 20
     pmu.pmu_enable(0, snap(iu=100))
     assert ev.value(snap(iu=105), vcpu=0) == 25
+
+
+# -- TLB and timing models ---------------------------------------------------
+
+def test_tlb_events_need_the_tlb_model():
+    pmu = Pmu()
+    ev = pmu.open(1, attr(PERF_TYPE_HW_CACHE, 0x10003), 0x1000)  # dTLB r miss
+    assert ev.counters == (proto.ctr_model(proto.M_DTLB_READ_MISS, 0),
+                           proto.ctr_model(proto.M_DTLB_READ_MISS, 1))
+    assert pmu.models_needed() == proto.REPLY_TLB
+
+
+def test_cycles_are_instructions_unless_timing():
+    plain = Pmu().open(1, attr(PERF_TYPE_HARDWARE, 0), 0x1000)
+    assert plain.counters == (proto.CTR_INSN_KERNEL, proto.CTR_INSN_USER)
+    pmu = Pmu(timing=True)
+    timed = pmu.open(1, attr(PERF_TYPE_HARDWARE, 0), 0x1000)
+    assert set(timed.counters) == {
+        proto.CTR_INSN_KERNEL, proto.CTR_INSN_USER,
+        proto.ctr_model(proto.M_STALL, 0), proto.ctr_model(proto.M_STALL, 1)}
+    # the stall cycles come from every model
+    assert pmu.models_needed() == (proto.REPLY_CACHE | proto.REPLY_BPRED |
+                                   proto.REPLY_TLB)
+
+
+def test_timing_cycles_sample_but_other_mixes_do_not():
+    pmu = Pmu(timing=True)
+    ev = pmu.open(1, attr(PERF_TYPE_HARDWARE, 0, period=100003), 0x1000)
+    assert ev.period == 100003
+    assert samplable(ev.ctr_mask)
+    insn_and_miss = (1 << proto.CTR_INSN_USER |
+                     1 << proto.ctr_model(proto.M_D1_READ_MISS, 1))
+    assert not samplable(insn_and_miss)

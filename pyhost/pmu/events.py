@@ -16,7 +16,9 @@ driver has no event table of its own).
 
 Cost model (docs/events.md, ``pvperf events``):
   cycles       = 1 cycle per retired instruction (a deterministic in-order
-                 core at the declared 1 GHz; later models add penalties)
+                 core at the declared 1 GHz); with the timing model
+                 (``pvperf run --timing``) plus the penalty cycles of
+                 cache and TLB misses and mispredictions
   ref-cycles   = a virtual reference clock at the same declared 1 GHz
   bus-cycles   = a virtual bus clock at 100 MHz (cycles / 10)
 """
@@ -100,9 +102,13 @@ class CountingModel(ABC):
 
 
 class RetirementModel(CountingModel):
-    """Retired instructions and branches, and the clocks derived from them."""
+    """Retired instructions and branches, and the clocks derived from them:
+    one cycle per instruction (TimingModel adds the stalls)."""
 
     name = "retirement"
+
+    def __init__(self, timing: bool = False):
+        self.timing = timing
 
     def events(self) -> Iterable[EventDef]:
         insn = ((proto.CTR_INSN_KERNEL,), (proto.CTR_INSN_USER,))
@@ -114,15 +120,30 @@ class RetirementModel(CountingModel):
                      (0x00C4,), *br,
                      doc="retired branches: jcc, jmp, call, ret, loop, "
                          "int/iret/syscall family"),
-            EventDef("cpu-cycles", HW_CPU_CYCLES, (0x003C,), *insn,
-                     doc="cost model: 1 cycle per retired instruction at "
-                         "a declared 1 GHz"),
-            EventDef("ref-cycles", HW_REF_CPU_CYCLES, (0x0300,), *insn,
-                     doc="virtual reference clock at 1 GHz"),
-            EventDef("bus-cycles", HW_BUS_CYCLES, (0x013C,), *insn,
-                     scale_den=DECLARED_CORE_HZ // DECLARED_BUS_HZ,
-                     doc="virtual bus clock at 100 MHz"),
-        )
+        ) + clocks(self.timing)
+
+
+def clocks(timing: bool) -> tuple[EventDef, ...]:
+    """cycles and the clocks that follow it: one per instruction, plus
+    the timing model's stall cycles if it is on."""
+    insn = ((proto.CTR_INSN_KERNEL,), (proto.CTR_INSN_USER,))
+    if timing:
+        stall = model_counters(proto.M_STALL)
+        cyc = tuple(i + s for i, s in zip(insn, stall))
+        what = ("timing model: 1 cycle per retired instruction plus the "
+                "penalties of misses and mispredictions")
+    else:
+        cyc = insn
+        what = "cost model: 1 cycle per retired instruction"
+    return (
+        EventDef("cpu-cycles", HW_CPU_CYCLES, (0x003C,), *cyc,
+                 doc=f"{what} at a declared 1 GHz"),
+        EventDef("ref-cycles", HW_REF_CPU_CYCLES, (0x0300,), *cyc,
+                 doc="virtual reference clock at 1 GHz (= cycles)"),
+        EventDef("bus-cycles", HW_BUS_CYCLES, (0x013C,), *cyc,
+                 scale_den=DECLARED_CORE_HZ // DECLARED_BUS_HZ,
+                 doc="virtual bus clock at 100 MHz (cycles / 10)"),
+    )
 
 
 def model_counters(*ms: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -214,10 +235,64 @@ class BranchPredictorModel(CountingModel):
         )
 
 
+class TlbModel(CountingModel):
+    """iTLB and dTLB (qemu_plugin/cachesim.c on pages).  A lookup is an
+    access: dTLB-loads/-stores are the data reads/writes, iTLB-loads the
+    instruction fetches, as on x86 where every access looks the TLB up."""
+
+    name = "tlb"
+
+    def events(self) -> Iterable[EventDef]:
+        p = proto
+        insn = ((p.CTR_INSN_KERNEL,), (p.CTR_INSN_USER,))
+        R, W, A, M = CACHE_READ, CACHE_WRITE, CACHE_ACCESS, CACHE_MISS
+        return (
+            EventDef("dTLB-loads", None, (0x8008,),
+                     *model_counters(p.M_D1_READ), cache_config=hw_cache(
+                         CACHE_DTLB, R, A), doc="data reads (each looks up "
+                         "the dTLB; = L1-dcache-loads)"),
+            EventDef("dTLB-load-misses", None, (0x0108,),
+                     *model_counters(p.M_DTLB_READ_MISS),
+                     cache_config=hw_cache(CACHE_DTLB, R, M),
+                     doc="data reads missing the dTLB"),
+            EventDef("dTLB-stores", None, (0x8049,),
+                     *model_counters(p.M_D1_WRITE), cache_config=hw_cache(
+                         CACHE_DTLB, W, A), doc="data writes (each looks up "
+                         "the dTLB; = L1-dcache-stores)"),
+            EventDef("dTLB-store-misses", None, (0x0149,),
+                     *model_counters(p.M_DTLB_WRITE_MISS),
+                     cache_config=hw_cache(CACHE_DTLB, W, M),
+                     doc="data writes missing the dTLB"),
+            EventDef("iTLB-loads", None, (0x8085,), *insn,
+                     cache_config=hw_cache(CACHE_ITLB, R, A),
+                     doc="instruction fetches: one per instruction"),
+            EventDef("iTLB-load-misses", None, (0x0185,),
+                     *model_counters(p.M_ITLB_MISS),
+                     cache_config=hw_cache(CACHE_ITLB, R, M),
+                     doc="fetches missing the iTLB"),
+        )
+
+
+class TimingModel(CountingModel):
+    """The timing model's own counter: the stall cycles it adds to
+    cycles (``pvperf run --timing``)."""
+
+    name = "timing"
+
+    def events(self) -> Iterable[EventDef]:
+        return (EventDef("model-stalls", None, (0x01A3,),
+                         *model_counters(proto.M_STALL),
+                         doc="timing model: penalty cycles of misses and "
+                             "mispredictions (cycles - instructions)"),)
+
+
 MANDATORY_OPS = ("name", "events")
 
-# The models a Pmu registers unless told otherwise.
-DEFAULT_MODELS = (RetirementModel, CacheModel, BranchPredictorModel)
+
+def default_models(timing: bool = False) -> list[CountingModel]:
+    """The models a Pmu registers unless told otherwise."""
+    return [RetirementModel(timing), CacheModel(), BranchPredictorModel(),
+            TlbModel(), TimingModel()]
 
 
 def check_model(model: CountingModel) -> None:
@@ -232,7 +307,7 @@ def sysfs_listing(defs: Iterable[EventDef]) -> str:
     return "".join(f"{ev.name}={ev.sysfs()}\n" for ev in defs)
 
 
-def default_events() -> list[EventDef]:
+def default_events(timing: bool = False) -> list[EventDef]:
     """The event table of a default Pmu, sorted by name."""
-    return sorted((ev for cls in DEFAULT_MODELS for ev in cls().events()),
+    return sorted((ev for m in default_models(timing) for ev in m.events()),
                   key=lambda e: e.name)

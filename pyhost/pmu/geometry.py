@@ -1,8 +1,12 @@
 """Cache geometries as cachegrind spells them: "SIZE,ASSOC,LINE" (bytes,
 ways, bytes), checked by cachegrind's rules before QEMU starts, so a bad
 ``--I1``/``--D1``/``--LL`` is a one-line usage error.  The plugin checks
-the same rules again (qemu_plugin/cachesim.c cache_geom_check; the C and
-Python tests hold the same cases).
+the same rules again (qemu_plugin/cachesim.c cache_geom_check;
+tests/test_geometry.py runs the C unit test's cases through this file).
+
+TLBs (``--iTLB``/``--dTLB``) are caches of pages, spelt "ENTRIES,ASSOC,
+PAGE" (entries, ways, page bytes): the same rules on the cache of
+ENTRIES * PAGE bytes with PAGE-byte lines, pages from 4 KiB to 1 GiB.
 
 The rules: the set count (size / (assoc * line)) and the line size are
 powers of two, lines at least 16 bytes, the cache larger than a line, no
@@ -21,6 +25,10 @@ MAX_LINE = 4096         # the guest page: runtime code addresses move by pages
 DEFAULT_I1 = "32768,8,64"
 DEFAULT_D1 = "32768,8,64"
 DEFAULT_LL = "8388608,16,64"
+DEFAULT_ITLB = "128,8,4096"
+DEFAULT_DTLB = "64,4,4096"
+MIN_PAGE = 4096
+MAX_PAGE = 1 << 30
 
 
 def _pow2(x: int) -> bool:
@@ -63,3 +71,34 @@ def parse_geometry(text: str) -> CacheGeometry:
     if line > MAX_LINE:
         raise ValueError(f"line size above the page size ({MAX_LINE})")
     return CacheGeometry(size, assoc, line)
+
+
+@dataclass(frozen=True)
+class TlbGeometry:
+    entries: int
+    assoc: int
+    page: int
+
+    def __str__(self) -> str:
+        return f"{self.entries},{self.assoc},{self.page}"
+
+
+def parse_tlb(text: str) -> TlbGeometry:
+    """"64,4,4096" -> TlbGeometry, or ValueError saying what is wrong."""
+    if not re.fullmatch(r"\d+,\d+,\d+", text.strip()):
+        raise ValueError("expected ENTRIES,ASSOC,PAGE (entries, ways, bytes)")
+    entries, assoc, page = (int(f) for f in text.split(","))
+    if not _pow2(page) or not MIN_PAGE <= page <= MAX_PAGE:
+        raise ValueError("page size is not a power of two from 4096 to "
+                         "1 GiB")
+    if not entries or entries * page >= 1 << 32:
+        raise ValueError("entries * page size must be 1 .. 4 GiB - 1")
+    if not assoc:
+        raise ValueError("associativity must be positive")
+    if entries < 2:
+        raise ValueError("a TLB needs at least two entries")
+    if assoc > entries:
+        raise ValueError("associativity exceeds the entry count")
+    if entries % assoc or not _pow2(entries // assoc):
+        raise ValueError("set count (entries / assoc) is not a power of two")
+    return TlbGeometry(entries, assoc, page)

@@ -118,7 +118,8 @@ class PerfBackend:
                 flags |= proto.REPLY_BRANCHES
             models = self.pmu.models_needed()
             for flag, what in ((proto.REPLY_CACHE, "cache"),
-                               (proto.REPLY_BPRED, "bpred")):
+                               (proto.REPLY_BPRED, "bpred"),
+                               (proto.REPLY_TLB, "tlb")):
                 if self._linger(what, bool(models & flag)):
                     flags |= flag
             if msg.vcpu < self.max_vcpus and self.pmu.models_live(msg.vcpu):
@@ -131,7 +132,7 @@ class PerfBackend:
 
     def _linger(self, what: str, needed: bool) -> bool:
         """Whether the plugin should count (``what``: "counting",
-        "branches", "cache", "bpred"): while an event needs it, and for abi.COUNT_LINGER_MS
+        "branches", "cache", "bpred", "tlb"): while an event needs it, and for abi.COUNT_LINGER_MS
         after the last one closed (a mode switch retranslates all guest
         code), unless a PROBE ends the linger."""
         now = self.clock()

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from . import abi
 from . import plugin_protocol as proto
-from .events import (DEFAULT_MODELS, PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE,
+from .events import (default_models, PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE,
                      PERF_TYPE_RAW, RAW_EVENT_MASK, CountingModel, EventDef,
                      check_model)
 
@@ -47,23 +47,40 @@ SAMPLE_TYPES_WITH_ALL_REGS = (PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER |
 BRANCH_COUNTERS_MASK = (1 << proto.CTR_BRANCH_KERNEL |
                         1 << proto.CTR_BRANCH_USER)
 INLINE_COUNTERS_MASK = (1 << proto.NR_INLINE_COUNTERS) - 1
-# The model (reply flag) that counts each model counter (PVPERF_M_*).
-CACHE_MODEL_COUNTERS = range(proto.M_I1_MISS, proto.M_LL_WRITE_MISS + 1)
-BPRED_MODEL_COUNTERS = range(proto.M_COND, proto.M_IND_MISS + 1)
+# The models (reply flags) that count each model counter (PVPERF_M_*):
+# the stall cycles come from all of them.
+ALL_MODELS = proto.REPLY_CACHE | proto.REPLY_BPRED | proto.REPLY_TLB
+MODEL_OF_COUNTER = {
+    **{m: proto.REPLY_CACHE
+       for m in range(proto.M_I1_MISS, proto.M_LL_WRITE_MISS + 1)},
+    **{m: proto.REPLY_BPRED for m in range(proto.M_COND, proto.M_IND_MISS + 1)},
+    **{m: proto.REPLY_TLB
+       for m in range(proto.M_DTLB_READ_MISS, proto.M_ITLB_MISS + 1)},
+    proto.M_STALL: ALL_MODELS,
+}
+assert sorted(MODEL_OF_COUNTER) == list(range(proto.NR_MODEL_COUNTERS))
+STALL_COUNTERS_MASK = (1 << proto.ctr_model(proto.M_STALL, 0) |
+                       1 << proto.ctr_model(proto.M_STALL, 1))
+INSN_COUNTERS_MASK = (1 << proto.CTR_INSN_KERNEL | 1 << proto.CTR_INSN_USER)
 
 
 def model_flags(counters) -> int:
     """The PVPERF_REPLY_* models raw counters need the plugin to run."""
     flags = 0
     for c in counters:
-        if c < proto.NR_INLINE_COUNTERS:
-            continue
-        m = (c - proto.NR_INLINE_COUNTERS) // 2
-        if m in CACHE_MODEL_COUNTERS:
-            flags |= proto.REPLY_CACHE
-        elif m in BPRED_MODEL_COUNTERS:
-            flags |= proto.REPLY_BPRED
+        if c >= proto.NR_INLINE_COUNTERS:
+            flags |= MODEL_OF_COUNTER[(c - proto.NR_INLINE_COUNTERS) // 2]
     return flags
+
+
+def samplable(mask: int) -> bool:
+    """Whether the plugin can sample a sum of these raw counters: inline
+    counters only (sample.c), model counters only (models.c), or cycles
+    under the timing model, instructions plus stall cycles (models.c)."""
+    inline = mask & INLINE_COUNTERS_MASK
+    model = mask & ~INLINE_COUNTERS_MASK
+    return not (inline and model) or (
+        not inline & ~INSN_COUNTERS_MASK and not model & ~STALL_COUNTERS_MASK)
 
 COUNTERS_PER_VCPU = 8
 
@@ -181,6 +198,8 @@ class PmuEvent:
 class Pmu:
     """The PMU core: event table, per-vCPU running sets, model registry."""
     models: list[CountingModel] = field(default_factory=list)
+    # cycles from the timing model (instructions + stall cycles)
+    timing: bool = False
     max_events: int = abi.MAX_EVENTS
     counters_per_vcpu: int = COUNTERS_PER_VCPU
 
@@ -194,7 +213,7 @@ class Pmu:
         self._frozen: set[int] = set()
         # A session of model events started since the plugin last heard.
         self._models_cold = False
-        models = self.models or [cls() for cls in DEFAULT_MODELS]
+        models = self.models or default_models(self.timing)
         self.models = []
         for m in models:
             self.register(m)
@@ -273,10 +292,9 @@ class Pmu:
                          self._modes(attr, ev))
         if model_flags(event.counters) and not self.models_needed():
             self._models_cold = True
-        if attr.sample_period and event.ctr_mask & INLINE_COUNTERS_MASK \
-                and event.ctr_mask & ~INLINE_COUNTERS_MASK:
+        if attr.sample_period and not samplable(event.ctr_mask):
             # The plugin checks inline and model counters in different
-            # places (sample.c, models.c); no event of the table mixes them.
+            # places (sample.c, models.c).
             raise PmuError(errno.EOPNOTSUPP, f"{ev.name} mixes inline and "
                            "model counters: cannot sample")
         # perf stat may set freq with a zero period: only a period samples.

@@ -35,7 +35,11 @@ M_COND = 8
 M_COND_MISS = 9
 M_IND = 10
 M_IND_MISS = 11
-NR_MODEL_COUNTERS = 12
+M_DTLB_READ_MISS = 12
+M_DTLB_WRITE_MISS = 13
+M_ITLB_MISS = 14
+M_STALL = 15                # timing model: penalty cycles
+NR_MODEL_COUNTERS = 16
 NR_COUNTERS = NR_INLINE_COUNTERS + 2 * NR_MODEL_COUNTERS
 
 
@@ -52,6 +56,7 @@ REPLY_CACHE = 1 << 5       # some open event needs the cache model
 REPLY_BPRED = 1 << 6       # some open event needs the branch predictor
 REPLY_MODELS_LIVE = 1 << 7     # this vCPU runs an event counting models
 REPLY_MODELS_COLD = 1 << 8     # a session of model events starts
+REPLY_TLB = 1 << 9         # some open event needs the TLB models
 # Slot / overflow flag: the vCPU waits for the answer (callchain events).
 SYNC = 1 << 0
 # Slot: capture registers at the overflow; overflow message: regs valid.
@@ -62,11 +67,11 @@ DISARMED = (1 << 64) - 1
 TIMEOUT_MS = 5000
 
 HCALL_MSG = struct.Struct("<IIQQ%dQ" % NR_COUNTERS)
-SLOT = struct.Struct("<QQIIBBHI")
+SLOT = struct.Struct("<QQQIBBH")
 REPLY_HEAD = struct.Struct("<IIII")
 REPLY_MSG_SIZE = REPLY_HEAD.size + MAX_SLOTS * SLOT.size
 OVERFLOW_MSG = struct.Struct(f"<IIIHHQQQQ{abi.NR_REGS}Q")
-assert HCALL_MSG.size == 248
+assert HCALL_MSG.size == 312
 assert SLOT.size == 32
 assert REPLY_MSG_SIZE == 272
 assert OVERFLOW_MSG.size == 176
@@ -110,8 +115,8 @@ class Slot:
     flags: int = 0          # SYNC
 
     def pack(self) -> bytes:
-        return SLOT.pack(self.threshold, self.period, self.event_id,
-                         self.ctr_mask, self.rand_bits, self.flags, 0, 0)
+        return SLOT.pack(self.threshold, self.period, self.ctr_mask,
+                         self.event_id, self.rand_bits, self.flags, 0)
 
 
 @dataclass(frozen=True)
@@ -169,7 +174,7 @@ def unpack_reply(raw: bytes) -> tuple[int, list[Slot]]:
         raise ProtocolError("bad reply")
     slots = []
     for i in range(n):
-        t, p, e, m, r, fl, _, _ = SLOT.unpack_from(
+        t, p, m, e, r, fl, _ = SLOT.unpack_from(
             raw, REPLY_HEAD.size + i * SLOT.size)
         slots.append(Slot(t, p, e, m, r, fl))
     return flags, slots

@@ -46,6 +46,7 @@ from ..paths import PLUGIN_PATH
 from ..pmu import abi
 from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
+from ..pmu.model import Pmu
 from ..pmu.nmi import NmiInjector
 from ..pmu.service import PluginService, abstract_name
 from . import qmp
@@ -129,6 +130,7 @@ class VMConfig:
     boot_timeout: float = BOOT_TIMEOUT
     echo_console: bool = False
     plugin_options: dict[str, str] = field(default_factory=dict)
+    timing: bool = False               # cycles from the timing model
     kernel_args: tuple[str, ...] = ()  # more of the kernel command line
     qemu: str = QEMU
 
@@ -253,7 +255,7 @@ class VM:
             # not up yet: the injector is bound to it below, explicitly.
             self.nmi = NmiInjector()
             self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
-                                       nmi=self.nmi)
+                                       nmi=self.nmi, pmu=Pmu(timing=c.timing))
             self.service = PluginService(self.backend)
             self.service.start()
         argv = self.qemu_argv()

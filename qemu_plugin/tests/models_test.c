@@ -25,9 +25,24 @@ static void check(const char *what, long got, long want)
 	printf("FAIL %s: got %ld, want %ld\n", what, got, want);
 }
 
+struct geom_case {
+	const char *text;
+	bool ok;
+};
+
+static void check_parse(const struct geom_case *cases, size_t n,
+			const char *(*parse)(const char *, struct cache_geom *))
+{
+	struct cache_geom g;
+
+	for (size_t i = 0; i < n; i++)
+		check(cases[i].text, parse(cases[i].text, &g) == NULL,
+		      cases[i].ok);
+}
+
 static void test_geometry(void)
 {
-	static const struct { const char *text; bool ok; } cases[] = {
+	static const struct geom_case cases[] = {
 		{ "32768,8,64", true },
 		{ "12582912,12,64", true },	/* 12 MiB: 16384 sets */
 		{ "65536,2,16", true },
@@ -42,11 +57,39 @@ static void test_geometry(void)
 		{ "-32768,8,64", false },
 		{ "", false },
 	};
-	struct cache_geom g;
+	check_parse(cases, sizeof(cases) / sizeof(cases[0]), cache_geom_parse);
+}
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-		check(cases[i].text, cache_geom_parse(cases[i].text, &g) == NULL,
-		      cases[i].ok);
+/* TLBs: "ENTRIES,ASSOC,PAGE"; the cache they are is entries * page. */
+static void test_tlb_geometry(void)
+{
+	static const struct geom_case cases[] = {
+		{ "64,4,4096", true },
+		{ "1536,12,4096", true },	/* 128 sets */
+		{ "32,4,2097152", true },	/* 2 MiB pages */
+		{ "64,4,2048", false },		/* page below 4 KiB */
+		{ "64,4,6000", false },		/* page not a power of two */
+		{ "2048,4,2097152", false },	/* 4 GiB of reach */
+		{ "48,4,4096", false },		/* 12 sets */
+		{ "64,128,4096", false },	/* more ways than entries */
+		{ "0,4,4096", false },
+		{ "64,4", false },
+	};
+	struct cache_geom g;
+	struct cache t;
+
+	check_parse(cases, sizeof(cases) / sizeof(cases[0]), tlb_geom_parse);
+	/* 2 entries, 1 way, 4 KiB pages: a page-crossing access looks
+	 * both pages up; one miss is one access missing. */
+	tlb_geom_parse("2,1,4096", &g);
+	check("tlb size", g.size, 8192);
+	cache_init(&t, &g);
+	check("tlb cold", cache_ref(&t, 0x1ffc, 8), 1);
+	check("tlb both pages in", cache_ref(&t, 0x2000, 8), 0);
+	check("tlb same page", cache_ref(&t, 0x1000, 4), 0);
+	check("tlb conflict", cache_ref(&t, 0x3000, 4), 1);
+	check("tlb evicted", cache_ref(&t, 0x1000, 4), 1);
+	cache_destroy(&t);
 }
 
 static void test_lru(void)
@@ -126,6 +169,7 @@ static void test_bpred(void)
 int main(void)
 {
 	test_geometry();
+	test_tlb_geometry();
 	test_lru();
 	test_direct_mapped();
 	test_bpred();

@@ -173,7 +173,7 @@ class FakeService:
                     self._serve(sel, key.fileobj)
 
     def _serve(self, sel, conn):
-        data = conn.recv(256)
+        data = conn.recv(4096)
         if not data:
             sel.unregister(conn)
             return

@@ -8,6 +8,9 @@
  *   3 random   N * 64 K reads at LCG-chosen places in 4 MiB
  *   4 branchy  N * 64 K data-dependent branches on LCG bits
  *   5 indirect N * 64 K calls through a table, picked by LCG bits
+ *   6 walk     N * 64 K reads, one per 64-byte line, round KIB KiB (the
+ *              third argument, a power of two up to 4096): the same
+ *              instructions whatever KIB, so only the misses differ
  *
  * Freestanding and built without vectorisation or string instructions
  * (see the Makefile), so every access is an ordinary 1..8-byte load or
@@ -116,9 +119,22 @@ static u64 indirect(u64 n)
 	return acc;
 }
 
+static u64 walk(u64 n, u64 kib)
+{
+	const unsigned char *b = (const unsigned char *)buf;
+	u64 mask = (kib << 10) - 1, acc = 0, off = 0;
+
+	for (u64 i = 0; i < n << 16; i++) {
+		acc += b[off];
+		off = (off + 64) & mask;
+	}
+	return acc;
+}
+
 __attribute__((noreturn, used)) void main_sp(long *sp)
 {
 	u64 mode = arg_u64(sp, 1, 0), n = arg_u64(sp, 2, 1), r = 0;
+	u64 kib = arg_u64(sp, 3, 16);
 
 	switch (mode) {
 	case 0: r = stream(n); break;
@@ -127,6 +143,7 @@ __attribute__((noreturn, used)) void main_sp(long *sp)
 	case 3: r = random_reads(n); break;
 	case 4: r = branchy(n); break;
 	case 5: r = indirect(n); break;
+	case 6: r = walk(n, kib > 4096 ? 4096 : kib); break;
 	}
 	sys_exit(r == 42);
 }
