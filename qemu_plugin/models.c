@@ -83,35 +83,10 @@
 #include "guest.h"
 #include "mode.h"
 #include "link.h"
+#include "model_config.h"
 #include "models.h"
 #include "pvperf.h"
 #include "sample.h"
-
-/* Defaults (documented in docs/events.md): a common desktop core. */
-static struct cache_geom geom_i1 = { 32768, 8, 64 };
-static struct cache_geom geom_d1 = { 32768, 8, 64 };
-static struct cache_geom geom_ll = { 8388608, 16, 64 };
-/* TLBs as caches of pages: 128 and 64 entries of 4 KiB. */
-static struct cache_geom geom_itlb = { 128 * 4096, 8, 4096 };
-static struct cache_geom geom_dtlb = { 64 * 4096, 4, 4096 };
-static bool compat;
-
-/*
- * The timing model: an instruction costs one cycle (the instruction
- * counter), and each of these events adds its penalty to the stall
- * counter (PVPERF_M_STALL); cycles = instructions + stall.  An L1 miss
- * that also misses the LL pays both.  Options penalty_l1=, penalty_ll=,
- * penalty_tlb=, penalty_br= (cycles).
- */
-static uint32_t penalty[PVPERF_NR_MODEL_COUNTERS] = {
-	[PVPERF_M_I1_MISS] = 10, [PVPERF_M_D1_READ_MISS] = 10,
-	[PVPERF_M_D1_WRITE_MISS] = 10,
-	[PVPERF_M_LL_IMISS] = 200, [PVPERF_M_LL_READ_MISS] = 200,
-	[PVPERF_M_LL_WRITE_MISS] = 200,
-	[PVPERF_M_DTLB_READ_MISS] = 30, [PVPERF_M_DTLB_WRITE_MISS] = 30,
-	[PVPERF_M_ITLB_MISS] = 30,
-	[PVPERF_M_COND_MISS] = 15, [PVPERF_M_IND_MISS] = 15,
-};
 
 struct model_vcpu {
 	struct cache i1, d1, itlb, dtlb;
@@ -256,99 +231,21 @@ static inline void bump(struct model_vcpu *m, unsigned ctr, bool kernel,
 			const struct event_at *at)
 {
 	add(m, ctr, 1, kernel, at);
-	if (penalty[ctr])
-		add(m, PVPERF_M_STALL, penalty[ctr], kernel, at);
-}
-
-/* ---- options ---- */
-
-static int parse_geom(const char *key, const char *val, struct cache_geom *g)
-{
-	const char *err = cache_geom_parse(val, g);
-
-	if (!err && g->line > GUEST_PAGE_SIZE)
-		err = "line size above the page size (4096)";
-	if (err) {
-		pvperf_log("option %s=%s: %s\n", key, val, err);
-		return -1;
-	}
-	return 1;
-}
-
-static int parse_tlb(const char *key, const char *val, struct cache_geom *g)
-{
-	const char *err = tlb_geom_parse(val, g);
-
-	if (err) {
-		pvperf_log("option %s=%s: %s\n", key, val, err);
-		return -1;
-	}
-	return 1;
-}
-
-static int parse_penalty(const char *key, const char *val)
-{
-	static const struct {
-		const char *key;
-		unsigned ctr[3];
-	} what[] = {
-		{ "penalty_l1", { PVPERF_M_I1_MISS, PVPERF_M_D1_READ_MISS,
-				  PVPERF_M_D1_WRITE_MISS } },
-		{ "penalty_ll", { PVPERF_M_LL_IMISS, PVPERF_M_LL_READ_MISS,
-				  PVPERF_M_LL_WRITE_MISS } },
-		{ "penalty_tlb", { PVPERF_M_DTLB_READ_MISS,
-				   PVPERF_M_DTLB_WRITE_MISS, PVPERF_M_ITLB_MISS } },
-		{ "penalty_br", { PVPERF_M_COND_MISS, PVPERF_M_IND_MISS,
-				  PVPERF_M_IND_MISS } },
-	};
-	char *end;
-	unsigned long v;
-
-	for (size_t i = 0; i < G_N_ELEMENTS(what); i++) {
-		if (strcmp(key, what[i].key))
-			continue;
-		v = strtoul(val, &end, 10);
-		if (!*val || *end || v > 100000) {
-			pvperf_log("option %s=%s: cycles 0..100000\n", key, val);
-			return -1;
-		}
-		for (size_t j = 0; j < 3; j++)
-			penalty[what[i].ctr[j]] = v;
-		return 1;
-	}
-	return 0;
-}
-
-int models_option(const char *key, const char *val)
-{
-	if (!strncmp(key, "penalty_", 8))
-		return parse_penalty(key, val) ?: -1;
-	if (!strcmp(key, "iTLB"))
-		return parse_tlb(key, val, &geom_itlb);
-	if (!strcmp(key, "dTLB"))
-		return parse_tlb(key, val, &geom_dtlb);
-	if (!strcmp(key, "I1"))
-		return parse_geom(key, val, &geom_i1);
-	if (!strcmp(key, "D1"))
-		return parse_geom(key, val, &geom_d1);
-	if (!strcmp(key, "LL"))
-		return parse_geom(key, val, &geom_ll);
-	if (!strcmp(key, "compat"))
-		return qemu_plugin_bool_parse(key, val, &compat) ? 1 : -1;
-	return 0;
+	if (mcfg.penalty[ctr])
+		add(m, PVPERF_M_STALL, mcfg.penalty[ctr], kernel, at);
 }
 
 void models_init(unsigned n_vcpus)
 {
 	mv = g_aligned_alloc0(n_vcpus, sizeof(*mv), 64);
 	for (unsigned i = 0; i < n_vcpus; i++) {
-		cache_init(&mv[i].i1, &geom_i1);
-		cache_init(&mv[i].d1, &geom_d1);
-		cache_init(&mv[i].itlb, &geom_itlb);
-		cache_init(&mv[i].dtlb, &geom_dtlb);
+		cache_init(&mv[i].i1, &mcfg.i1);
+		cache_init(&mv[i].d1, &mcfg.d1);
+		cache_init(&mv[i].itlb, &mcfg.itlb);
+		cache_init(&mv[i].dtlb, &mcfg.dtlb);
 		bpred_init(&mv[i].bp);
 	}
-	cache_init(&ll, &geom_ll);
+	cache_init(&ll, &mcfg.ll);
 }
 
 void models_count(unsigned vcpu, uint64_t *out)
@@ -427,7 +324,7 @@ void models_reply(unsigned vcpu, const struct pvperf_proto_reply *reply)
 	uint32_t flags = reply->flags;
 
 	arm(&mv[vcpu], reply);
-	if (!compat)
+	if (!mcfg.compat)
 		return;
 	mv[vcpu].live = flags & PVPERF_REPLY_MODELS_LIVE;
 	if (flags & PVPERF_REPLY_MODELS_COLD) {
@@ -441,7 +338,7 @@ void models_reply(unsigned vcpu, const struct pvperf_proto_reply *reply)
 /* The models ignore this vCPU's code now (compat, no live event). */
 static inline bool ignored(const struct model_vcpu *m)
 {
-	return compat && !m->live;
+	return mcfg.compat && !m->live;
 }
 
 /* compat: empty this vCPU's own models if a cold start was asked for. */
@@ -615,7 +512,7 @@ static void cr3_exec(unsigned vcpu, void *udata)
 
 static uint64_t line_of(uint64_t addr)
 {
-	return addr / geom_i1.line;
+	return addr / mcfg.i1.line;
 }
 
 void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
@@ -626,7 +523,7 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 	uint64_t prev_last_line = 0;
 	struct tb_site *t;
 
-	if (!n || (!cache && !bpred && !tlb) || (compat && kernel))
+	if (!n || (!cache && !bpred && !tlb) || (mcfg.compat && kernel))
 		return;
 	t = arena_alloc(sizeof(*t));
 	/* Kernel code is mapped alike everywhere: no delta to find. */
@@ -652,7 +549,7 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 				QEMU_PLUGIN_CB_NO_REGS, f);
 		}
 		prev_last_line = last;
-		if (tlb && !compat && (cls[i] & CLS_CR3_WRITE))
+		if (tlb && !mcfg.compat && (cls[i] & CLS_CR3_WRITE))
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, cr3_exec,
 				QEMU_PLUGIN_CB_NO_REGS, NULL);
 		if (fetches)

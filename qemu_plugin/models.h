@@ -15,11 +15,6 @@
 
 #include "pvperf_proto.h"
 
-/*
- * A plugin option the models own (I1, D1, LL, compat): 1 if key is
- * theirs and val is good, -1 if theirs and bad (logged), 0 if not theirs.
- */
-int models_option(const char *key, const char *val);
 void models_init(unsigned n_vcpus);
 
 /* tb_trans (count.c, after classification): instrument the TB. */

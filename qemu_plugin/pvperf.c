@@ -31,6 +31,7 @@
 #include "hcall.h"
 #include "link.h"
 #include "mode.h"
+#include "model_config.h"
 #include "models.h"
 #include "pvperf.h"
 #include "sample.h"
@@ -192,12 +193,13 @@ static int parse_option(const char *arg)
 	} else if (!strcmp(key, "verbose")) {
 		ok = qemu_plugin_bool_parse(key, val, &pv.verbose);
 	} else {
-		int r = models_option(key, val);
+		int r = model_config_option(key, val);
 
 		if (r)
-			return r > 0 ? 0 : -1;	/* models_option logged it */
+			return r > 0 ? 0 : -1;	/* logged there */
 		pvperf_log("unknown option '%s' (known: sock, ram, ramsize, count, "
-			   "verbose, I1, D1, LL, compat)\n", key);
+			   "verbose, I1, D1, LL, iTLB, dTLB, penalty_l1, "
+			   "penalty_ll, penalty_tlb, penalty_br, compat)\n", key);
 		return -1;
 	}
 	if (!ok)

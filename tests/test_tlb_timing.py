@@ -97,13 +97,16 @@ def test_small_working_set_misses_only_cold(guest):
 @pytest.mark.parametrize("name", list(WALK))
 def test_cycles_are_what_the_penalties_predict(guest, name, tmp_path):
     """cycles = cachegrind's Ir + the penalties of cachegrind's misses,
-    within 0.01% (the data misses agree within one, see test_models)."""
+    within 0.01% or two data misses (10 + 200 cycles each: the data misses
+    agree within one, the stack lying elsewhere under valgrind; see
+    test_models)."""
     ref = walk_reference(WALK[name], tmp_path)
     got = guest[name]
     want = expected_cycles(ref)
     assert got["instructions"] == ref["Ir"]
     assert got["cycles"] == got["instructions"] + got["model-stalls"]
-    assert abs(got["cycles"] - want) <= 1e-4 * want, (got, want, ref)
+    assert abs(got["cycles"] - want) <= max(1e-4 * want, 2 * 210), \
+        (got, want, ref)
 
 
 def test_cycles_ratio_of_thrashing_to_resident(guest, tmp_path):
