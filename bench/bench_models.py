@@ -11,6 +11,7 @@ boot; cachegrind runs the same binary on the host (wall time):
   counting    instructions                the inline counters only
   models      --cachegrind-compat with cache and predictor events
   models-all  the same events without --cachegrind-compat (kernel too)
+  timing      --timing: cycles (every model: caches, predictor, TLBs)
   contrib     --no-pmu, QEMU's contrib/plugins/cache.c (built from the
               orig tarball of the installed QEMU, same geometry, L2 on)
   cachegrind  valgrind --tool=cachegrind --cache-sim=yes --branch-sim=yes
@@ -55,6 +56,9 @@ CONFIGS = {
     "counting": (True, {}, "task-clock,instructions"),
     "models": (True, {**GEOMETRY, "compat": "on"}, MODEL_EVENTS),
     "models-all": (True, GEOMETRY, MODEL_EVENTS),
+    # every model (caches, predictor, TLBs) and cycles from the timing model
+    "timing": (True, GEOMETRY, "task-clock,cycles,instructions,"
+               "dTLB-load-misses,iTLB-load-misses"),
     "contrib": (False, {}, "task-clock"),
 }
 
@@ -103,7 +107,7 @@ def guest_runs(config: str, workload: str, reps: int,
            f"perf stat -x, -e {events} {WORKLOADS[workload]}; done")
     cfg = VMConfig(image=image_status("default"), command=cmd,
                    share=PROGRAMS, pmu=pmu, plugin_options=dict(options),
-                   timeout=900)
+                   timeout=900, timing=config == "timing")
     if qemu:
         cfg.qemu = qemu
     out, err = io.BytesIO(), io.BytesIO()
