@@ -299,9 +299,17 @@ def _interrupted() -> None:
 
 
 def _terminate(signum, frame) -> None:
-    # SIGTERM unwinds like Ctrl-C, so that every `finally` runs: QEMU is
-    # stopped and the run directory (vm/channels.py) removed.
-    raise KeyboardInterrupt
+    """SIGTERM stops a VM as Ctrl-C does, so that every `finally` runs
+    (QEMU stopped, the run directory removed): asyncio.run's SIGINT
+    handler cancels the command at its next await.  (Raising here could
+    land in an at-fork hook, which swallows it.)  Anywhere else SIGTERM
+    does what it always did."""
+    on_sigint = signal.getsignal(signal.SIGINT)
+    if callable(on_sigint) and on_sigint is not signal.default_int_handler:
+        on_sigint(signal.SIGINT, frame)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.raise_signal(signal.SIGTERM)
 
 
 def main(argv=None) -> None:

@@ -262,7 +262,8 @@ class VM:
         log.debug("qemu: %s", " ".join(argv))
         self.started_at = time.monotonic()
         self.console = Console.spawn(argv, echo=c.echo_console,
-                                     preexec_fn=set_pdeathsig,
+                                     preexec_fn=functools.partial(
+                                         set_pdeathsig, os.getpid()),
                                      pass_fds=self.channels.pass_fds)
         self.channels.spawned()
         if self.service is not None:

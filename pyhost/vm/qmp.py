@@ -2,7 +2,9 @@
 
 QMP runs over a socketpair whose other end QEMU inherited as a connected
 client chardev (vm/channels.py): no name anyone else could connect to, no
-retry.  QEMU's greeting comes once its main loop runs; QEMU's exit is EOF.
+retry.  The session is up once QEMU's main loop runs (QEMU answers
+qmp_capabilities there: the machine and the plugin are set up by then);
+QEMU's exit before that is EOF.
 """
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from qemu.qmp.error import QMPError
 
 from ..errors import VMError
 
-# qemu.qmp logs each refused connect attempt (expected while QEMU starts)
-# and QEMU's exit at ERROR; pvperf reports failures itself.
+# qemu.qmp logs a failed session and QEMU's exit at ERROR; pvperf reports
+# failures itself.
 logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
 
 
