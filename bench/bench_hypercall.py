@@ -37,7 +37,7 @@ from pyhost.pmu import abi  # noqa: E402
 from pyhost.pmu import plugin_protocol as proto  # noqa: E402
 from pyhost.pmu.guestmem import GuestMemory  # noqa: E402
 from pyhost.pmu.hypercall import PerfBackend  # noqa: E402
-from pyhost.pmu.service import PluginService, abstract_name  # noqa: E402
+from pyhost.pmu.service import PluginService  # noqa: E402
 
 PVPERF = REPO / ".venv" / "bin" / "pvperf"
 KO = REPO / "guest_kernel_patch" / "hctest" / "pvperf_hctest.ko"
@@ -49,9 +49,9 @@ LATENCY_RE = re.compile(r"pvperf_hctest: latency (n=\d+ .*)$", re.M)
 # The client process: N round trips, then nanoseconds on stdout.
 CLIENT = r"""
 import socket, sys, time
-name, n, msg = sys.argv[1], int(sys.argv[2]), bytes.fromhex(sys.argv[3])
+path, n, msg = sys.argv[1], int(sys.argv[2]), bytes.fromhex(sys.argv[3])
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-s.connect("\0" + name)
+s.connect(path)
 out = []
 for i in range(n + 100):
     t0 = time.perf_counter_ns()
@@ -93,11 +93,17 @@ def guest_round(count: int) -> dict[str, int]:
     return fields
 
 
-def client(name: str, count: int) -> list[int]:
+def client(path: str, count: int, svc: PluginService | None = None
+           ) -> list[int]:
+    """Run the client process; ``svc`` is told to serve it (SO_PEERCRED)."""
     msg = proto.HcallMessage(0, BLOCK_GPA, KVADDR, (0,) * proto.NR_COUNTERS).pack()
-    out = subprocess.run([sys.executable, "-c", CLIENT, name, str(count),
-                          msg.hex()], capture_output=True, text=True,
-                         check=True, timeout=600).stdout
+    proc = subprocess.Popen([sys.executable, "-c", CLIENT, path, str(count),
+                             msg.hex()], stdout=subprocess.PIPE, text=True)
+    if svc is not None:
+        svc.allow_peer(proc.pid)
+    out, _ = proc.communicate(timeout=600)
+    if proc.returncode:
+        raise SystemExit(f"bench: client failed ({proc.returncode})")
     return [int(x) for x in out.split()]
 
 
@@ -105,12 +111,13 @@ def service_round(count: int) -> dict[str, int]:
     ram = bytearray(1 << 16)
     ram[BLOCK_GPA:BLOCK_GPA + 64] = abi.pack_hcall(abi.HC_PERF_OP,
                                                    abi.OP_PROBE, ret=-38)
-    svc = PluginService(PerfBackend(GuestMemory(ram)))
-    svc.start()
-    try:
-        ns = client(svc.name, count)
-    finally:
-        svc.stop()
+    with tempfile.TemporaryDirectory(prefix="bench-svc-") as d:
+        svc = PluginService(PerfBackend(GuestMemory(ram)), f"{d}/svc")
+        svc.start()
+        try:
+            ns = client(svc.path, count, svc)
+        finally:
+            svc.stop()
     assert int.from_bytes(ram[BLOCK_GPA + abi.HCALL_OFFSET_RET:
                               BLOCK_GPA + abi.HCALL_OFFSET_RET + 8],
                           "little") == abi.ABI_VERSION
@@ -119,9 +126,10 @@ def service_round(count: int) -> dict[str, int]:
 
 def echo_round(count: int) -> dict[str, int]:
     """A recv/send thread: the floor under any Python service."""
-    name = abstract_name("echo")
+    tmp = tempfile.TemporaryDirectory(prefix="bench-echo-")
+    name = f"{tmp.name}/echo"
     lsock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    lsock.bind("\0" + name)
+    lsock.bind(name)
     lsock.listen(1)
     reply = proto.pack_reply(0)
 
@@ -138,6 +146,7 @@ def echo_round(count: int) -> dict[str, int]:
     finally:
         t.join(timeout=5)
         lsock.close()
+        tmp.cleanup()
     return summary(ns)
 
 

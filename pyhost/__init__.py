@@ -10,7 +10,8 @@ by tests/test_layering.py), and nothing imports in a circle:
              symbols, resolve, session, report
   image/     the guest image builder: recipe, apt, host programs, kernel,
              System.map, modules, cpio, root tree, smoke boot, cache
-  vm/        the VM launcher: QEMU process, QMP, serial console
+  vm/        the VM launcher: QEMU process, QMP, serial console,
+             private channels
   pmu/       the paravirtual PMU: ABI and protocol mirrors, guest RAM,
              event table, PMU model, sampling, NMI injection, hypercall
              backend, plugin service

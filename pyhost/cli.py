@@ -17,6 +17,7 @@ import asyncio
 import logging
 import re
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -43,7 +44,7 @@ log = logging.getLogger("pvperf")
 EXIT_USAGE = 64          # EX_USAGE: bad arguments or options
 EXIT_TIMEOUT = 124       # the guest command did not finish in --timeout
 EXIT_FAILURE = 125       # pvperf failed (setup, image, VM, service)
-EXIT_INTERRUPTED = 130   # Ctrl-C (128 + SIGINT)
+EXIT_INTERRUPTED = 130   # Ctrl-C (128 + SIGINT), or SIGTERM
 
 EPILOG = f"""\b
 Exit status:
@@ -51,7 +52,7 @@ Exit status:
   {EXIT_USAGE}            usage error (bad arguments or options)
   {EXIT_TIMEOUT}           the guest command ran longer than --timeout
   {EXIT_FAILURE}           pvperf itself failed (setup, image, VM)
-  {EXIT_INTERRUPTED}           interrupted (Ctrl-C); the VM was cleaned up
+  {EXIT_INTERRUPTED}           interrupted (Ctrl-C, SIGTERM); the VM was cleaned up
   image status  0 up to date, 1 missing or out of date
 """
 
@@ -344,8 +345,23 @@ def _interrupted() -> None:
     sys.exit(EXIT_INTERRUPTED)
 
 
+def _terminate(signum, frame) -> None:
+    """SIGTERM stops a VM as Ctrl-C does, so that every `finally` runs
+    (QEMU stopped, the run directory removed): asyncio.run's SIGINT
+    handler cancels the command at its next await.  (Raising here could
+    land in an at-fork hook, which swallows it.)  Anywhere else SIGTERM
+    does what it always did."""
+    on_sigint = signal.getsignal(signal.SIGINT)
+    if callable(on_sigint) and on_sigint is not signal.default_int_handler:
+        on_sigint(signal.SIGINT, frame)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.raise_signal(signal.SIGTERM)
+
+
 def main(argv=None) -> None:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(args=argv, prog_name="pvperf", standalone_mode=False)
     except click.exceptions.Abort:

@@ -2,8 +2,11 @@
 /*
  * link.c - the vCPU's connection to the pvperf host service.
  *
- * One SOCK_SEQPACKET connection per vCPU, opened by that vCPU's thread on
- * its first message and used only by it.  A hypercall is one message and
+ * One SOCK_SEQPACKET connection per vCPU, used only by that vCPU's thread.
+ * All are opened at install (link_init), before any vCPU runs: pvperf then
+ * removes the service's socket and its private directory, so that nothing
+ * is left to connect to; a vCPU whose connect failed there tries once more
+ * at its first message.  A hypercall is one message and
  * one reply, which the vCPU waits for at most PVPERF_PROTO_TIMEOUT_MS; an
  * overflow is one message and, for PVPERF_PROTO_SYNC ones, an empty reply.
  * If the service is absent, silent or broken, the first vCPU to notice
@@ -89,6 +92,20 @@ static int vcpu_socket(struct pvperf_vcpu *v)
 		fd = -1;
 	}
 	return v->fd = fd;
+}
+
+/* At install, in QEMU's main thread: connect every vCPU now. */
+void link_init(void)
+{
+	if (!pv.sock_path)
+		return;
+	for (unsigned i = 0; i < pv.n_vcpus; i++) {
+		if (vcpu_socket(&pv.vcpu[i]) < 0) {
+			pvperf_log("vcpu %u: cannot connect to the service %s: %s\n",
+				   i, pv.sock_path, strerror(errno));
+			return;
+		}
+	}
 }
 
 static int64_t wait_readable(int fd, int64_t deadline_us)

@@ -12,6 +12,7 @@
 
 #include "pvperf_proto.h"
 
+void link_init(void);
 bool link_enter(void);
 void link_leave(void);
 int64_t link_exchange(unsigned vcpu, const struct pvperf_proto_hcall *msg,

@@ -10,7 +10,8 @@
  *     -machine memory-backend=ram \
  *     -plugin qemu_plugin/pvperf.so,sock=@NAME,ram=/dev/shm/NAME
  *
- * Options: sock=PATH (service socket; '@' = abstract namespace), ram=PATH
+ * Options: sock=PATH (service socket, connected once per vCPU at install;
+ * '@' = abstract namespace), ram=PATH
  * (the guest RAM file), ramsize=BYTES, count=on|off, verbose=on|off;
  * the models': I1=, D1=, LL=SIZE,ASSOC,LINE (cachegrind's spelling),
  * iTLB=, dTLB=ENTRIES,ASSOC,PAGE, penalty_l1=, penalty_ll=, penalty_tlb=,
@@ -249,6 +250,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 		return -1;
 	if (!pv.ram_path && pv.sock_path)
 		pvperf_log("sock= without ram=: hypercalls are ignored\n");
+	link_init();
 	mode_init(id, pv.count_at_start ? MODE_COUNT | MODE_BRANCHES : MODE_OFF,
 		  register_callbacks, mode_settled);
 	register_callbacks(id);

@@ -75,9 +75,13 @@ def run_pvperf(args, cwd=None, timeout=300, **kw) -> subprocess.CompletedProcess
 
 
 def leftovers() -> list[str]:
-    """pvperf files in /dev/shm and /tmp, and QEMU processes we started."""
+    """pvperf files in /dev/shm, /tmp and $XDG_RUNTIME_DIR (run
+    directories), and QEMU processes we started."""
     found = [str(p) for p in Path("/dev/shm").glob("pvperf-*")]
     found += [str(p) for p in Path("/tmp").glob("pvperf-*")]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        found += [str(p) for p in
+                  Path(os.environ["XDG_RUNTIME_DIR"]).glob("pvperf-*")]
     ps = subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*org.pvperf"],
                         capture_output=True, text=True)
     found += [f"qemu pid {p}" for p in ps.stdout.split() if _orphaned(p)]

@@ -1,11 +1,13 @@
 """The launcher's pieces, without booting (boots are in test_e2e_run.py)."""
 import asyncio
 import os
+import stat
 import subprocess
+import tempfile
 
 import pytest
 
-from pyhost.vm import launcher as vm_mod
+from pyhost.vm import channels, launcher as vm_mod
 from pyhost.errors import SetupError, VMError
 from pyhost.image.store import GuestImage
 from pyhost.vm.launcher import VM, Runstate, VMConfig, sweep_stale_shm
@@ -19,11 +21,20 @@ def fake_image(tmp_path) -> GuestImage:
 def test_argv_has_shared_ram_private_sockets_and_escaped_command(tmp_path):
     cfg = VMConfig(image=fake_image(tmp_path), command="echo a,b",
                    share=tmp_path, pmu=False, smp=2, mem_mb=512)
-    argv = VM(cfg).qemu_argv()
+    machine = VM(cfg)
+    argv = machine.qemu_argv()
     joined = " ".join(argv)
     assert "memory-backend-file,id=ram,size=512M,mem-path=/dev/shm/pvperf-" \
         in joined and "share=on" in joined
-    assert joined.count("abstract=on,server=on,wait=off") == 4
+    # every chardev is an inherited, already connected socket: no name
+    chardevs = [argv[i + 1] for i, a in enumerate(argv) if a == "-chardev"]
+    assert [c.split(",")[:2] for c in chardevs] == [
+        ["socket", f"id={p}"] for p in ("qmp", "control", "stdout", "stderr")]
+    fds = [int(c.split("fd=")[1]) for c in chardevs]
+    assert sorted(fds) == sorted(machine.channels.pass_fds)
+    assert all(os.get_inheritable(fd) for fd in fds)
+    assert "path=" not in " ".join(chardevs) and "abstract" not in joined
+    machine.channels.close()
     assert "name=opt/org.pvperf/cmd,string=echo a,,b" in argv
     assert "-plugin" not in argv and "pvperf.pmu=1" not in joined
     assert argv[argv.index("-smp") + 1] == "2"
@@ -67,3 +78,58 @@ def test_methods_require_their_state(tmp_path):
     machine = VM(VMConfig(image=fake_image(tmp_path), pmu=False))
     with pytest.raises(VMError, match="not allowed while idle"):
         asyncio.run(machine.wait_ready())
+
+
+def _dead_pid() -> int:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    return dead.pid
+
+
+def test_run_dir_is_private_and_swept_only_for_dead_owners(tmp_path,
+                                                           monkeypatch):
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    mine = channels.make_run_dir()
+    assert mine.parent == tmp_path and mine.name.startswith(
+        f"pvperf-{os.getpid()}-")
+    assert stat.S_IMODE(mine.stat().st_mode) == 0o700
+    dead = _dead_pid()
+    stale = tmp_path / f"pvperf-{dead}-aa"
+    (stale / "sub").mkdir(parents=True)
+    (stale / "svc").write_text("")
+    foreign = tmp_path / f"pvperf-{dead}-bb"        # another user's
+    foreign.mkdir()
+    os.chown(foreign, 65534, 65534)
+    link = tmp_path / f"pvperf-{dead}-cc"           # never followed
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep").write_text("")
+    link.symlink_to(target)
+    live = tmp_path / f"pvperf-{os.getppid()}-dd"
+    live.mkdir()
+    assert channels.sweep_run_dirs() == [str(stale)]
+    assert mine.exists() and foreign.exists() and live.exists()
+    assert (target / "keep").exists() and link.is_symlink()
+    channels.remove_run_dir(mine)
+    assert not mine.exists()
+
+
+def test_run_dir_prefers_a_private_xdg_runtime_dir(tmp_path, monkeypatch):
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert channels.run_dir_parent() == xdg
+    xdg.chmod(0o755)                    # not private: not used
+    assert channels.run_dir_parent() == tmp_path
+
+
+def test_too_long_run_dir_is_a_clear_error(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    with pytest.raises(SetupError, match="too long for a unix socket"):
+        channels.make_run_dir()
+    assert list(deep.iterdir()) == []

@@ -5,14 +5,25 @@ reply arrives, so the round trip is the guest-visible latency; a blocking
 recv/send per vCPU connection costs least.  Each connection thread runs
 ``PerfBackend.handle`` (which serialises on the backend's lock).
 
+Who may connect.  The socket is a filesystem path that the caller puts in
+a directory only its user can enter (vm/channels.py: the run directory,
+mode 0700), so no other user reaches it; and every accepted connection
+must come, by SO_PEERCRED, from our effective uid and from the one
+process named by ``allow_peer`` (the QEMU child, whose plugin connects
+every vCPU at install).  Anything else is closed unserved and logged
+once.  Once every vCPU has connected, ``stop_listening`` closes the
+listener and unlinks the socket: nobody can connect any more.
+
 Runstate:  IDLE --start()--> RUNNING --stop()--> IDLE
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
 import socket
+import struct
 import threading
 
 from . import plugin_protocol as proto
@@ -21,40 +32,55 @@ from .hypercall import PerfBackend
 
 log = logging.getLogger("pvperf.service")
 
+# How long an accepted connection waits for allow_peer() (the launcher
+# calls it right after spawning QEMU, whose plugin connects only later).
+PEER_WAIT = 30.0
+_UCRED = struct.Struct("3i")        # struct ucred: pid, uid, gid
+
 
 class Runstate(enum.Enum):
     IDLE = "idle"
     RUNNING = "running"
 
 
-def abstract_name(tag: str) -> str:
-    """A unique abstract-namespace socket name (nothing on disk to clean)."""
-    return f"pvperf-{os.getpid()}-{os.urandom(4).hex()}-{tag}"
+def peer_cred(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process that connected ``conn``."""
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    return _UCRED.unpack(raw)
 
 
 class PluginService:
-    """Accepts plugin connections on an abstract unix socket."""
+    """Accepts the plugin's connections on the unix socket ``path``."""
 
-    def __init__(self, backend: PerfBackend, name: str | None = None):
+    def __init__(self, backend: PerfBackend, path: str):
         self.backend = backend
-        self.name = name or abstract_name("svc")
+        self.path = str(path)
         self.runstate = Runstate.IDLE
+        self.accepted = 0               # connections served
+        self.refused = 0                # foreign peers closed unserved
         self._listener: socket.socket | None = None
         self._threads: list[threading.Thread] = []
         self._conns: list[socket.socket] = []
         self._stopping = threading.Event()
+        self._peer_pid: int | None = None
+        self._peer_known = threading.Event()
 
     @property
     def plugin_address(self) -> str:
-        """The plugin's ``sock=`` option ('@' marks the abstract namespace)."""
-        return "@" + self.name
+        """The plugin's ``sock=`` option."""
+        return self.path
+
+    def allow_peer(self, pid: int) -> None:
+        """Serve connections from process ``pid`` (and our uid) only."""
+        self._peer_pid = pid
+        self._peer_known.set()
 
     def start(self) -> None:
         if self.runstate is not Runstate.IDLE:
             raise ServiceError("service start", f"already {self.runstate.value}")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            sock.bind("\0" + self.name)
+            sock.bind(self.path)
             sock.listen(64)
         except OSError as e:
             sock.close()
@@ -64,23 +90,34 @@ class PluginService:
         self._spawn(self._accept_loop, "pvperf-accept")
         self.runstate = Runstate.RUNNING
 
+    def stop_listening(self) -> None:
+        """No new connection from now on: close the listener, unlink the
+        socket; the connections already served go on."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            # shutdown() wakes the thread blocked in accept().
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
     def stop(self) -> None:
         if self.runstate is not Runstate.RUNNING:
             return
         self._stopping.set()
-        # shutdown() wakes the threads blocked in accept()/recv().
-        for s in [self._listener, *self._conns]:
-            try:
+        self._peer_known.set()          # wakes a pending peer check
+        self.stop_listening()
+        # shutdown() wakes the threads blocked in recv().
+        for s in self._conns:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         for t in self._threads:
             t.join(timeout=5)
-        for s in [self._listener, *self._conns]:
+        for s in self._conns:
             s.close()
         self._threads.clear()
         self._conns.clear()
-        self._listener = None
         self.runstate = Runstate.IDLE
 
     def _spawn(self, target, name, *args) -> None:
@@ -89,13 +126,31 @@ class PluginService:
         t.start()
 
     def _accept_loop(self) -> None:
+        listener = self._listener
         while not self._stopping.is_set():
             try:
-                conn, _ = self._listener.accept()
+                conn, _ = listener.accept()
             except OSError:
                 return
+            if not self._trusted(conn):
+                conn.close()
+                continue
             self._conns.append(conn)
+            self.accepted += 1
             self._spawn(self._serve, "pvperf-vcpu", conn)
+
+    def _trusted(self, conn: socket.socket) -> bool:
+        """Is the peer the allowed process, running as our user?"""
+        pid, uid, _ = peer_cred(conn)
+        self._peer_known.wait(PEER_WAIT)
+        if uid == os.geteuid() and pid == self._peer_pid:
+            return True
+        if not self.refused:            # once: a foreigner may retry
+            log.warning("refused a connection to %s from pid %d uid %d "
+                        "(only pid %s uid %d may connect)", self.path, pid,
+                        uid, self._peer_pid, os.geteuid())
+        self.refused += 1
+        return False
 
     def _serve(self, conn: socket.socket) -> None:
         try:

@@ -3,5 +3,7 @@
   qemu      the qemu-system-x86_64 binary: lookup, version, option escaping
   qmp       QMP client helpers (qemu.qmp)
   console   the serial console (pexpect): panic detection, last lines
+  channels  private channels to QEMU: socketpairs for QMP and the ports,
+            the 0700 run directory for the service's socket, its sweep
   launcher  VM, VMConfig, run_command, run_shell: one guest run, cleaned up
 """

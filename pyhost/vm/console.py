@@ -12,6 +12,7 @@ import re
 import sys
 
 import pexpect
+import ptyprocess
 
 PANIC_RE = re.compile(rb"Kernel panic - not syncing[^\r\n]*")
 
@@ -44,6 +45,20 @@ class ConsoleLog:
         return "\n".join(lines)
 
 
+class _Spawn(pexpect.spawn):
+    """pexpect.spawn that leaves ``pass_fds`` open in the child (pexpect
+    4.9 does not pass ptyprocess's pass_fds on; ptyprocess closes every
+    other descriptor before preexec_fn runs)."""
+
+    def __init__(self, *args, pass_fds=(), **kw):
+        self._pass_fds = tuple(pass_fds)
+        super().__init__(*args, **kw)
+
+    def _spawnpty(self, args, **kwargs):
+        return ptyprocess.PtyProcess.spawn(args, pass_fds=self._pass_fds,
+                                           **kwargs)
+
+
 class Console:
     """pexpect around the QEMU process whose stdio is the serial port."""
 
@@ -54,11 +69,11 @@ class Console:
 
     @classmethod
     def spawn(cls, argv: list[str], echo: bool = False,
-              preexec_fn=None) -> "Console":
+              preexec_fn=None, pass_fds=()) -> "Console":
         log = ConsoleLog(echo=sys.stderr if echo else None)
-        child = pexpect.spawn(argv[0], argv[1:], timeout=None,
-                              preexec_fn=preexec_fn, echo=False,
-                              dimensions=(50, 200))
+        child = _Spawn(argv[0], argv[1:], timeout=None,
+                       preexec_fn=preexec_fn, echo=False,
+                       dimensions=(50, 200), pass_fds=pass_fds)
         child.logfile_read = log
         return cls(child, log)
 

@@ -5,8 +5,10 @@ What it sets up, and how each piece is cleaned up:
   guest RAM   /dev/shm/pvperf-<pid>-<rand>, a memory-backend-file shared
               with the host service; unlinked as soon as QEMU (and the
               plugin) have mapped it, so even a SIGKILL leaves nothing.
-  sockets     QMP and the three virtio-serial ports live in the abstract
-              unix namespace: nothing on disk.
+  channels    QMP and the three virtio-serial ports are socketpairs whose
+              other ends QEMU inherits; the service's socket is in a 0700
+              run directory, removed once every vCPU's plugin connection
+              is in (vm/channels.py): no other user can reach any of them.
   QEMU        spawned under pexpect (its stdio is the serial console) with
               PR_SET_PDEATHSIG, so it dies with us; terminate()+wait() in
               ``finally``.
@@ -31,7 +33,6 @@ import asyncio
 import contextlib
 import enum
 import functools
-import glob
 import logging
 import os
 import sys
@@ -48,8 +49,8 @@ from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
 from ..pmu.model import Pmu
 from ..pmu.nmi import NmiInjector
-from ..pmu.service import PluginService, abstract_name
-from . import qmp
+from ..pmu.service import PluginService
+from . import channels, qmp
 from .console import Console
 from .qemu import QEMU, check_qemu_for_plugin, find_qemu, \
     qemu_escape, set_pdeathsig
@@ -60,6 +61,7 @@ SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "pvperf-"
 PORTS = ("control", "stdout", "stderr")
 BOOT_TIMEOUT = 60.0
+PLUGIN_CONNECT_TIMEOUT = 10.0
 POWEROFF_TIMEOUT = 15.0
 # Where the guest's /init mounts the --share directory (images/default/init).
 GUEST_SHARE = "/mnt/host"
@@ -138,15 +140,11 @@ class VMConfig:
 def sweep_stale_shm() -> list[str]:
     """Remove RAM files of pvperf processes that no longer exist."""
     removed = []
-    for path in glob.glob(str(SHM_DIR / (SHM_PREFIX + "*"))):
-        try:
-            pid = int(Path(path).name.split("-")[1])
-        except (IndexError, ValueError):
-            continue
-        if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+    for path in SHM_DIR.glob(SHM_PREFIX + "*"):
+        if channels.dead_owner(path):
             with contextlib.suppress(OSError):
                 os.unlink(path)
-                removed.append(path)
+                removed.append(str(path))
     return removed
 
 
@@ -160,7 +158,8 @@ class VM:
         self.transitions: list[Runstate] = [Runstate.IDLE]
         tag = f"{os.getpid()}-{os.urandom(4).hex()}"
         self.ram_path = SHM_DIR / f"{SHM_PREFIX}{tag}"
-        self._sock_names = {p: abstract_name(p) for p in (*PORTS, "qmp")}
+        self.channels: channels.SocketPairs | None = None
+        self.run_dir: Path | None = None
         self.console: Console | None = None
         self.qmp = None
         self.memory: GuestMemory | None = None
@@ -215,8 +214,9 @@ class VM:
         return argv
 
     def _chardev(self, port: str) -> list[str]:
-        return ["-chardev", f"socket,id={port},path={self._sock_names[port]},"
-                            "abstract=on,server=on,wait=off"]
+        if self.channels is None:           # qemu_argv() before start()
+            self.channels = channels.SocketPairs((*PORTS, "qmp"))
+        return self.channels.chardev(port)
 
     def _plugin_arg(self) -> str:
         opts = {"sock": self.service.plugin_address,
@@ -248,6 +248,7 @@ class VM:
         c = self.config
         preflight(c)
         sweep_stale_shm()
+        channels.sweep_run_dirs()
         self._create_ram()
         if c.pmu:
             self.memory = GuestMemory.open_file(str(self.ram_path))
@@ -256,13 +257,19 @@ class VM:
             self.nmi = NmiInjector()
             self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
                                        nmi=self.nmi, pmu=Pmu(timing=c.timing))
-            self.service = PluginService(self.backend)
+            self.run_dir = channels.make_run_dir()
+            self.service = PluginService(self.backend, self.run_dir / "svc")
             self.service.start()
         argv = self.qemu_argv()
         log.debug("qemu: %s", " ".join(argv))
         self.started_at = time.monotonic()
         self.console = Console.spawn(argv, echo=c.echo_console,
-                                     preexec_fn=set_pdeathsig)
+                                     preexec_fn=functools.partial(
+                                         set_pdeathsig, os.getpid()),
+                                     pass_fds=self.channels.pass_fds)
+        self.channels.spawned()
+        if self.service is not None:
+            self.service.allow_peer(self.console.child.pid)
         if c.mode == "run":
             self._tasks.append(asyncio.create_task(self.console.watch()))
         self.qmp = await self._connect_qmp()
@@ -272,14 +279,34 @@ class VM:
                           lambda: qmp.inject_nmi(client))
         # QEMU and the plugin have the RAM file mapped by now.
         self._unlink_ram()
+        if self.service is not None:
+            await self._wait_plugin_connected()
         for port in PORTS:
             self._ports[port] = await asyncio.open_unix_connection(
-                "\0" + self._sock_names[port])
+                sock=self.channels.ours(port))
+
+    async def _wait_plugin_connected(self) -> None:
+        """The plugin connects every vCPU at install; then nobody needs
+        the service's socket any more: remove it and the run directory."""
+        deadline = time.monotonic() + PLUGIN_CONNECT_TIMEOUT
+        while self.service.accepted < self.config.smp:
+            if time.monotonic() > deadline or not self.console.alive():
+                raise VMError("the TCG plugin did not connect to the "
+                              "service", f"{self.service.accepted} of "
+                              f"{self.config.smp} vCPUs connected",
+                              "see the console lines below",
+                              details=self.console.log.tail())
+            await asyncio.sleep(0.01)
+        self.service.stop_listening()
+        self._remove_run_dir()
+
+    def _remove_run_dir(self) -> None:
+        channels.remove_run_dir(self.run_dir)
+        self.run_dir = None
 
     async def _connect_qmp(self):
         try:
-            return await qmp.connect(self._sock_names["qmp"], timeout=10,
-                                     alive=self.console.alive)
+            return await qmp.connect(self.channels.ours("qmp"), timeout=10)
         except VMError as e:
             # QEMU (or the plugin) refused to start: show what it said.
             if self._tasks:         # the console watcher reads to EOF
@@ -330,6 +357,10 @@ class VM:
             self.memory.close()
             self.memory = None
         self._unlink_ram()
+        self._remove_run_dir()
+        if self.channels is not None:
+            self.channels.close()
+            self.channels = None
 
     # -- running -------------------------------------------------------------
 

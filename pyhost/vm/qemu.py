@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import re
 import shutil
 import signal
@@ -50,11 +51,14 @@ def check_qemu_for_plugin(path: str) -> None:
             "bookworm-backports), or use --no-pmu")
 
 
-def set_pdeathsig() -> None:
-    """In the QEMU child: die when the pvperf process dies."""
+def set_pdeathsig(parent: int | None = None) -> None:
+    """In the QEMU child: die when the pvperf process (pid ``parent``)
+    dies, also if it died between fork and here (prctl(2))."""
     libc = ctypes.CDLL(None, use_errno=True)
     PR_SET_PDEATHSIG = 1
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 def qemu_escape(value: str) -> str:

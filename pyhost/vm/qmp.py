@@ -1,39 +1,44 @@
 """QMP helpers on top of qemu.qmp (asyncio).
 
-QEMU listens on a private abstract-namespace unix socket (nothing on disk);
-``connect`` retries until QEMU has created it or the deadline passes.
+QMP runs over a socketpair whose other end QEMU inherited as a connected
+client chardev (vm/channels.py): no name anyone else could connect to, no
+retry.  The session is up once QEMU's main loop runs (QEMU answers
+qmp_capabilities there: the machine and the plugin are set up by then);
+QEMU's exit before that is EOF.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
+import socket
 
 from qemu.qmp import QMPClient
 from qemu.qmp.error import QMPError
 
 from ..errors import VMError
 
-# qemu.qmp logs each refused connect attempt (expected while QEMU starts)
-# and QEMU's exit at ERROR; pvperf reports failures itself.
+# qemu.qmp logs a failed session and QEMU's exit at ERROR; pvperf reports
+# failures itself.
 logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
 
 
-async def connect(name: str, timeout: float, alive=lambda: True) -> QMPClient:
-    """Connect to QEMU's QMP socket ``name`` (abstract namespace)."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline and alive():
-        client = QMPClient("pvperf")
-        try:
-            await client.connect("\0" + name)
-            return client
-        except (QMPError, OSError) as e:
-            last = e
-            await asyncio.sleep(0.02)
-    raise VMError("connecting to QEMU's QMP socket",
-                  str(last) if last else "QEMU exited during start-up",
-                  "see the console lines below", exc=last)
+async def connect(sock: socket.socket, timeout: float) -> QMPClient:
+    """Open the QMP session on pvperf's end ``sock`` of QEMU's monitor."""
+    client = QMPClient("pvperf")
+    try:
+        await asyncio.wait_for(client.connect(sock), timeout)
+        return client
+    except (QMPError, OSError, EOFError, asyncio.TimeoutError) as e:
+        inner = e.__cause__ if isinstance(e, QMPError) and e.__cause__ \
+            else e
+        if isinstance(inner, EOFError):
+            cause = "QEMU exited during start-up"
+        elif isinstance(inner, asyncio.TimeoutError):
+            cause = f"no QMP greeting within {timeout:g} s"
+        else:
+            cause = str(inner)
+        raise VMError("connecting to QEMU's QMP", cause,
+                      "see the console lines below", exc=e) from e
 
 
 async def inject_nmi(client: QMPClient) -> None:

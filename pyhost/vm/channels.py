@@ -1,0 +1,138 @@
+"""pvperf's private channels to its QEMU: nothing another user can reach.
+
+  QMP and the virtio-serial ports (control, stdout, stderr)
+              one socketpair each; QEMU inherits its end as an already
+              connected client chardev (``-chardev socket,fd=N``, QEMU
+              >= 10.0 checked), pvperf keeps the other.  No name exists:
+              not on disk, not in the abstract namespace (the names there
+              are listed in /proc/net/unix and carry no permissions).
+              QEMU's QMP server would otherwise serve whoever connects
+              first, and QMP can make QEMU run host commands.
+  service     the plugin connects by path (one connection per vCPU, at
+              install), so its socket lives in a run directory,
+              $XDG_RUNTIME_DIR/pvperf-<pid>-<rand> (or /tmp/...), mode
+              0700; the service checks SO_PEERCRED too (pmu/service.py).
+              The launcher removes the directory as soon as every vCPU
+              has connected, and again in ``finally``: after start-up
+              nothing is on disk, so even a SIGKILL then leaves nothing;
+              one killed during start-up is swept by a later run
+              (``sweep_run_dirs``), like the RAM files in /dev/shm.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import stat
+import tempfile
+from pathlib import Path
+
+from ..errors import SetupError
+
+PREFIX = "pvperf-"
+SUN_PATH_MAX = 107          # sizeof(sun_path) minus the NUL
+
+
+def dead_owner(path: Path) -> bool:
+    """``path`` is named pvperf-<pid>-... and that process is gone (and
+    it is not us)."""
+    try:
+        pid = int(path.name.split("-")[1])
+    except (IndexError, ValueError):
+        return False
+    return pid != os.getpid() and not Path(f"/proc/{pid}").exists()
+
+
+def run_dir_parent() -> Path:
+    """$XDG_RUNTIME_DIR when it is ours and private, else /tmp."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        with contextlib.suppress(OSError):
+            st = os.stat(xdg)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() \
+                    and not st.st_mode & 0o077:
+                return Path(xdg)
+    return Path(tempfile.gettempdir())
+
+
+def run_dir_parents() -> list[Path]:
+    return sorted({run_dir_parent(), Path(tempfile.gettempdir())})
+
+
+def make_run_dir() -> Path:
+    """A new private (0700) run directory for this process."""
+    try:
+        path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-",
+                                     dir=run_dir_parent()))
+    except OSError as e:
+        raise SetupError("creating the run directory", str(e),
+                         "check that /tmp (or $XDG_RUNTIME_DIR) is "
+                         "writable", exc=e) from e
+    if len(str(path / "svc")) > SUN_PATH_MAX:
+        remove_run_dir(path)
+        raise SetupError("creating the run directory", f"{path} is too long "
+                         "for a unix socket path",
+                         "set XDG_RUNTIME_DIR (or TMPDIR) to a shorter "
+                         "directory")
+    return path
+
+
+def remove_run_dir(path: Path | None) -> None:
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def sweep_run_dirs() -> list[str]:
+    """Remove run directories of pvperf processes that no longer exist
+    (ours only: never follow a link, never touch another user's)."""
+    removed = []
+    for parent in run_dir_parents():
+        for path in parent.glob(PREFIX + "*"):
+            with contextlib.suppress(OSError):
+                st = path.lstat()
+                if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() \
+                        and dead_owner(path):
+                    shutil.rmtree(path)
+                    removed.append(str(path))
+    return removed
+
+
+class SocketPairs:
+    """One connected socketpair per chardev: QEMU inherits one end."""
+
+    def __init__(self, names):
+        self._ours: dict[str, socket.socket] = {}
+        self._theirs: dict[str, socket.socket] = {}
+        for name in names:
+            ours, theirs = socket.socketpair(socket.AF_UNIX,
+                                             socket.SOCK_STREAM)
+            theirs.set_inheritable(True)
+            self._ours[name], self._theirs[name] = ours, theirs
+
+    def chardev(self, name: str) -> list[str]:
+        """QEMU's -chardev for ``name``: a client already connected."""
+        return ["-chardev",
+                f"socket,id={name},fd={self._theirs[name].fileno()}"]
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return tuple(s.fileno() for s in self._theirs.values())
+
+    def spawned(self) -> None:
+        """QEMU has its ends: close ours of them (so that QEMU's exit is
+        EOF here)."""
+        for s in self._theirs.values():
+            s.close()
+        self._theirs.clear()
+
+    def ours(self, name: str) -> socket.socket:
+        """pvperf's end of ``name`` (a stream transport built on it closes
+        the same object: close() below is then a no-op for it)."""
+        return self._ours[name]
+
+    def close(self) -> None:
+        for s in (*self._ours.values(), *self._theirs.values()):
+            s.close()
+        self._ours.clear()
+        self._theirs.clear()
