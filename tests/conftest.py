@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -115,6 +116,14 @@ def valgrind_irefs(argv: list[str]) -> int:
                   for line in out.splitlines() if "I   refs:" in line)
     assert refs, f"no I refs in valgrind output:\n{out}"
     return refs[0][1]
+
+
+def sigint_default() -> None:
+    """A Popen preexec_fn: start pvperf as a shell starts a foreground job.
+    A job started with `&` (a CI runner under nohup, say) inherits SIGINT
+    ignored, and Python then leaves it ignored: Ctrl-C (and SIGTERM,
+    which goes the same way) could not reach pvperf's clean-up."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_guest_script(script: str, smp: int, timeout: int,

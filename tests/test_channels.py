@@ -22,7 +22,7 @@ import pytest
 from pyhost.vm import channels
 
 from conftest import PROGRAMS, leftovers, pvperf_cmd, run_pvperf, \
-    valgrind_irefs
+    sigint_default, valgrind_irefs
 from foreign_client import as_nobody
 
 pytestmark = pytest.mark.vm
@@ -196,7 +196,7 @@ def kill_during_startup(tmp_path, sig) -> tuple[subprocess.Popen, Path]:
     proc = subprocess.Popen(pvperf_cmd() + ["run", "--share", str(tmp_path),
                                             "--", "sleep", "30"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=sigint_default)
     deadline = time.monotonic() + 60
     while not (found := run_dirs(proc.pid)):
         assert proc.poll() is None, proc.communicate()

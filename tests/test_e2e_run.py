@@ -9,7 +9,7 @@ import pytest
 
 from pyhost.cli import EXIT_FAILURE, EXIT_TIMEOUT, EXIT_USAGE
 
-from conftest import leftovers, pvperf_cmd, run_pvperf
+from conftest import leftovers, pvperf_cmd, run_pvperf, sigint_default
 
 pytestmark = pytest.mark.vm
 
@@ -70,20 +70,13 @@ def test_timeout_is_reported_and_cleaned_up(tmp_path):
     assert leftovers() == []
 
 
-def _sigint_default() -> None:
-    # As a shell starts a foreground job.  A job started with `&` (a CI
-    # runner under nohup, say) inherits SIGINT ignored, and Python then
-    # leaves it ignored: Ctrl-C could not reach pvperf at all.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _start_and_wait(tmp_path, *args):
     """Start `pvperf run` on a long command; return once it runs."""
     proc = subprocess.Popen(pvperf_cmd() + ["run", "--share", str(tmp_path),
                                             *args, "--", "sh", "-c",
                                             "touch started; sleep 60"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=_sigint_default)
+                            preexec_fn=sigint_default)
     deadline = time.monotonic() + 60
     while not (tmp_path / "started").exists():
         assert time.monotonic() < deadline and proc.poll() is None
