@@ -99,19 +99,7 @@ def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
         raise ImageError("cannot install busybox",
                          f"{recipe.busybox_package} has no /bin/busybox",
                          "check the recipe's busybox package")
-    _install(bb_src, root / "bin" / "busybox", 0o755)
-    for applet in _busybox_applets(bb_src):
-        link = root / applet
-        if link.exists() or link.is_symlink():
-            continue
-        link.parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(os.path.relpath("/bin/busybox", "/" + str(Path(applet).parent)),
-                   link)
-    sh = root / "bin" / "sh"
-    if os.path.realpath(sh) != os.path.realpath(root / "bin" / "busybox"):
-        sh.unlink(missing_ok=True)       # a package's shell (dash, bash)
-        os.symlink("busybox", sh)
-
+    install_busybox(root, bb_src)
     install_programs(root, inputs)
 
     # /init, recipe overlay, identification
@@ -126,6 +114,24 @@ def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
 
     install_driver(root, inputs)
     return order
+
+
+def install_busybox(root: Path, bb_src: Path) -> None:
+    """/bin/busybox and a link per applet where the image's packages put
+    no program of that name; /bin/sh is busybox's whatever the packages
+    brought (/init is written for it)."""
+    _install(bb_src, root / "bin" / "busybox", 0o755)
+    for applet in _busybox_applets(bb_src):
+        link = root / applet
+        if link.exists() or link.is_symlink():
+            continue
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath("/bin/busybox", "/" + str(Path(applet).parent)),
+                   link)
+    sh = root / "bin" / "sh"
+    if os.path.realpath(sh) != os.path.realpath(root / "bin" / "busybox"):
+        sh.unlink(missing_ok=True)       # a package's shell (dash, bash)
+        os.symlink("busybox", sh)
 
 
 def install_programs(root: Path, inputs: Inputs) -> None:
