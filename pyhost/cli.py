@@ -5,7 +5,8 @@
   pvperf profile [options] -- CMD         host profile of QEMU + guest
   pvperf report DIR                       re-render a saved profile
   pvperf events                           events the paravirtual PMU counts
-  pvperf image status | build [--force]   the guest image
+  pvperf image status | build [--force] [--name N --add PKG,...]
+                                          the guest images
 
 Every argument is checked before any slow step (the image check or
 build, the boot).  Errors print one line, "pvperf: <what failed>: <cause>
@@ -26,6 +27,8 @@ import click
 
 from .errors import GuestTimeoutError, PvperfError
 from .image import build as image_build
+from .image import recipe as image_recipe
+from .image import packages as image_packages
 from .image.inputs import DEFAULT_DRIVER
 from .paths import DRIVER_KO_PATH
 from .pmu import abi, geometry
@@ -110,6 +113,14 @@ def _penalties_callback(ctx, param, value: str | None) -> dict[str, int]:
     return out
 
 
+def _image_callback(ctx, param, value: str) -> str:
+    if not image_recipe.image_exists(value):
+        raise click.BadParameter(
+            f"no image {value!r}: build it with `pvperf image build --name "
+            f"{value} --add PKG[,PKG...]`")
+    return value
+
+
 def vm_options(pmu_switch: bool = True):
     """Options shared by run, shell and profile (decorator factory)."""
     opts = [
@@ -127,6 +138,10 @@ def vm_options(pmu_switch: bool = True):
                      default=None, help="stop the guest after S seconds"),
         click.option("--console", "echo_console", is_flag=True,
                      help="show the guest's serial console on stderr"),
+        click.option("--image", "image_name", default="default",
+                     show_default=True, callback=_image_callback,
+                     help="guest image: a recipe in images/ or one built "
+                     "with `pvperf image build --name NAME --add PKG`"),
     ]
     if pmu_switch:
         opts.append(click.option("--no-pmu", is_flag=True,
@@ -166,18 +181,19 @@ def vm_options(pmu_switch: bool = True):
     return deco
 
 
-def ensure_image():
-    img = image_build.image_status("default")
+def ensure_image(name: str = "default"):
+    img = image_build.image_status(name)
     if img is not None:
         return img
-    click.echo("pvperf: building the default guest image (first use)...",
-               err=True)
-    return image_build.build_image("default")
+    click.echo(f"pvperf: building the {name} guest image (first use or "
+               "out of date)...", err=True)
+    return image_build.build_image(name)
 
 
 def make_config(mode: str, command: str, smp: int, mem: int,
                 share: Path | None, timeout: float | None,
-                echo_console: bool, no_pmu: bool = False,
+                echo_console: bool, image_name: str = "default",
+                no_pmu: bool = False,
                 I1: str | None = None, D1: str | None = None,
                 LL: str | None = None, compat: bool = False,
                 iTLB: str | None = None, dTLB: str | None = None,
@@ -196,7 +212,7 @@ def make_config(mode: str, command: str, smp: int, mem: int,
                       echo_console=echo_console, plugin_options=models,
                       timing=timing or bool(penalties))
     preflight(config)
-    config.image = ensure_image()
+    config.image = ensure_image(image_name)
     return config
 
 
@@ -216,7 +232,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @vm_options()
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(command, **opts) -> None:
-    """Boot the default image and run COMMAND in /mnt/host as root.
+    """Boot the image (--image) and run COMMAND in /mnt/host as root.
 
     COMMAND's stdout and stderr stream to this terminal; pvperf exits
     with COMMAND's exit status.
@@ -228,7 +244,7 @@ def run(command, **opts) -> None:
 @cli.command(epilog=EPILOG)
 @vm_options()
 def shell(**opts) -> None:
-    """Boot the default image and open an interactive shell (Ctrl-] quits)."""
+    """Boot the image (--image) and open an interactive shell (Ctrl-] quits)."""
     config = make_config("shell", "", **opts)
     sys.exit(asyncio.run(run_shell(config)))
 
@@ -303,7 +319,8 @@ def image_options(fn):
                       help=f"guest PMU driver [default: {DRIVER_KO_PATH} "
                       "if built]")(fn)
     return click.option("--name", default="default", show_default=True,
-                        help="recipe: a directory in images/")(fn)
+                        help="image: a recipe in images/, or one built "
+                        "with --add")(fn)
 
 
 def _driver(driver_ko: Path | None, no_driver: bool):
@@ -324,13 +341,56 @@ def image_status(name: str, driver_ko: Path | None, no_driver: bool) -> None:
     sys.exit(0 if img else 1)
 
 
+def _packages_callback(ctx, param, value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    try:
+        if not names:
+            raise ValueError("no package named")
+        return image_recipe.parse_packages(names)
+    except ValueError as e:
+        raise click.BadParameter(str(e))
+
+
+def _save_added(name: str, add: list[str]) -> None:
+    """Check ``name`` and the packages (apt resolves them: an unknown one
+    is a usage error), then save the derived recipe."""
+    try:
+        image_recipe.check_image_name(name)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--name'")
+    if (image_recipe.recipe_dir(name) / "recipe.json").is_file():
+        raise click.BadParameter(
+            f"{name} is a recipe in images/; --add makes a new image: "
+            "choose another name", param_hint="'--name'")
+    base = "default"
+    try:
+        image_packages.resolve(image_recipe.load_recipe(base).packages + add)
+    except image_packages.PackageNotFound as e:
+        raise click.BadParameter(f"{e.package}: {e.cause}",
+                                 param_hint="'--add'")
+    image_recipe.save_derived_recipe(name, base, add)
+
+
 @image.command("build")
 @click.option("--force", is_flag=True, help="rebuild even if up to date")
+@click.option("--add", "add", metavar="PKG[,PKG...]", default=None,
+              callback=_packages_callback,
+              help="build image --name as the default recipe plus these "
+              "Debian packages and their dependencies (saved: later "
+              "builds and `pvperf run --image NAME` reuse the list)")
 @image_options
-def image_build_cmd(force: bool, name: str, driver_ko: Path | None,
-                    no_driver: bool) -> None:
-    """Build or refresh the image from Debian packages."""
+def image_build_cmd(force: bool, add: list[str] | None, name: str,
+                    driver_ko: Path | None, no_driver: bool) -> None:
+    """Build or refresh an image from Debian packages."""
     t0 = time.monotonic()
+    if add is not None:
+        _save_added(name, add)
+    elif not image_recipe.image_exists(name):
+        raise click.BadParameter(f"no image {name!r}: give the packages "
+                                 "with --add PKG[,PKG...]",
+                                 param_hint="'--name'")
     img = image_build.build_image(name, force=force,
                                   driver_ko=_driver(driver_ko, no_driver))
     click.echo(f"vmlinux:   {img.vmlinux}\ninitramfs: {img.initramfs}\n"

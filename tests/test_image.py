@@ -674,4 +674,31 @@ def test_smoke_boot_checks_that_tools_load():
     cmd = smoke.smoke_command(["/usr/bin/objdump"])
     assert cmd.startswith("/lib64/ld-linux-x86-64.so.2 --list /usr/bin/objdump")
     assert cmd.endswith("perf --version >&2")
-    assert smoke.smoke_command() == "cat /proc/kallsyms && perf --version >&2"
+    assert smoke.smoke_command() == (smoke.HELPER_CHECK + " && cat "
+                                     "/proc/kallsyms && perf --version >&2")
+
+
+def _sh(cmd: str, path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["/bin/sh", "-c", cmd], env={"PATH": str(path)},
+                          capture_output=True, text=True)
+
+
+def test_smoke_boot_refuses_an_image_without_addr2line(tmp_path):
+    """perf report dies of SIGPIPE without addr2line (issue 14): the test
+    boot's command stops with exit 3 and a tagged line when it is
+    missing or does not run, and goes on when it runs."""
+    cmd = smoke.HELPER_CHECK + " && echo went-on"
+    r = _sh(cmd, tmp_path)                                  # missing
+    assert r.returncode == 3 and r.stdout == ""
+    assert r.stderr.splitlines()[-1].startswith(
+        smoke.SMOKE_TAG + " addr2line does not run")
+    a2l = tmp_path / "addr2line"
+    a2l.write_text("#!/bin/sh\nexit 1\n")                   # broken
+    a2l.chmod(0o755)
+    assert _sh(cmd, tmp_path).returncode == 3
+    a2l.write_text("#!/bin/sh\necho '??'\necho '??:0'\n")  # runs
+    r = _sh(cmd, tmp_path)
+    assert r.returncode == 0 and r.stdout == "went-on\n"
+    # a failing tool check is not blamed on addr2line
+    r = _sh("false && " + cmd, tmp_path)
+    assert r.returncode == 1 and smoke.SMOKE_TAG not in r.stderr

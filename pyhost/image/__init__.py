@@ -3,6 +3,7 @@
   store    the image cache: GuestImage, where images live, atomic install
   recipe   images/<name>/recipe.json
   apt      Debian packages: versions (apt-cache), download, dpkg -x
+  packages a recipe's packages with their dependencies (apt's resolver)
   host     host programs for the guest (perf, tools) and their libraries
   inputs   the inputs and their hash (when to rebuild)
   kernel   bzImage -> vmlinux, PVH entry, .modinfo (pyelftools)

@@ -11,11 +11,13 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from ..errors import ImageError
 from .host import run, sha256_file
 from .store import images_dir
 
+T = TypeVar("T")
 _APT_HINT = ("run `apt-get update` (the apt lists are empty or stale), "
              "then retry")
 
@@ -64,8 +66,9 @@ def apt_show(packages: list[str]) -> dict[str, dict[str, str]]:
     return found
 
 
-# apt-cache needs ~0.5 s per call to load its cache; the answer only
-# changes when one of these does (apt-get update, a config change, dpkg).
+# apt-cache needs ~0.5 s per call to load its cache, apt-get's resolver
+# ~2 s; the answer only changes when one of these does (apt-get update, a
+# config change, dpkg).
 _APT_STATE = ("/var/lib/apt/lists", "/var/cache/apt/pkgcache.bin",
               "/var/lib/dpkg/status", "/etc/apt/sources.list",
               "/etc/apt/sources.list.d", "/etc/apt/preferences",
@@ -83,20 +86,44 @@ def _apt_state() -> dict[str, list[int] | None]:
     return state
 
 
+def memoized(query, compute: Callable[[], T]) -> T:
+    """compute(), remembered per JSON-able ``query`` while the apt state
+    stays the same (``<cache>/images/.apt-memo.json``; only a speed-up:
+    a lost or unreadable memo is recomputed)."""
+    memo = images_dir() / ".apt-memo.json"
+    key = json.dumps(query, sort_keys=True)
+    state = _apt_state()
+    try:
+        saved = json.loads(memo.read_text())
+        answers = saved["answers"] if saved["state"] == state else {}
+        if key in answers:
+            return answers[key]
+    except (OSError, ValueError, KeyError, TypeError):
+        answers = {}
+    value = compute()
+    answers[key] = value
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f"{memo.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"state": state, "answers": answers}))
+        os.replace(tmp, memo)
+    except OSError:
+        pass
+    return value
+
+
 def resolve_packages(kernel_meta: str, others: list[str]
                      ) -> tuple[str, dict[str, str]]:
     """(concrete kernel package, {package: candidate version}) from the
     local apt lists; no network.  Memoized per apt state."""
-    memo = images_dir() / ".apt-resolved.json"
-    query = [kernel_meta, *others]
-    state = _apt_state()
-    try:
-        saved = json.loads(memo.read_text())
-        if saved["query"] == query and saved["state"] == state:
-            return saved["kernel"], saved["versions"]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    records = apt_show(query)
+    kpkg, versions = memoized(["versions", kernel_meta, *others],
+                              lambda: _resolve_packages(kernel_meta, others))
+    return kpkg, versions
+
+
+def _resolve_packages(kernel_meta: str, others: list[str]
+                      ) -> tuple[str, dict[str, str]]:
+    records = apt_show([kernel_meta, *others])
     versions = {p: records[p]["Version"] for p in others}
     hit = kernel_from_depends(records[kernel_meta].get("Depends", ""))
     if hit is None:
@@ -110,14 +137,6 @@ def resolve_packages(kernel_meta: str, others: list[str]
         if kver is None:
             kver = apt_show([kpkg])[kpkg]["Version"]
     versions[kpkg] = kver
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_name(f"{memo.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"query": query, "state": state,
-                                   "kernel": kpkg, "versions": versions}))
-        os.replace(tmp, memo)
-    except OSError:
-        pass                                  # the memo is only a speed-up
     return kpkg, versions
 
 

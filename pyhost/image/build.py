@@ -10,7 +10,9 @@ An image is four artifacts plus a manifest, cached under
     initramfs.cpio   an UNCOMPRESSED newc archive (no decompression at boot):
                      busybox, the host's Debian ``perf`` with its shared
                      libraries, the recipe's extra host tools (``objdump``
-                     for ``perf annotate``) with theirs, the virtio/9p/
+                     for ``perf annotate``, ``addr2line`` for ``perf
+                     report``) with theirs, the recipe's Debian packages
+                     with their dependencies (packages.py), the virtio/9p/
                      fw_cfg modules, /init, and the guest PMU driver when
                      one is given
     System.map       the core-kernel lines of /proc/kallsyms, read in a
@@ -49,7 +51,7 @@ from typing import Callable
 
 from ..errors import ImageError
 from ..paths import cache_dir
-from . import apt
+from . import apt, packages
 from .cpio import write_initramfs
 from .inputs import DEFAULT_DRIVER, Inputs, gather
 from .kernel import extract_vmlinux, first_load_vaddr, kernel_banner, \
@@ -136,6 +138,11 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
               f"{inputs.versions[bbpkg]}")
     kdeb = apt.fetch_deb(kpkg, inputs.versions[kpkg], debs)
     bbdeb = apt.fetch_deb(bbpkg, inputs.versions[bbpkg], debs)
+    added = []
+    if inputs.debs:
+        report(2, f"fetching {', '.join(recipe.packages)} and their "
+                  f"dependencies: {len(inputs.debs)} packages")
+        added = packages.fetch(inputs.debs, debs, lambda m: report(2, m))
 
     report(3, f"unpacking {kpkg}")
     kdir, bbdir = work / "kernel-deb", work / "busybox-deb"
@@ -170,7 +177,7 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
 
     root = out / "root"
     root.mkdir()
-    order = populate_root(root, inputs, kdir, kver, bbdir, report)
+    order = populate_root(root, inputs, kdir, kver, bbdir, report, added)
     write_image_json(root, inputs, kver)
     shutil.rmtree(kdir)
     shutil.rmtree(bbdir)
@@ -202,6 +209,8 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
         "kernel_package": kpkg,
         "pvh_entry": f"{entry:#x}",
         "packages": inputs.data["packages"],
+        "added": inputs.recipe.packages,
+        "debs": inputs.data["debs"],
         "modules": order,
         "driver_ko": str(inputs.driver_ko) if inputs.driver_ko else None,
         "input_hash": inputs.hash,

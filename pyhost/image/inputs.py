@@ -10,6 +10,8 @@ Inputs (all of them go into the input hash; any change rebuilds):
     * likewise for each recipe ``tools`` entry: the installed version of
       its package, the size/mtime of its binary (symlinks resolved) and of
       every library ``ldd`` lists for it, and its guest path;
+    * the recipe's ``packages`` and every .deb (file name: package,
+      version, architecture) of their dependency closure (packages.py);
     * every file of the recipe directory ``images/<name>/``;
     * the SHA-256 of the guest PMU driver ``pvperf.ko`` (if any);
     * the SHA-256 of the builder's sources (this package).
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from ..errors import ImageError
 from ..paths import DRIVER_KO_PATH
-from . import apt, host
+from . import apt, host, packages
 from .host import Tool
 from .recipe import Recipe, load_recipe
 
@@ -76,6 +78,7 @@ class Inputs:
     driver_bytes: bytes | None
     data: dict
     tools: list[Tool] = field(default_factory=list)
+    debs: list[packages.Deb] = field(default_factory=list)
 
     def programs(self) -> list[tuple[str, Path]]:
         """(guest path, host file) of perf and of every tool."""
@@ -120,6 +123,7 @@ def gather_inputs(name: str, driver_ko: Path | None) -> Inputs:
         versions[spec.package] = version
         for f in [binary] + [h for _g, h in tool.libs]:
             host_files[str(f)] = host.stat_key(f)
+    debs = packages.resolve(recipe.packages)
     driver_bytes = None
     if driver_ko is not None:
         driver_ko = Path(driver_ko).resolve()
@@ -138,11 +142,13 @@ def gather_inputs(name: str, driver_ko: Path | None) -> Inputs:
         "kernel_package": kpkg,
         "host_files": host_files,
         "tools": {t.spec.guest: str(t.host) for t in tools},
+        "add": recipe.packages,
+        "debs": sorted(d.filename for d in debs),
         "driver": (hashlib.sha256(driver_bytes).hexdigest()
                    if driver_bytes is not None else None),
     }
     return Inputs(recipe, kpkg, versions, perf, libs, driver_ko,
-                  driver_bytes, data, tools)
+                  driver_bytes, data, tools, debs)
 
 
 def _default_driver(driver_ko) -> Path | None:

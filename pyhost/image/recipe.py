@@ -1,13 +1,24 @@
-"""The image recipe: ``images/<name>/recipe.json`` (keys: images/README.md)."""
+"""The image recipe: ``images/<name>/recipe.json`` (keys: images/README.md),
+or a saved derived recipe: ``pvperf image build --name NAME --add PKG,...``
+writes ``<cache>/recipes/NAME.json`` (``{"base": RECIPE, "add": [PKG,
+...]}``): the base recipe plus those Debian packages (packages.py)."""
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ImageError
-from .store import recipe_dir
+from .store import recipe_dir, user_recipe_path
+
+#: Debian package names (policy 5.6.1): lower case, digits, + - . ; two
+#: characters at least, starting alphanumeric.  Also keeps an option
+#: (``-o...``) from ever reaching apt-get's command line.
+PACKAGE_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+#: Image names: a file name, no path.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 @dataclass(frozen=True)
 class ToolSpec:
@@ -30,6 +41,10 @@ class Recipe:
     init: Path
     overlay: Path | None
     tools: list[ToolSpec] = field(default_factory=list)
+    #: Debian packages installed from their .debs with their dependencies
+    packages: list[str] = field(default_factory=list)
+    #: the recipe in images/ a saved derived recipe is based on, else None
+    base: str | None = None
 
 
 _GUEST_RESERVED = {"/init", "/bin/busybox", "/usr/bin/perf"}
@@ -68,14 +83,87 @@ def parse_tools(raw) -> list[ToolSpec]:
     return tools
 
 
+def parse_packages(raw) -> list[str]:
+    """The recipe's ``packages`` list (Debian package names, each once, in
+    the order given).  Raises ValueError on a malformed entry."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ValueError("'packages' must be a list of package names")
+    out: list[str] = []
+    for name in raw:
+        if not isinstance(name, str) or not PACKAGE_RE.fullmatch(name):
+            raise ValueError(f"{name!r} is not a Debian "
+                             "package name")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def check_image_name(name: str) -> str:
+    """``name`` if it can name an image; ValueError otherwise."""
+    if not NAME_RE.fullmatch(name):
+        raise ValueError(f"{name!r} is not an image name (letters, digits, "
+                         "'.', '_', '-'; at most 64)")
+    return name
+
+
+def image_exists(name: str) -> bool:
+    """Is there a recipe for ``name`` (images/ or a saved derived one)?"""
+    return NAME_RE.fullmatch(name) is not None and (
+        (recipe_dir(name) / "recipe.json").is_file()
+        or user_recipe_path(name).is_file())
+
+
+def save_derived_recipe(name: str, base: str, packages: list[str]) -> Path:
+    """Write the derived recipe ``name`` = ``base`` + ``packages``."""
+    check_image_name(name)
+    if (recipe_dir(name) / "recipe.json").is_file():
+        raise ValueError(f"{name} is a recipe in images/: choose another name")
+    f = user_recipe_path(name)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_name(f"{f.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"base": base,
+                               "add": parse_packages(packages)}) + "\n")
+    os.replace(tmp, f)
+    return f
+
+
 def load_recipe(name: str = "default") -> Recipe:
+    if not (recipe_dir(name) / "recipe.json").is_file() \
+            and user_recipe_path(name).is_file():
+        return _load_derived(name)
+    return _load_base(name)
+
+
+def _load_derived(name: str) -> Recipe:
+    f = user_recipe_path(name)
+    try:
+        raw = json.loads(f.read_text())
+        base, add = raw["base"], parse_packages(raw["add"])
+        if not isinstance(base, str) or not NAME_RE.fullmatch(base):
+            raise ValueError(f"base {base!r} is not a recipe name")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ImageError(f"image {name!r} cannot be loaded",
+                         f"{f}: {e!r}", "build it again: pvperf image build "
+                         f"--name {name} --add PKG,...", exc=e) from e
+    recipe = _load_base(base)
+    recipe.name, recipe.base = name, base
+    recipe.packages = recipe.packages + [p for p in add
+                                         if p not in recipe.packages]
+    return recipe
+
+
+def _load_base(name: str) -> Recipe:
     d = recipe_dir(name)
     f = d / "recipe.json"
     try:
         raw = json.loads(f.read_text())
     except FileNotFoundError as e:
         raise ImageError(f"image recipe {name!r} not found", f"no {f}",
-                         "use an image name that has a directory in images/",
+                         "use an image name that has a directory in images/"
+                         ", or build one: pvperf image build --name "
+                         f"{name} --add PKG,...",
                          exc=e) from e
     except json.JSONDecodeError as e:
         raise ImageError(f"image recipe {f} is not valid JSON", str(e),
@@ -90,7 +178,8 @@ def load_recipe(name: str = "default") -> Recipe:
             modules=list(raw["modules"]),
             init=d / raw.get("init", "init"),
             overlay=(d / raw["overlay"]) if raw.get("overlay") else None,
-            tools=parse_tools(raw.get("tools")))
+            tools=parse_tools(raw.get("tools")),
+            packages=parse_packages(raw.get("packages")))
     except (KeyError, TypeError) as e:
         raise ImageError(f"image recipe {f} is incomplete",
                          f"missing or malformed key {e}",

@@ -8,9 +8,10 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..errors import ImageError
+from . import packages
 from .host import run
 from .inputs import Inputs
 from .modules import ModuleDB, modname
@@ -39,9 +40,14 @@ def _install(src: Path, dst: Path, mode: int | None = None) -> None:
 
 
 def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
-                   busybox_dir: Path, report: Callable[[int, str], None]
-                   ) -> list[str]:
-    """Fill the guest root tree; returns the module load order."""
+                   busybox_dir: Path, report: Callable[[int, str], None],
+                   debs: Sequence[Path] = ()) -> list[str]:
+    """Fill the guest root tree; returns the module load order.
+
+    ``debs`` (the recipe's packages and their dependencies) are unpacked
+    first: their programs win over busybox applets of the same name (but
+    /bin/sh stays busybox's: /init is written for it), and perf, the
+    recipe's tools, /init, the overlay and the driver go in last."""
     recipe = inputs.recipe
     for d in ("bin", "sbin", "usr/bin", "usr/sbin", "lib", "lib64", "etc",
               "etc/pvperf", "proc", "sys", "dev", "tmp", "run", "root",
@@ -79,6 +85,10 @@ def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
     (root / GUEST_MODULE_LIST).write_text(
         "".join(f"/lib/modules/{kver}/{db.paths[n]}\n" for n in order))
 
+    if debs:
+        report(6, f"unpacking {len(debs)} Debian packages")
+        packages.unpack(list(debs), root)
+
     # busybox and its applets
     names = ", ".join(["perf"] + [os.path.basename(t.spec.guest)
                                   for t in inputs.tools])
@@ -89,15 +99,7 @@ def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
         raise ImageError("cannot install busybox",
                          f"{recipe.busybox_package} has no /bin/busybox",
                          "check the recipe's busybox package")
-    _install(bb_src, root / "bin" / "busybox", 0o755)
-    for applet in _busybox_applets(bb_src):
-        link = root / applet
-        if link.exists() or link.is_symlink():
-            continue
-        link.parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(os.path.relpath("/bin/busybox", "/" + str(Path(applet).parent)),
-                   link)
-
+    install_busybox(root, bb_src)
     install_programs(root, inputs)
 
     # /init, recipe overlay, identification
@@ -114,16 +116,39 @@ def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
     return order
 
 
+def install_busybox(root: Path, bb_src: Path) -> None:
+    """/bin/busybox and a link per applet where the image's packages put
+    no program of that name; /bin/sh is busybox's whatever the packages
+    brought (/init is written for it)."""
+    _install(bb_src, root / "bin" / "busybox", 0o755)
+    for applet in _busybox_applets(bb_src):
+        link = root / applet
+        if link.exists() or link.is_symlink():
+            continue
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath("/bin/busybox", "/" + str(Path(applet).parent)),
+                   link)
+    sh = root / "bin" / "sh"
+    if os.path.realpath(sh) != os.path.realpath(root / "bin" / "busybox"):
+        sh.unlink(missing_ok=True)       # a package's shell (dash, bash)
+        os.symlink("busybox", sh)
+
+
 def install_programs(root: Path, inputs: Inputs) -> None:
     """perf and the recipe's tools (over any busybox applet of the same
     name), their libraries and the dynamic loader at the paths ldd
-    printed."""
+    printed, unless the image's packages already brought that library,
+    at that path or its /usr twin (the host is /usr-merged, so ldd's
+    /lib/x86_64-linux-gnu may be the package's /usr/lib/x86_64-linux-gnu;
+    one copy, the package's, keeps e.g. libssl and libcrypto of one
+    version)."""
     for guest, host in inputs.programs():
         _install(host, root / guest.lstrip("/"), 0o755)
     for guest, host in inputs.libraries():
-        dst = root / guest.lstrip("/")
-        if not dst.exists():
-            _install(host, dst, 0o755)
+        rel = guest.lstrip("/")
+        twin = rel[4:] if rel.startswith("usr/") else "usr/" + rel
+        if not (root / rel).exists() and not (root / twin).exists():
+            _install(host, root / rel, 0o755)
 
 
 def install_driver(root: Path, inputs: Inputs) -> None:

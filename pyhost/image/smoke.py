@@ -5,7 +5,16 @@ is in the ~860 MB -dbg package), so the builder boots the new image once
 with the one VM launcher (vm/launcher.py; run mode, no share, no PMU,
 ``nokaslr``) and reads /proc/kallsyms.  The same boot is the image's
 smoke test: READY and ``EXIT 0`` on the control port, every dynamically
-linked recipe tool loads, and perf prints its version.
+linked recipe tool loads, perf's report helper runs, and perf prints its
+version.
+
+perf report and perf script (perf 6.1, without libbfd) start
+``addr2line`` from PATH for source lines and inlined frames of sampled
+user code and write addresses into its stdin; when addr2line is missing
+the child has exited, and perf dies of SIGPIPE (exit 141) after lines like
+``addr2line /lib/x86_64-linux-gnu/libc.so.6: could not read first
+record`` (issue 14).  So an image without a working addr2line is refused
+here, whatever its recipe.
 """
 from __future__ import annotations
 
@@ -19,6 +28,14 @@ from ..errors import ImageError, PvperfError
 from ..vm.launcher import VMConfig, run_command
 
 LOADER = "/lib64/ld-linux-x86-64.so.2"
+#: Marks the test command's own complaints on stderr.
+SMOKE_TAG = "pvperf-smoke:"
+HELPER_CHECK = (f"{{ addr2line -f -e /usr/bin/perf 0 >/dev/null || {{ echo "
+                f"'{SMOKE_TAG} addr2line does not run: perf report and perf "
+                "script would die of SIGPIPE (exit 141) on --call-graph "
+                "records' >&2; exit 3; }; }")
+HELPER_HINT = ("keep binutils' addr2line in the recipe's tools "
+               "(images/README.md)")
 SMOKE_TIMEOUT = 180.0
 SMOKE_MEM_MB = 512
 HINT = ("run `pvperf image build --force`; if it fails again, boot the "
@@ -34,9 +51,11 @@ class _Boot:
 def smoke_command(tools: Iterable[str] = ()) -> str:
     """The test boot's command: every dynamically linked tool (guest path)
     must load (the dynamic loader's --list exits non-zero when a library
-    is missing), then /proc/kallsyms, then perf's version on stderr."""
+    is missing), addr2line must run, then /proc/kallsyms, then perf's
+    version on stderr."""
     checks = "".join(f"{LOADER} --list {t} >&2 && " for t in tools)
-    return checks + "cat /proc/kallsyms && perf --version >&2"
+    return (checks + HELPER_CHECK
+            + " && cat /proc/kallsyms && perf --version >&2")
 
 
 def smoke_boot(vmlinux: Path, initramfs: Path,
@@ -56,6 +75,11 @@ def smoke_boot(vmlinux: Path, initramfs: Path,
         raise ImageError("the new image did not boot", e.one_line(), HINT,
                          exc=e, details=e.details) from e
     stderr = err.getvalue().decode(errors="replace")
+    tagged = [l for l in stderr.splitlines() if l.startswith(SMOKE_TAG)]
+    if status != 0 and tagged:
+        raise ImageError("the new image fails its test boot",
+                         tagged[0][len(SMOKE_TAG):].strip(), HELPER_HINT,
+                         details="\n".join(stderr.splitlines()[-30:]))
     if status != 0:
         raise ImageError("the new image did not boot",
                          f"the test command exited with {status}", HINT,

@@ -2,6 +2,8 @@
 
     ${XDG_CACHE_HOME:-~/.cache}/pvperf/images/<name>/
         vmlinux, initramfs.cpio, System.map, root/, manifest.json
+    ${XDG_CACHE_HOME:-~/.cache}/pvperf/recipes/<name>.json
+        a derived recipe (a base recipe plus Debian packages)
 
 A build runs in a temporary directory next to it and is renamed into
 place at the end (``install_image``), so a reader sees the old image,
@@ -47,6 +49,11 @@ def image_dir(name: str = "default") -> Path:
 
 def recipe_dir(name: str = "default") -> Path:
     return RECIPES_DIR / name
+
+
+def user_recipe_path(name: str) -> Path:
+    """A saved derived recipe (``pvperf image build --name N --add ...``)."""
+    return cache_dir() / "recipes" / f"{name}.json"
 
 
 def image_from_dir(name: str, d: Path) -> GuestImage | None:
