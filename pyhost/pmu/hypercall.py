@@ -204,7 +204,10 @@ class PerfBackend:
 
     def _complain(self, vcpu: int, text: str,
                   level: int = logging.WARNING) -> None:
-        if log.isEnabledFor(level) and self.limiter.allow(vcpu):
+        # Every out-of-range vCPU index shares one bucket: the limiter's
+        # state stays bounded whatever index a message carries.
+        bucket = min(vcpu, self.max_vcpus)
+        if log.isEnabledFor(level) and self.limiter.allow(bucket):
             log.log(level, "vcpu %d: %s", vcpu, text)
 
     def _write_ret(self, block_gpa: int, ret: int) -> None:

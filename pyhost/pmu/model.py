@@ -310,7 +310,9 @@ class Pmu:
         if not 0 < period <= abi.MAX_PERIOD:
             raise PmuError(errno.EINVAL, f"sample period {period} out of range")
         raw = -(-period * ev.scale_den // ev.scale_num)
-        return max(raw, abi.MIN_PERIOD)
+        # A scaled event (bus-cycles: x10) could exceed the reply's u64;
+        # 2^62 raw counts never elapse anyway (found by tests/fuzz).
+        return min(max(raw, abi.MIN_PERIOD), abi.MAX_PERIOD)
 
     def get(self, event_id: int) -> PmuEvent:
         try:
@@ -403,7 +405,10 @@ class Pmu:
             if e.sampling and e.threshold is not None:
                 # Frequency mode: one-shot (period 0), re-armed by the
                 # guest's SET_PERIOD after each sample (pvperf_abi.h).
-                out.append(proto.Slot(e.threshold, 0 if e.freq else e.period,
+                # The plugin's sums are u64: a threshold past 2^64 - 1
+                # saturates, as the plugin's own re-arm does (sample.c).
+                out.append(proto.Slot(min(e.threshold, proto.DISARMED),
+                                      0 if e.freq else e.period,
                                       event_id, e.ctr_mask, e.rand_bits,
                                       e.slot_flags))
         return out[:proto.MAX_SLOTS]
