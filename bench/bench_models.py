@@ -40,7 +40,7 @@ from benchlib import task_clock_ms as parse_task_clock
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from pyhost.image.build import image_status  # noqa: E402
+from pyhost.image.build import build_image, image_status  # noqa: E402
 from pyhost.pmu.geometry import DEFAULT_D1, DEFAULT_I1, DEFAULT_LL  # noqa: E402
 from pyhost.vm.launcher import VMConfig, run_command  # noqa: E402
 
@@ -105,7 +105,8 @@ def guest_runs(config: str, workload: str, reps: int,
     pmu, options, events = CONFIGS[config]
     cmd = (f"i=0; while [ $i -lt {reps} ]; do i=$((i + 1)); "
            f"perf stat -x, -e {events} {WORKLOADS[workload]}; done")
-    cfg = VMConfig(image=image_status("default"), command=cmd,
+    cfg = VMConfig(image=image_status("default") or build_image("default"),
+                   command=cmd,
                    share=PROGRAMS, pmu=pmu, plugin_options=dict(options),
                    timeout=900, timing=config == "timing")
     if qemu:
