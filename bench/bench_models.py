@@ -138,7 +138,11 @@ def main() -> None:
     ap.add_argument("--workload", nargs="+", default=list(WORKLOADS))
     args = ap.parse_args()
     subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
-    workdir = Path(tempfile.mkdtemp(prefix="pvperf-bench-models-"))
+    # Scratch in the tree's build/ (ignored), not /tmp: nothing there
+    # for test runs' leftover checks to trip on.
+    (REPO / "build").mkdir(exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-models-",
+                                    dir=REPO / "build"))
     try:
         qemu = str(contrib_wrapper(workdir, build_contrib_cache(workdir)))
         print(f"{'workload':<8} {'config':<11} {'ms':>9} {'/plain':>8}"
