@@ -25,6 +25,7 @@ import click
 
 from .errors import GuestTimeoutError, PvperfError
 from .image import build as image_build
+from .image import stage
 from .image.inputs import DEFAULT_DRIVER
 from .paths import DRIVER_KO_PATH
 from .pmu import abi, geometry
@@ -32,6 +33,7 @@ from .pmu.events import default_events
 from .profile import record as prof_record
 from .profile import resolve as prof_resolve
 from .profile import session as prof_session
+from .vm import determinism
 from .vm.launcher import GUEST_SHARE, MIN_MEM_MB, VMConfig, check_mem, \
     preflight, run_command, run_shell
 
@@ -117,6 +119,10 @@ def vm_options(pmu_switch: bool = True):
             "--cachegrind-compat", "compat", is_flag=True,
             help="models see user code only, as under cachegrind "
             "(docs/events.md)"))
+        opts.append(click.option(
+            "--deterministic", is_flag=True,
+            help="replayable run: the same counts and samples every time "
+            "(QEMU icount, fixed seeds, --smp 1; docs/determinism.md)"))
 
     def deco(fn):
         for opt in reversed(opts):
@@ -138,16 +144,27 @@ def make_config(mode: str, command: str, smp: int, mem: int,
                 share: Path | None, timeout: float | None,
                 echo_console: bool, no_pmu: bool = False,
                 I1: str | None = None, D1: str | None = None,
-                LL: str | None = None, compat: bool = False) -> VMConfig:
+                LL: str | None = None, compat: bool = False,
+                deterministic: bool = False) -> VMConfig:
     """The VMConfig of a run: checked (preflight), then the image."""
     models = {k: v for k, v in (("I1", I1), ("D1", D1), ("LL", LL)) if v}
     if compat:
         models["compat"] = "on"
+    share = (share or Path.cwd()).resolve()
+    if deterministic:
+        try:
+            determinism.check(smp)
+        except PvperfError as e:
+            raise click.BadParameter(e.cause, param_hint="'--smp'")
     config = VMConfig(image=None, mode=mode, command=command, smp=smp,
-                      mem_mb=mem, share=(share or Path.cwd()).resolve(),
+                      mem_mb=mem, share=share,
                       pmu=not no_pmu, timeout=timeout,
-                      echo_console=echo_console, plugin_options=models)
+                      echo_console=echo_console, plugin_options=models,
+                      deterministic=deterministic)
     preflight(config)
+    if deterministic:
+        # In guest RAM: at most a quarter of it (image/stage.py).
+        config.initrd_overlay = stage.stage_share(share, (mem << 20) // 4)
     config.image = ensure_image()
     return config
 

@@ -48,7 +48,7 @@ from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
 from ..pmu.nmi import NmiInjector
 from ..pmu.service import PluginService, abstract_name
-from . import qmp
+from . import determinism, qmp
 from .console import Console
 from .qemu import QEMU, check_qemu_for_plugin, find_qemu, \
     qemu_escape, set_pdeathsig
@@ -80,6 +80,8 @@ def preflight(config: "VMConfig") -> None:
     """The checks that need no guest: RAM size, QEMU, the plugin.  The CLI
     runs them before any slow step (the image check or build)."""
     check_mem(config.mem_mb)
+    if config.deterministic:
+        determinism.check(config.smp)
     qemu = find_qemu(config.qemu)
     if config.pmu:
         check_qemu_for_plugin(qemu)
@@ -130,6 +132,10 @@ class VMConfig:
     echo_console: bool = False
     plugin_options: dict[str, str] = field(default_factory=dict)
     kernel_args: tuple[str, ...] = ()  # more of the kernel command line
+    deterministic: bool = False        # replayable run (determinism.py)
+    # A newc cpio appended to the image's initramfs: the share staged in
+    # guest RAM (determinism.py; /init's pvperf.staged=1).
+    initrd_overlay: bytes = b""
     qemu: str = QEMU
 
 
@@ -158,6 +164,7 @@ class VM:
         self.transitions: list[Runstate] = [Runstate.IDLE]
         tag = f"{os.getpid()}-{os.urandom(4).hex()}"
         self.ram_path = SHM_DIR / f"{SHM_PREFIX}{tag}"
+        self.initrd_path = SHM_DIR / f"{SHM_PREFIX}{tag}-initrd"
         self._sock_names = {p: abstract_name(p) for p in (*PORTS, "qmp")}
         self.console: Console | None = None
         self.qmp = None
@@ -190,13 +197,16 @@ class VM:
                            f"mem-path={self.ram_path},share=on",
                 "-display", "none", "-serial", "stdio", "-no-reboot",
                 "-kernel", str(c.image.vmlinux),
-                "-initrd", str(c.image.initramfs)]
+                "-initrd", str(self.initrd_path if c.initrd_overlay
+                               else c.image.initramfs)]
         argv += self._chardev("qmp") + ["-mon", "chardev=qmp,mode=control"]
         argv += ["-device", "virtio-serial-pci,id=vser"]
         for port in PORTS:
             argv += self._chardev(port)
             argv += ["-device", f"virtserialport,bus=vser.0,chardev={port},"
                                 f"name=org.pvperf.{port}"]
+        if c.initrd_overlay:
+            append.append("pvperf.staged=1")
         if c.share is not None:
             append.append("pvperf.share=1")
             argv += ["-fsdev", f"local,id=host,security_model=none,"
@@ -209,6 +219,9 @@ class VM:
         if c.pmu:
             append.append("pvperf.pmu=1")
             argv += ["-plugin", self._plugin_arg()]
+        if c.deterministic:
+            append += determinism.KERNEL_ARGS
+            argv += determinism.QEMU_ARGS
         argv += ["-append", " ".join(append)]
         return argv
 
@@ -247,13 +260,17 @@ class VM:
         preflight(c)
         sweep_stale_shm()
         self._create_ram()
+        if c.initrd_overlay:
+            determinism.write_initrd(self.initrd_path, c.image.initramfs,
+                                     c.initrd_overlay)
         if c.pmu:
             self.memory = GuestMemory.open_file(str(self.ram_path))
             # The host half of sampling raises NMIs through QMP, which is
             # not up yet: the injector is bound to it below, explicitly.
             self.nmi = NmiInjector()
             self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
-                                       nmi=self.nmi)
+                                       nmi=self.nmi,
+                                       deterministic=c.deterministic)
             self.service = PluginService(self.backend)
             self.service.start()
         argv = self.qemu_argv()
@@ -273,6 +290,11 @@ class VM:
         for port in PORTS:
             self._ports[port] = await asyncio.open_unix_connection(
                 "\0" + self._sock_names[port])
+        if c.deterministic:
+            # Held (-S) until now, so the guest finds every port open
+            # instead of seeing the host connect at a host-timed moment.
+            await qmp.wait_connected(self.qmp, PORTS)
+            await qmp.cont(self.qmp)
 
     async def _connect_qmp(self):
         try:
@@ -295,8 +317,10 @@ class VM:
             os.close(fd)
 
     def _unlink_ram(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.ram_path)
+        """Unlink the RAM file and the staged initrd (QEMU has read it)."""
+        for path in (self.ram_path, self.initrd_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     async def stop(self) -> None:
         """Tear everything down; safe to call in any state, twice."""
