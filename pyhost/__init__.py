@@ -4,10 +4,12 @@ guest image builder, the system-wide profiler and the CLI.
 Subsystems, each a package; imports only point down this list (checked
 by tests/test_layering.py), and nothing imports in a circle:
 
-  cli        the `pvperf` command (click): run, shell, profile, report,
-             events, image status|build
+  cli        the `pvperf` command (click): run, stat, compare, shell,
+             profile, report, events, image status|build
   profile/   host profiles of QEMU + guest: record, reverse map,
              symbols, resolve, session, report
+  results    machine-readable counts (--json) and the regression gate
+             (compare); beside profile/, neither imports the other
   image/     the guest image builder: recipe, apt, host programs, kernel,
              System.map, modules, cpio, root tree, smoke boot, cache
   vm/        the VM launcher: QEMU process, QMP, serial console,

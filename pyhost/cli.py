@@ -1,6 +1,8 @@
 """The ``pvperf`` command: one click CLI for everything.
 
   pvperf run [options] -- CMD [ARGS...]   run CMD in a fresh guest
+  pvperf stat [-e EV] [--json F] -- CMD   perf stat of CMD in a guest
+  pvperf compare BASE.json NEW.json       regression gate on two results
   pvperf shell [options]                  interactive guest shell
   pvperf profile [options] -- CMD         host profile of QEMU + guest
   pvperf report DIR                       re-render a saved profile
@@ -29,6 +31,7 @@ from .errors import GuestTimeoutError, PvperfError
 from .image import build as image_build
 from .image import recipe as image_recipe
 from .image import packages as image_packages
+from .image import stage
 from .image.inputs import DEFAULT_DRIVER
 from .paths import DRIVER_KO_PATH
 from .pmu import abi, geometry
@@ -36,8 +39,11 @@ from .pmu.events import default_events
 from .profile import record as prof_record
 from .profile import resolve as prof_resolve
 from .profile import session as prof_session
+from . import results
+from .vm import determinism
 from .vm.launcher import GUEST_SHARE, MIN_MEM_MB, VMConfig, check_mem, \
     preflight, run_command, run_shell
+from .vm.qemu import find_qemu
 
 log = logging.getLogger("pvperf")
 
@@ -51,12 +57,14 @@ EXIT_INTERRUPTED = 130   # Ctrl-C (128 + SIGINT), or SIGTERM
 
 EPILOG = f"""\b
 Exit status:
-  run, profile  the guest command's own status, except:
+  run, stat,    the guest command's own status, except:
+  profile
   {EXIT_USAGE}            usage error (bad arguments or options)
   {EXIT_TIMEOUT}           the guest command ran longer than --timeout
   {EXIT_FAILURE}           pvperf itself failed (setup, image, VM)
   {EXIT_INTERRUPTED}           interrupted (Ctrl-C, SIGTERM); the VM was cleaned up
   image status  0 up to date, 1 missing or out of date
+  compare       0 no regression, 1 a regression, 2 bad input
 """
 
 SIZE_RE = re.compile(r"^(\d+)([MmGg]?)$")
@@ -173,6 +181,10 @@ def vm_options(pmu_switch: bool = True):
             "--cachegrind-compat", "compat", is_flag=True,
             help="models see user code only, as under cachegrind "
             "(docs/events.md)"))
+        opts.append(click.option(
+            "--deterministic", is_flag=True,
+            help="replayable run: the same counts and samples every time "
+            "(QEMU icount, fixed seeds, --smp 1; docs/determinism.md)"))
 
     def deco(fn):
         for opt in reversed(opts):
@@ -198,7 +210,8 @@ def make_config(mode: str, command: str, smp: int, mem: int,
                 LL: str | None = None, compat: bool = False,
                 iTLB: str | None = None, dTLB: str | None = None,
                 timing: bool = False,
-                penalties: dict[str, int] | None = None) -> VMConfig:
+                penalties: dict[str, int] | None = None,
+                deterministic: bool = False) -> VMConfig:
     """The VMConfig of a run: checked (preflight), then the image."""
     models = {k: v for k, v in (("I1", I1), ("D1", D1), ("LL", LL),
                                 ("iTLB", iTLB), ("dTLB", dTLB)) if v}
@@ -206,12 +219,22 @@ def make_config(mode: str, command: str, smp: int, mem: int,
                    for k, v in (penalties or {}).items()})
     if compat:
         models["compat"] = "on"
+    share = (share or Path.cwd()).resolve()
+    if deterministic:
+        try:
+            determinism.check(smp)
+        except PvperfError as e:
+            raise click.BadParameter(e.cause, param_hint="'--smp'")
     config = VMConfig(image=None, mode=mode, command=command, smp=smp,
-                      mem_mb=mem, share=(share or Path.cwd()).resolve(),
+                      mem_mb=mem, share=share,
                       pmu=not no_pmu, timeout=timeout,
                       echo_console=echo_console, plugin_options=models,
-                      timing=timing or bool(penalties))
+                      timing=timing or bool(penalties),
+                      deterministic=deterministic)
     preflight(config)
+    if deterministic:
+        # In guest RAM: at most a quarter of it (image/stage.py).
+        config.initrd_overlay = stage.stage_share(share, (mem << 20) // 4)
     config.image = ensure_image(image_name)
     return config
 
@@ -227,18 +250,125 @@ def cli(ctx: click.Context, debug: bool) -> None:
                         format="pvperf: %(name)s: %(message)s")
 
 
+class _Tee:
+    """The command's stderr: streamed on, and kept for --json."""
+
+    def __init__(self, out):
+        self.out, self.kept = out, bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.out.write(data)
+        self.kept += data
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def json_option(fn):
+    return click.option(
+        "--json", "json_out", type=click.Path(dir_okay=False,
+                                              path_type=Path),
+        default=None, help="write the guest's perf stat counts and how they "
+        "were measured to this file (schema: docs/ci.md)")(fn)
+
+
+def run_and_record(config: VMConfig, json_out: Path | None) -> int:
+    """Run ``config``; with ``json_out``, write the perf stat counts found
+    in the command's stderr (pyhost/results.py)."""
+    if json_out is None:
+        return asyncio.run(run_command(config))
+    # Read now: another pvperf may replace the cached image meanwhile.
+    image_meta = results.image_meta(config.image.manifest)
+    tee = _Tee(sys.stderr.buffer)
+    status = asyncio.run(run_command(config, stderr=tee))
+    events = results.parse_perf_stat(tee.kept.decode("utf-8", "replace"))
+    if not events:
+        raise results.ResultError(
+            f"--json {json_out}", "no perf stat counts on the command's "
+            "stderr", "run perf stat in the guest (`pvperf stat` does)")
+    opts = config.plugin_options
+    model = {"pmu": config.pmu, "I1": opts.get("I1"), "D1": opts.get("D1"),
+             "LL": opts.get("LL"), "iTLB": opts.get("iTLB"),
+             "dTLB": opts.get("dTLB"), "cachegrind_compat": "compat" in opts,
+             "timing": config.timing,
+             "penalties": {k[len("penalty_"):]: int(v) for k, v in opts.items()
+                           if k.startswith("penalty_")}}
+    results.write_result(results.build_result(
+        events, command=config.command, exit_status=status,
+        deterministic=config.deterministic, model=model,
+        vm={"smp": config.smp, "mem_mb": config.mem_mb},
+        qemu=find_qemu(config.qemu), image=image_meta),
+        json_out)
+    click.echo(f"pvperf: {len(events)} counts written to {json_out}",
+               err=True)
+    return status
+
+
 @cli.command(context_settings={"allow_interspersed_args": False},
              epilog=EPILOG)
 @vm_options()
+@json_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(command, **opts) -> None:
+def run(command, json_out, **opts) -> None:
     """Boot the image (--image) and run COMMAND in /mnt/host as root.
 
     COMMAND's stdout and stderr stream to this terminal; pvperf exits
-    with COMMAND's exit status.
+    with COMMAND's exit status.  With --json, COMMAND runs perf stat.
     """
     config = make_config("run", shlex.join(command), **opts)
-    sys.exit(asyncio.run(run_command(config)))
+    sys.exit(run_and_record(config, json_out))
+
+
+@cli.command(context_settings={"allow_interspersed_args": False},
+             epilog=EPILOG)
+@click.option("-e", "--event", "events", multiple=True, metavar="EVENTS",
+              help="perf stat events (repeatable; default: perf's set)")
+@vm_options()
+@json_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def stat(command, events, json_out, **opts) -> None:
+    """Run `perf stat [-e EVENTS] -- COMMAND` in the guest (as `run`
+    does) and exit with COMMAND's status; --json writes the counts."""
+    argv = ["perf", "stat"] + (["-e", ",".join(events)] if events else [])
+    config = make_config("run", shlex.join(argv + ["--", *command]), **opts)
+    sys.exit(run_and_record(config, json_out))
+
+
+EXIT_REGRESSION = 1
+EXIT_BAD_INPUT = 2
+
+
+@cli.command()
+@click.argument("base")
+@click.argument("new")
+@click.option("--threshold", default="0%", show_default=True,
+              help="allowed increase, percent of BASE (e.g. 0.5%)")
+def compare(base: str, new: str, threshold: str) -> None:
+    """Compare two `--json` results event by event; exit 1 if an event
+    went up by more than --threshold (more counted work is a regression),
+    0 if none did, 2 on bad input."""
+    try:
+        limit = results.parse_threshold(threshold)
+        old, cur = results.load_result(base), results.load_result(new)
+    except ValueError as e:
+        click.echo(f"pvperf: compare: bad --threshold {threshold!r}: {e}",
+                   err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except results.ResultError as e:
+        click.echo(f"pvperf: compare: {e.one_line()}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    rows = results.compare(old, cur, limit)
+    if not any(r.delta is not None for r in rows):
+        click.echo("pvperf: compare: no event counted in both files \u2014 "
+                   "compare results of the same events", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    for note in results.notes(old, cur):
+        click.echo(f"# note: {note}")
+    click.echo(results.render(rows, limit))
+    bad = [r.name for r in rows if r.regressed]
+    click.echo(f"pvperf: {len(bad)} regression(s): {', '.join(bad)}" if bad
+               else "pvperf: no regression", err=True)
+    sys.exit(EXIT_REGRESSION if bad else 0)
 
 
 @cli.command(epilog=EPILOG)

@@ -3,7 +3,7 @@ no import circle, no module over ~600 lines (pyhost/__init__.py draws it);
 and the TCG plugin's units, whose includes form no circle either
 (qemu_plugin/pvperf.h draws them).
 
-    cli -> profile -> image -> vm -> pmu -> errors, paths
+    cli -> profile, results -> image -> vm -> pmu -> errors, paths
 
 The image builder sits above the VM launcher because its smoke boot uses
 that one launcher; the launcher never imports the image package.
@@ -18,7 +18,7 @@ from conftest import REPO
 
 PYHOST = REPO / "pyhost"
 LAYERS = {"errors": 0, "paths": 0, "pmu": 1, "vm": 2, "image": 3,
-          "profile": 4, "cli": 5}
+          "profile": 4, "results": 4, "cli": 5}
 MAX_LINES = 600
 
 

@@ -81,13 +81,14 @@ class PerfBackend:
     def __init__(self, memory: GuestMemory, pmu: Pmu | None = None,
                  max_vcpus: int = 64, limiter: RateLimiter | None = None,
                  nmi: Callable[..., None] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 deterministic: bool = False):
         self.memory = memory
-        self.pmu = pmu or Pmu()
+        self.pmu = pmu or Pmu(sync_samples=deterministic)
         self.max_vcpus = max_vcpus
         self.limiter = limiter or RateLimiter()
         self.stats = BackendStats()
-        self.sampler = Sampler(memory, nmi, clock)
+        self.sampler = Sampler(memory, nmi, clock, deterministic)
         self.clock = clock
         # clock(): counting ("counting", "branches") on until then
         self._linger_until: dict[str, float] = {}

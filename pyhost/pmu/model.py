@@ -202,6 +202,9 @@ class Pmu:
     timing: bool = False
     max_events: int = abi.MAX_EVENTS
     counters_per_vcpu: int = COUNTERS_PER_VCPU
+    # Deterministic runs: every sampling overflow waits for the service
+    # (SYNC), so that an NMI it raises lands at a fixed instruction.
+    sync_samples: bool = False
 
     def __post_init__(self):
         self._by_hw: dict[int, EventDef] = {}
@@ -410,7 +413,9 @@ class Pmu:
                 out.append(proto.Slot(min(e.threshold, proto.DISARMED),
                                       0 if e.freq else e.period,
                                       event_id, e.ctr_mask, e.rand_bits,
-                                      e.slot_flags))
+                                      e.slot_flags | (proto.SYNC if
+                                                      self.sync_samples
+                                                      else 0)))
         return out[:proto.MAX_SLOTS]
 
     def counting_needed(self) -> bool:

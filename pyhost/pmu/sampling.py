@@ -33,8 +33,11 @@ from . import plugin_protocol as proto
 from .guestmem import GuestMemory
 from .model import PmuError, PmuEvent
 
-# An NMI not answered (ring tail not moved) within this long is re-sent.
+# An NMI not answered (ring tail not moved) within this long is re-sent;
+# in deterministic runs, within this many overflows (host time would make
+# the re-sends, and so the guest's NMI work, differ from run to run).
 NMI_RETRY_S = 0.05
+NMI_RETRY_OVERFLOWS = 64
 U32 = (1 << 32) - 1
 
 
@@ -65,10 +68,15 @@ class Sampler:
 
     def __init__(self, memory: GuestMemory,
                  nmi: Callable[..., None] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 deterministic: bool = False):
         self.memory = memory
         self.nmi = nmi
         self.clock = clock
+        self.retry = NMI_RETRY_S
+        if deterministic:
+            self.clock = lambda: self.stats.samples
+            self.retry = NMI_RETRY_OVERFLOWS
         self.rings: dict[int, SampleRing] = {}
         self.stats = SampleStats()
 
@@ -143,7 +151,7 @@ class Sampler:
         now = self.clock()
         if ring.notified is not None and \
                 0 < (ring.notified - tail) & U32 <= ring.capacity and \
-                now - ring.notified_at < NMI_RETRY_S:
+                now - ring.notified_at < self.retry:
             return          # the last NMI has not been answered yet
         ring.notified, ring.notified_at = ring.head, now
         self.stats.nmis += 1

@@ -50,7 +50,7 @@ from ..pmu.hypercall import PerfBackend
 from ..pmu.model import Pmu
 from ..pmu.nmi import NmiInjector
 from ..pmu.service import PluginService
-from . import channels, qmp
+from . import channels, determinism, qmp
 from .console import Console
 from .qemu import QEMU, check_qemu_for_plugin, find_qemu, \
     qemu_escape, set_pdeathsig
@@ -83,6 +83,8 @@ def preflight(config: "VMConfig") -> None:
     """The checks that need no guest: RAM size, QEMU, the plugin.  The CLI
     runs them before any slow step (the image check or build)."""
     check_mem(config.mem_mb)
+    if config.deterministic:
+        determinism.check(config.smp)
     qemu = find_qemu(config.qemu)
     if config.pmu:
         check_qemu_for_plugin(qemu)
@@ -134,6 +136,10 @@ class VMConfig:
     plugin_options: dict[str, str] = field(default_factory=dict)
     timing: bool = False               # cycles from the timing model
     kernel_args: tuple[str, ...] = ()  # more of the kernel command line
+    deterministic: bool = False        # replayable run (determinism.py)
+    # A newc cpio appended to the image's initramfs: the share staged in
+    # guest RAM (determinism.py; /init's pvperf.staged=1).
+    initrd_overlay: bytes = b""
     qemu: str = QEMU
 
 
@@ -160,6 +166,7 @@ class VM:
         self.ram_path = SHM_DIR / f"{SHM_PREFIX}{tag}"
         self.channels: channels.SocketPairs | None = None
         self.run_dir: Path | None = None
+        self.initrd_path = SHM_DIR / f"{SHM_PREFIX}{tag}-initrd"
         self.console: Console | None = None
         self.qmp = None
         self.memory: GuestMemory | None = None
@@ -191,13 +198,16 @@ class VM:
                            f"mem-path={self.ram_path},share=on",
                 "-display", "none", "-serial", "stdio", "-no-reboot",
                 "-kernel", str(c.image.vmlinux),
-                "-initrd", str(c.image.initramfs)]
+                "-initrd", str(self.initrd_path if c.initrd_overlay
+                               else c.image.initramfs)]
         argv += self._chardev("qmp") + ["-mon", "chardev=qmp,mode=control"]
         argv += ["-device", "virtio-serial-pci,id=vser"]
         for port in PORTS:
             argv += self._chardev(port)
             argv += ["-device", f"virtserialport,bus=vser.0,chardev={port},"
                                 f"name=org.pvperf.{port}"]
+        if c.initrd_overlay:
+            append.append("pvperf.staged=1")
         if c.share is not None:
             append.append("pvperf.share=1")
             argv += ["-fsdev", f"local,id=host,security_model=none,"
@@ -210,6 +220,9 @@ class VM:
         if c.pmu:
             append.append("pvperf.pmu=1")
             argv += ["-plugin", self._plugin_arg()]
+        if c.deterministic:
+            append += determinism.KERNEL_ARGS
+            argv += determinism.QEMU_ARGS
         argv += ["-append", " ".join(append)]
         return argv
 
@@ -250,13 +263,17 @@ class VM:
         sweep_stale_shm()
         channels.sweep_run_dirs()
         self._create_ram()
+        if c.initrd_overlay:
+            determinism.write_initrd(self.initrd_path, c.image.initramfs,
+                                     c.initrd_overlay)
         if c.pmu:
             self.memory = GuestMemory.open_file(str(self.ram_path))
             # The host half of sampling raises NMIs through QMP, which is
             # not up yet: the injector is bound to it below, explicitly.
             self.nmi = NmiInjector()
             self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
-                                       nmi=self.nmi, pmu=Pmu(timing=c.timing))
+                                       nmi=self.nmi, pmu=Pmu(timing=c.timing),
+                                       deterministic=c.deterministic)
             self.run_dir = channels.make_run_dir()
             self.service = PluginService(self.backend, self.run_dir / "svc")
             self.service.start()
@@ -284,6 +301,11 @@ class VM:
         for port in PORTS:
             self._ports[port] = await asyncio.open_unix_connection(
                 sock=self.channels.ours(port))
+        if c.deterministic:
+            # Held (-S) until now, so the guest finds every port open
+            # instead of seeing the host connect at a host-timed moment.
+            await qmp.wait_connected(self.qmp, PORTS)
+            await qmp.cont(self.qmp)
 
     async def _wait_plugin_connected(self) -> None:
         """The plugin connects every vCPU at install; then nobody needs
@@ -324,8 +346,10 @@ class VM:
             os.close(fd)
 
     def _unlink_ram(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.ram_path)
+        """Unlink the RAM file and the staged initrd (QEMU has read it)."""
+        for path in (self.ram_path, self.initrd_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     async def stop(self) -> None:
         """Tear everything down; safe to call in any state, twice."""

@@ -46,6 +46,28 @@ async def inject_nmi(client: QMPClient) -> None:
     await client.execute("inject-nmi")
 
 
+async def wait_connected(client: QMPClient, labels, timeout: float = 5):
+    """Wait until QEMU has accepted a client on each socket chardev in
+    ``labels`` (query-chardev names an unaccepted one "disconnected:...")."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pending = [c["label"] for c in await client.execute("query-chardev")
+                   if c["label"] in labels and
+                   c["filename"].startswith("disconnected:")]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise VMError("connecting to the guest's ports",
+                          f"QEMU did not accept {', '.join(pending)}",
+                          "run again with --debug")
+        await asyncio.sleep(0.005)
+
+
+async def cont(client: QMPClient) -> None:
+    """Start a VM that QEMU was told to hold (-S)."""
+    await client.execute("cont")
+
+
 async def close(client: QMPClient | None) -> None:
     if client is None:
         return
