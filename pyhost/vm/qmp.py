@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 
 from qemu.qmp import QMPClient
 from qemu.qmp.error import QMPError
