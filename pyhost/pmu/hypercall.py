@@ -85,6 +85,9 @@ class PerfBackend:
                  deterministic: bool = False):
         self.memory = memory
         self.pmu = pmu or Pmu(sync_samples=deterministic)
+        if deterministic and not self.pmu.sync_samples:
+            raise ValueError("a deterministic backend needs a Pmu with "
+                             "sync_samples")
         self.max_vcpus = max_vcpus
         self.limiter = limiter or RateLimiter()
         self.stats = BackendStats()

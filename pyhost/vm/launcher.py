@@ -272,8 +272,9 @@ class VM:
             # not up yet: the injector is bound to it below, explicitly.
             self.nmi = NmiInjector()
             self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
-                                       nmi=self.nmi, pmu=Pmu(timing=c.timing),
-                                       deterministic=c.deterministic)
+                                       nmi=self.nmi, deterministic=c.deterministic,
+                                       pmu=Pmu(timing=c.timing,
+                                               sync_samples=c.deterministic))
             self.run_dir = channels.make_run_dir()
             self.service = PluginService(self.backend, self.run_dir / "svc")
             self.service.start()
