@@ -88,18 +88,15 @@ def _mem_callback(ctx, param, value: str) -> int:
     return parse_mem(value)
 
 
-def _geometry_callback(ctx, param, value: str) -> str:
-    try:
-        return str(geometry.parse_geometry(value))
-    except ValueError as e:
-        raise click.BadParameter(f"{value}: {e}")
-
-
-def _tlb_callback(ctx, param, value: str) -> str:
-    try:
-        return str(geometry.parse_tlb(value))
-    except ValueError as e:
-        raise click.BadParameter(f"{value}: {e}")
+def _checked_by(parse):
+    """A click callback: the option's value as ``parse`` normalises it, or
+    a usage error saying what is wrong (geometry.parse_*)."""
+    def callback(ctx, param, value: str) -> str:
+        try:
+            return str(parse(value))
+        except ValueError as e:
+            raise click.BadParameter(f"{value}: {e}")
+    return callback
 
 
 PENALTIES = ("L1", "LL", "TLB", "BR")
@@ -159,14 +156,15 @@ def vm_options(pmu_switch: bool = True):
                               ("D1", geometry.DEFAULT_D1),
                               ("LL", geometry.DEFAULT_LL)):
             opts.append(click.option(
-                f"--{name}", name, callback=_geometry_callback,
+                f"--{name}", name, callback=_checked_by(geometry.parse_geometry),
                 default=default, show_default=True, metavar="S,A,L",
                 help=f"{name} cache model: size, ways, line (bytes), as "
                 "cachegrind spells it"))
         for name, default in (("iTLB", geometry.DEFAULT_ITLB),
                               ("dTLB", geometry.DEFAULT_DTLB)):
             opts.append(click.option(
-                f"--{name}", name, callback=_tlb_callback, default=default,
+                f"--{name}", name, callback=_checked_by(geometry.parse_tlb),
+                default=default,
                 show_default=True, metavar="E,A,P",
                 help=f"{name} model: entries, ways, page size (bytes)"))
         opts.append(click.option(

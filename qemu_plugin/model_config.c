@@ -58,16 +58,17 @@ static int parse_penalty(const char *key, const char *val)
 {
 	static const struct {
 		const char *key;
+		unsigned n;		/* model counters it sets */
 		unsigned ctr[3];
 	} what[] = {
-		{ "penalty_l1", { PVPERF_M_I1_MISS, PVPERF_M_D1_READ_MISS,
-				  PVPERF_M_D1_WRITE_MISS } },
-		{ "penalty_ll", { PVPERF_M_LL_IMISS, PVPERF_M_LL_READ_MISS,
-				  PVPERF_M_LL_WRITE_MISS } },
-		{ "penalty_tlb", { PVPERF_M_DTLB_READ_MISS,
-				   PVPERF_M_DTLB_WRITE_MISS, PVPERF_M_ITLB_MISS } },
-		{ "penalty_br", { PVPERF_M_COND_MISS, PVPERF_M_IND_MISS,
-				  PVPERF_M_IND_MISS } },
+		{ "penalty_l1", 3, { PVPERF_M_I1_MISS, PVPERF_M_D1_READ_MISS,
+				     PVPERF_M_D1_WRITE_MISS } },
+		{ "penalty_ll", 3, { PVPERF_M_LL_IMISS, PVPERF_M_LL_READ_MISS,
+				     PVPERF_M_LL_WRITE_MISS } },
+		{ "penalty_tlb", 3, { PVPERF_M_DTLB_READ_MISS,
+				      PVPERF_M_DTLB_WRITE_MISS,
+				      PVPERF_M_ITLB_MISS } },
+		{ "penalty_br", 2, { PVPERF_M_COND_MISS, PVPERF_M_IND_MISS } },
 	};
 	char *end;
 	unsigned long v;
@@ -80,7 +81,7 @@ static int parse_penalty(const char *key, const char *val)
 			pvperf_log("option %s=%s: cycles 0..100000\n", key, val);
 			return -1;
 		}
-		for (size_t j = 0; j < 3; j++)
+		for (unsigned j = 0; j < what[i].n; j++)
 			mcfg.penalty[what[i].ctr[j]] = v;
 		return 1;
 	}

@@ -31,6 +31,14 @@ MIN_PAGE = 4096
 MAX_PAGE = 1 << 30
 
 
+def _three_numbers(text: str, usage: str) -> tuple[int, int, int]:
+    """"32768,8,64" -> (32768, 8, 64), or ValueError(usage)."""
+    if not re.fullmatch(r"\d+,\d+,\d+", text.strip()):
+        raise ValueError(usage)
+    a, b, c = (int(f) for f in text.split(","))
+    return a, b, c
+
+
 def _pow2(x: int) -> bool:
     return x > 0 and not x & (x - 1)
 
@@ -51,9 +59,8 @@ class CacheGeometry:
 
 def parse_geometry(text: str) -> CacheGeometry:
     """"32768,8,64" -> CacheGeometry, or ValueError saying what is wrong."""
-    if not re.fullmatch(r"\d+,\d+,\d+", text.strip()):
-        raise ValueError("expected SIZE,ASSOC,LINE (bytes, ways, bytes)")
-    size, assoc, line = (int(f) for f in text.split(","))
+    size, assoc, line = _three_numbers(
+        text, "expected SIZE,ASSOC,LINE (bytes, ways, bytes)")
     if not (size and assoc and line):
         raise ValueError("size, associativity and line size must be "
                          "positive")
@@ -85,9 +92,8 @@ class TlbGeometry:
 
 def parse_tlb(text: str) -> TlbGeometry:
     """"64,4,4096" -> TlbGeometry, or ValueError saying what is wrong."""
-    if not re.fullmatch(r"\d+,\d+,\d+", text.strip()):
-        raise ValueError("expected ENTRIES,ASSOC,PAGE (entries, ways, bytes)")
-    entries, assoc, page = (int(f) for f in text.split(","))
+    entries, assoc, page = _three_numbers(
+        text, "expected ENTRIES,ASSOC,PAGE (entries, ways, bytes)")
     if not _pow2(page) or not MIN_PAGE <= page <= MAX_PAGE:
         raise ValueError("page size is not a power of two from 4096 to "
                          "1 GiB")
