@@ -550,6 +550,9 @@ static void pvperf_sync_period(struct perf_event *event, bool rearm)
 
 static unsigned int pvperf_drain(struct pt_regs *irq_regs);
 
+/* kernel/events/core.c's MAX_INTERRUPTS (private to it): a throttled event. */
+#define PVPERF_THROTTLED (~0ULL)
+
 static void pvperf_event_start(struct perf_event *event, int flags)
 {
 	struct pvperf_event *pe = event->pmu_private;
@@ -810,6 +813,16 @@ static void pvperf_deliver(struct pvperf_cpu *pc, const struct pvperf_sample *re
 	if (!event)
 		return;		/* deleted meanwhile: the record is dropped */
 	hwc = &event->hw;
+	/*
+	 * Throttled by an earlier record of this drain: perf core stopped
+	 * the event until its next tick, where it restarts only events whose
+	 * ->interrupts is still MAX_INTERRUPTS.  Another overflow would
+	 * increment that to 0 and the event would stay stopped for good
+	 * (every later sample lost).  Hardware raises no overflow while
+	 * stopped, so the records the ring still holds for it are dropped.
+	 */
+	if (hwc->interrupts == PVPERF_THROTTLED)
+		return;
 	pvperf_sample_regs(&regs, rec, irq_regs);
 	perf_sample_data_init(&data, rec->data_addr,
 			      rec->period ? rec->period : hwc->last_period);

@@ -178,6 +178,18 @@ int64_t link_exchange(unsigned vcpu, const struct pvperf_proto_hcall *msg,
 }
 
 /*
+ * Flow control: every PVPERF_OVERFLOW_CREDIT-th overflow of a vCPU is sent
+ * PVPERF_PROTO_SYNC, whatever its slot says.  A vCPU overflowing faster
+ * than the service writes records and QEMU raises NMIs (perf record -c
+ * 1000: ~10^5 overflows per second) would otherwise fill the socket
+ * buffer and then the guest's sample ring (~400 records), and samples
+ * would be lost.  The answer comes once the service has handled every
+ * earlier message of this vCPU and the NMI that drains the ring is
+ * raised, so neither ever holds much more than this many.
+ */
+#define PVPERF_OVERFLOW_CREDIT	64
+
+/*
  * An overflow (sample.c, on the vCPU thread): one datagram, and for a
  * PVPERF_PROTO_SYNC one the (empty) answer, given once the service has
  * raised the NMI, so that the guest takes it at the next TB boundary,
@@ -187,19 +199,23 @@ int64_t link_exchange(unsigned vcpu, const struct pvperf_proto_hcall *msg,
 void link_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	struct pvperf_proto_overflow msg = *m;
 	struct pvperf_proto_reply reply;
 	int64_t err;
 	int fd;
 
 	if (!link_usable() || !link_enter())
 		return;
+	if (++v->unanswered >= PVPERF_OVERFLOW_CREDIT)
+		msg.flags |= PVPERF_PROTO_SYNC;
 	fd = vcpu_socket(v);
-	if (fd < 0 || send(fd, m, sizeof(*m), MSG_NOSIGNAL | MSG_DONTWAIT) !=
-	    (ssize_t)sizeof(*m)) {
+	if (fd < 0 || send(fd, &msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+	    (ssize_t)sizeof(msg)) {
 		v->lost++;
 		pvperf_guest_log(vcpu, "overflow message not sent (%" PRIu64 " lost)\n",
 				 v->lost);
-	} else if (m->flags & PVPERF_PROTO_SYNC) {
+	} else if (msg.flags & PVPERF_PROTO_SYNC) {
+		v->unanswered = 0;
 		err = recv_reply(fd, &reply);
 		if (err)
 			service_failed(vcpu, err);

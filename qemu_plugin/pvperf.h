@@ -91,6 +91,7 @@ struct pvperf_vcpu {
 	int fd;			/* service connection or -1 (link.c) */
 	unsigned log_budget;	/* guest-triggerable log lines left */
 	uint64_t lost;		/* overflow messages the socket refused */
+	unsigned unanswered;	/* overflows sent since the last answered one */
 	/* Sampling (sample.c): the slots the service armed on this vCPU. */
 	unsigned n_slots;
 	unsigned pending_mask;	/* bit i: pending[i] is held */

@@ -31,7 +31,8 @@ def setup():
     mem = GuestMemory(bytearray(1 << 20))
     now = [0.0]
     nmis = []
-    sampler = Sampler(mem, nmi=lambda wait=False: nmis.append(wait),
+    sampler = Sampler(mem, nmi=lambda wait=False, inject=True:
+                      nmis.append(wait if inject else "settle"),
                       clock=lambda: now[0])
     sampler.set_buffer(0, RING, SIZE, 1)
     attr = abi.GuestPerfAttr(PERF_TYPE_HARDWARE, HW_INSTRUCTIONS, 1000, 0,
@@ -76,6 +77,18 @@ def test_sync_overflow_waits_for_its_nmi(setup):
     mem, sampler, event, nmis, now = setup
     sampler.deliver(overflow(0x401000, proto.SYNC), event)
     assert nmis == [True]
+
+
+def test_sync_overflow_waits_for_the_outstanding_nmi(setup):
+    """The plugin's flow control: a SYNC overflow while an NMI is still
+    unanswered injects no second one but waits until that one is raised
+    (otherwise the vCPU runs on and the ring overflows)."""
+    mem, sampler, event, nmis, now = setup
+    sampler.deliver(overflow(0x401000), event)
+    sampler.deliver(overflow(0x401004, proto.SYNC), event)
+    assert nmis == [False, "settle"]
+    assert u32(mem, RING + abi.SAMPLE_BUF_OFFSET_NMIS) == 1
+    assert sampler.stats.nmis == 1
 
 
 def test_bad_buffers_are_refused(setup):

@@ -33,6 +33,7 @@ class NmiInjector:
         self._target: tuple[asyncio.AbstractEventLoop,
                             Callable[[], Awaitable[None]]] | None = None
         self.sent = self.failed = self.dropped = 0
+        self._last = None       # the future of the latest request
 
     def bind(self, loop: asyncio.AbstractEventLoop,
              inject: Callable[[], Awaitable[None]]) -> None:
@@ -43,22 +44,33 @@ class NmiInjector:
         """No NMI after this (QMP is about to go away)."""
         self._target = None
 
-    def __call__(self, wait: bool = False) -> None:
+    def __call__(self, wait: bool = False, inject: bool = True) -> None:
         """Inject; with ``wait``, block this service thread until QEMU has
-        raised the NMI (bounded: a late NMI only costs callchain accuracy)."""
+        raised the NMI (bounded: a late NMI only costs callchain accuracy).
+        ``inject`` False with ``wait``: no new NMI, only wait for the
+        latest one (a vCPU held back until its ring will be drained)."""
+        if not inject:
+            if wait and self._last is not None:
+                self._wait(self._last)
+            return
         target = self._target
         if target is None:
             self.dropped += 1
             return
-        loop, inject = target
+        loop, inject_nmi = target
         self.sent += 1
-        fut = asyncio.run_coroutine_threadsafe(inject(), loop)
+        fut = asyncio.run_coroutine_threadsafe(inject_nmi(), loop)
         fut.add_done_callback(self._done)
+        self._last = fut
         if wait:
-            try:
-                fut.result(timeout=NMI_WAIT_S)
-            except Exception:   # counted by _done; never fail the sample
-                pass
+            self._wait(fut)
+
+    @staticmethod
+    def _wait(fut) -> None:
+        try:
+            fut.result(timeout=NMI_WAIT_S)
+        except Exception:   # counted by _done; never fail the sample
+            pass
 
     def _done(self, fut) -> None:
         if fut.cancelled() or fut.exception() is not None:

@@ -11,7 +11,9 @@ plugin, already matched to its event by the PMU model, becomes here:
      still outstanding (the guest has not consumed up to the head we
      notified, and not for NMI_RETRY_S).  Buffered events request one
      only when the ring holds ``watermark`` records.  A SYNC overflow
-     (callchain events) waits until QEMU has raised the NMI.
+     (callchain events, and every few dozen overflows of a vCPU: the
+     plugin's flow control) waits until QEMU has raised the NMI, the new
+     one or the outstanding one.
 
 inject-nmi reaches every vCPU, so before each request every ring's
 ``nmis`` is incremented: each driver claims exactly one NMI per increment
@@ -152,7 +154,13 @@ class Sampler:
         if ring.notified is not None and \
                 0 < (ring.notified - tail) & U32 <= ring.capacity and \
                 now - ring.notified_at < self.retry:
-            return          # the last NMI has not been answered yet
+            # The last NMI has not been answered yet.  A SYNC overflow
+            # (the plugin's flow control sends one every few dozen) waits
+            # until it is raised at least: the vCPU then takes it before
+            # it can overflow the ring.
+            if wait and self.nmi is not None:
+                self.nmi(wait=True, inject=False)
+            return
         ring.notified, ring.notified_at = ring.head, now
         self.stats.nmis += 1
         # inject-nmi reaches every vCPU: tell each ring's driver one more

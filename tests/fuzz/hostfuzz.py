@@ -71,8 +71,8 @@ class Fuzz:
                               limiter=RateLimiter(clock=clock),
                               nmi=self._nmi, clock=clock)
 
-    def _nmi(self, wait: bool = False) -> None:
-        self.nmis += 1
+    def _nmi(self, wait: bool = False, inject: bool = True) -> None:
+        self.nmis += inject
 
     # -- what the fuzzer picks ------------------------------------------------
 
