@@ -193,7 +193,10 @@ struct pvperf_guest_perf_event {
 	__u64 count;
 	__u32 overflows;	/* host increments (mod 2^32); the guest only
 				 * reads it (differences), so no race */
-	__u32 __pad0;
+	__u32 lost;		/* host increments (mod 2^32) for each sample
+				 * of this event it could not record (its
+				 * CPU's ring full, or none registered); was
+				 * padding (0) before ABI v4's drivers used it */
 };
 
 /* Seed: guest_perf_event_param, the OPEN parameter block. */
@@ -269,6 +272,8 @@ PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_guest_perf_attr, flags) == 40
 PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_guest_perf_attr, bp_addr) == 56,
 		  "attr bp_addr");
 PVPERF_ABI_ASSERT(sizeof(struct pvperf_guest_perf_event) == 16, "event size");
+PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_guest_perf_event, lost) == 12,
+		  "event lost");
 PVPERF_ABI_ASSERT(sizeof(struct pvperf_guest_perf_param) == 24, "param size");
 PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_guest_perf_param, id) == 16,
 		  "param id");

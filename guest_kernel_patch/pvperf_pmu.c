@@ -95,6 +95,7 @@ struct pvperf_event {
 	struct pvperf_guest_perf_attr attr;
 	struct pvperf_guest_perf_param param;
 	u32 id;				/* event id, see pvperf_abi.h */
+	u32 lost_reported;		/* gpe.lost told to perf so far */
 	u64 programmed_period;		/* last period the host was given */
 };
 
@@ -138,6 +139,10 @@ typedef int (*pvperf_overflow_fn)(struct perf_event *event,
 
 /* perf_event_overflow(), or NULL: then sampling events are refused. */
 static pvperf_overflow_fn pvperf_overflow;
+
+/* perf_log_lost_samples() (not exported either), or NULL: then say it. */
+typedef void (*pvperf_log_lost_fn)(struct perf_event *event, u64 lost);
+static pvperf_log_lost_fn pvperf_log_lost;
 
 #ifdef MODULE
 /* Optional override; by default the address is looked up (see below). */
@@ -837,6 +842,35 @@ static void pvperf_deliver(struct pvperf_cpu *pc, const struct pvperf_sample *re
 }
 
 /*
+ * Samples the host could not record (the ring full) are counted per event
+ * in gpe.lost; perf hears of them as PERF_RECORD_LOST_SAMPLES, which
+ * `perf report --stats` and perf record's summary show, as for a PEBS
+ * record the hardware dropped.
+ */
+static void pvperf_report_lost(struct pvperf_cpu *pc)
+{
+	int i;
+
+	for (i = 0; i < PVPERF_COUNTERS_PER_CPU; i++) {
+		struct perf_event *event = READ_ONCE(pc->active[i]);
+		struct pvperf_event *pe = event ? event->pmu_private : NULL;
+		u32 lost;
+
+		if (!pe)
+			continue;
+		lost = READ_ONCE(pe->gpe.lost) - pe->lost_reported;
+		if (!lost)
+			continue;
+		pe->lost_reported += lost;
+		if (pvperf_log_lost)
+			pvperf_log_lost(event, lost);
+		else
+			pr_warn_ratelimited("event %u: %u samples lost\n",
+					    pe->id, lost);
+	}
+}
+
+/*
  * Deliver every record in this CPU's ring.  Runs in the NMI handler
  * (irq_regs = where the NMI landed) and from del()/read() with IRQs off
  * (irq_regs NULL); `draining` keeps an NMI, or a read() that
@@ -869,6 +903,7 @@ static unsigned int pvperf_drain(struct pt_regs *irq_regs)
 		n++;
 	}
 	smp_store_release(&ring->tail, tail);
+	pvperf_report_lost(pc);
 	barrier();
 	pc->draining = false;
 	return n;
@@ -986,8 +1021,11 @@ static void pvperf_find_overflow(void)
 	if (!overflow_addr)
 		overflow_addr = pvperf_lookup_function("perf_event_overflow");
 	pvperf_overflow = (pvperf_overflow_fn)overflow_addr;
+	pvperf_log_lost = (pvperf_log_lost_fn)
+		pvperf_lookup_function("perf_log_lost_samples");
 #else
 	pvperf_overflow = perf_event_overflow;
+	pvperf_log_lost = perf_log_lost_samples;
 #endif
 }
 

@@ -70,6 +70,10 @@ def test_full_ring_counts_lost(setup):
         sampler.deliver(overflow(0x401000 + i), event)
     assert u32(mem, RING + abi.SAMPLE_BUF_OFFSET_HEAD) == CAPACITY
     assert u32(mem, RING + abi.SAMPLE_BUF_OFFSET_LOST) == 2
+    # ... and in the event, whose driver reports them to perf.
+    assert u32(mem, EVENT_GPA + abi.GUEST_EVENT_OFFSET_LOST) == 2
+    assert u32(mem, EVENT_GPA + abi.GUEST_EVENT_OFFSET_OVERFLOWS) == \
+        CAPACITY + 2
     assert sampler.stats.lost == 2
 
 

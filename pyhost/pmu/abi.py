@@ -87,8 +87,10 @@ HCALL_OFFSET_RET = 40
 ATTR = struct.Struct("<IIQQQQQIIQQ")
 ATTR_OFFSET_FLAGS = 40
 ATTR_OFFSET_BP_ADDR = 56
-# struct pvperf_guest_perf_event: count, overflows, pad
+# struct pvperf_guest_perf_event: count, overflows, lost
 GUEST_EVENT = struct.Struct("<QII")
+GUEST_EVENT_OFFSET_OVERFLOWS = 8
+GUEST_EVENT_OFFSET_LOST = 12
 # struct pvperf_guest_perf_param: attr_addr, guest_event_addr, id, pad
 PARAM = struct.Struct("<QQII")
 PARAM_OFFSET_ID = 16
@@ -131,6 +133,8 @@ STRUCT_OFFSETS = {
     ("pvperf_hcall", "ret"): HCALL_OFFSET_RET,
     ("pvperf_guest_perf_attr", "flags"): ATTR_OFFSET_FLAGS,
     ("pvperf_guest_perf_attr", "bp_addr"): ATTR_OFFSET_BP_ADDR,
+    ("pvperf_guest_perf_event", "overflows"): GUEST_EVENT_OFFSET_OVERFLOWS,
+    ("pvperf_guest_perf_event", "lost"): GUEST_EVENT_OFFSET_LOST,
     ("pvperf_guest_perf_param", "id"): PARAM_OFFSET_ID,
     ("pvperf_sample", "flags"): SAMPLE_OFFSET_FLAGS,
     ("pvperf_sample", "ip"): SAMPLE_OFFSET_IP,

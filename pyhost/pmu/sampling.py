@@ -5,8 +5,10 @@ header followed by struct pvperf_sample records).  An overflow from the
 plugin, already matched to its event by the PMU model, becomes here:
 
   1. guest_perf_event.overflows + 1 (the host is its only writer);
-  2. one record in the overflowing vCPU's ring (``lost`` + 1 when full or
-     when the guest garbled ``tail``); record first, then ``head``;
+  2. one record in the overflowing vCPU's ring (when it is full, or the
+     guest garbled ``tail``, or the vCPU has none: the ring's ``lost`` and
+     the event's ``lost`` + 1, which the driver reports to perf as lost
+     samples); record first, then ``head``;
   3. an NMI request through the ``NmiInjector`` (nmi.py), unless one is
      still outstanding (the guest has not consumed up to the head we
      notified, and not for NMI_RETRY_S).  Buffered events request one
@@ -111,20 +113,27 @@ class Sampler:
     def _write_u32(self, gpa: int, value: int) -> None:
         self.memory.write(gpa, (value & U32).to_bytes(4, "little"), align=4)
 
-    def _bump_overflows(self, event: PmuEvent) -> None:
-        gpa = event.guest_event_gpa + 8
+    def _bump(self, event: PmuEvent, offset: int) -> None:
+        gpa = event.guest_event_gpa + offset
         self._write_u32(gpa, self._read_u32(gpa) + 1)
+
+    def _bump_overflows(self, event: PmuEvent) -> None:
+        self._bump(event, abi.GUEST_EVENT_OFFSET_OVERFLOWS)
+
+    def _lose(self, event: PmuEvent) -> None:
+        self.stats.lost += 1
+        self._bump(event, abi.GUEST_EVENT_OFFSET_LOST)
 
     def _record(self, msg: proto.OverflowMessage, event: PmuEvent) -> None:
         ring = self.rings.get(msg.vcpu)
         if ring is None:
-            self.stats.lost += 1
+            self._lose(event)
             return
         tail = self._read_u32(ring.gpa + abi.SAMPLE_BUF_OFFSET_TAIL)
         used = (ring.head - tail) & U32
         if used >= ring.capacity:      # full, or a tail the guest garbled
             ring.lost += 1
-            self.stats.lost += 1
+            self._lose(event)
             self._write_u32(ring.gpa + abi.SAMPLE_BUF_OFFSET_LOST, ring.lost)
         else:
             self._write_record(ring, msg, event)
