@@ -9,17 +9,27 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define BPRED_HIST_BITS	7
-#define BPRED_ADDR_BITS	7
-#define BPRED_BTB_BITS	9
-
-struct bpred {
-	uint64_t history;	/* outcomes of the last conditional branches */
-	uint8_t counter[1 << (BPRED_HIST_BITS + BPRED_ADDR_BITS)];
-	uint64_t btb[1 << BPRED_BTB_BITS];	/* last target per slot */
+enum bpred_kind {
+	BPRED_CACHEGRIND,	/* --cachegrind-compat: cachegrind's own */
+	BPRED_GSHARE,		/* the default: gshare, history-indexed BTB */
 };
 
-void bpred_init(struct bpred *p);
+/* cachegrind's geometry */
+#define BPRED_CG_HIST_BITS	7
+#define BPRED_CG_ADDR_BITS	7
+#define BPRED_CG_BTB_BITS	9
+/* gshare's */
+#define BPRED_GS_BITS		16
+#define BPRED_GS_BTB_BITS	12
+
+struct bpred {
+	enum bpred_kind kind;
+	uint64_t history;	/* outcomes of the last conditional branches */
+	uint8_t counter[1 << BPRED_GS_BITS];	/* cachegrind: first 2^14 */
+	uint64_t btb[1 << BPRED_GS_BTB_BITS];	/* cachegrind: first 512 */
+};
+
+void bpred_init(struct bpred *p, enum bpred_kind kind);
 /* Predict, then learn the outcome; true if it was mispredicted. */
 bool bpred_cond(struct bpred *p, uint64_t pc, bool taken);
 bool bpred_indirect(struct bpred *p, uint64_t pc, uint64_t target);

@@ -235,6 +235,12 @@ static inline void bump(struct model_vcpu *m, unsigned ctr, bool kernel,
 		add(m, PVPERF_M_STALL, mcfg.penalty[ctr], kernel, at);
 }
 
+/* cachegrind's predictor in compat mode, a stronger one otherwise. */
+static enum bpred_kind predictor(void)
+{
+	return mcfg.compat ? BPRED_CACHEGRIND : BPRED_GSHARE;
+}
+
 void models_init(unsigned n_vcpus)
 {
 	mv = g_aligned_alloc0(n_vcpus, sizeof(*mv), 64);
@@ -243,7 +249,7 @@ void models_init(unsigned n_vcpus)
 		cache_init(&mv[i].d1, &mcfg.d1);
 		cache_init(&mv[i].itlb, &mcfg.itlb);
 		cache_init(&mv[i].dtlb, &mcfg.dtlb);
-		bpred_init(&mv[i].bp);
+		bpred_init(&mv[i].bp, predictor());
 	}
 	cache_init(&ll, &mcfg.ll);
 }
@@ -353,7 +359,7 @@ static void catch_up(struct model_vcpu *m)
 	cache_reset(&m->d1);
 	cache_reset(&m->itlb);
 	cache_reset(&m->dtlb);
-	bpred_init(&m->bp);
+	bpred_init(&m->bp, predictor());
 	m->load_site = 0;
 }
 

@@ -140,18 +140,18 @@ static void test_bpred(void)
 	 * predicts not-taken; from the 8th on history is 127 and its counter
 	 * needs two takens (0 -> 1 -> 2) before it predicts taken: 9 misses.
 	 */
-	bpred_init(&p);
+	bpred_init(&p, BPRED_CACHEGRIND);
 	for (int i = 0; i < 1000; i++)
 		miss += bpred_cond(&p, 0x401000, true);
 	check("always taken", miss, 9);
 	/* Never taken: history stays 0 and counters start at 0: no miss. */
-	bpred_init(&p);
+	bpred_init(&p, BPRED_CACHEGRIND);
 	miss = 0;
 	for (int i = 0; i < 1000; i++)
 		miss += bpred_cond(&p, 0x401000, false);
 	check("never taken", miss, 0);
 	/* Indirect: the same target misses once, alternating ones always. */
-	bpred_init(&p);
+	bpred_init(&p, BPRED_CACHEGRIND);
 	miss = 0;
 	for (int i = 0; i < 100; i++)
 		miss += bpred_indirect(&p, 0x401000, 0x402000);
@@ -161,9 +161,60 @@ static void test_bpred(void)
 		miss += bpred_indirect(&p, 0x401000, 0x403000 + (i & 1) * 0x10);
 	check("alternating targets", miss, 100);
 	/* 512 slots: pcs 512 apart share one. */
-	bpred_init(&p);
+	bpred_init(&p, BPRED_CACHEGRIND);
 	bpred_indirect(&p, 0x401000, 0x402000);
 	check("aliased slot", bpred_indirect(&p, 0x401200, 0x402000), 0);
+}
+
+/* The default predictor (gshare): what cachegrind's cannot learn. */
+static void test_gshare(void)
+{
+	struct bpred cg, gs;
+	int miss_cg = 0, miss_gs = 0;
+
+	/*
+	 * Always taken: histories 0, 1, 3, ... 2^16 - 1 give 17 counters,
+	 * each met first at 1 (weakly not-taken): 17 misses, then none.
+	 */
+	bpred_init(&gs, BPRED_GSHARE);
+	for (int i = 0; i < 1000; i++)
+		miss_gs += bpred_cond(&gs, 0x401000, true);
+	check("gshare always taken", miss_gs, 17);
+	/*
+	 * A loop of 10 trips (9 taken, then not taken), 1,000 times.
+	 * cachegrind's 7 outcomes of history cannot tell the exit from the
+	 * 7th-9th trips: at least one miss per loop.  16 outcomes always
+	 * contain the previous exit, so every position has its own counter:
+	 * misses only while the 10 counters learn (2 each at most).
+	 */
+	bpred_init(&cg, BPRED_CACHEGRIND);
+	bpred_init(&gs, BPRED_GSHARE);
+	miss_cg = miss_gs = 0;
+	for (int i = 0; i < 10000; i++) {
+		miss_cg += bpred_cond(&cg, 0x401000, i % 10 != 9);
+		miss_gs += bpred_cond(&gs, 0x401000, i % 10 != 9);
+	}
+	check("cachegrind loop of 10 misses each exit", miss_cg >= 1000, 1);
+	check("gshare loop of 10 learnt", miss_gs <= 40, 1);
+	/*
+	 * An indirect call whose target follows the branch before it
+	 * (alternating): cachegrind's last-target table misses every time;
+	 * indexed by history, the first 12 calls see 12 different
+	 * (growing) histories, the 13th the other steady one: 13 misses.
+	 */
+	bpred_init(&cg, BPRED_CACHEGRIND);
+	bpred_init(&gs, BPRED_GSHARE);
+	miss_cg = miss_gs = 0;
+	for (int i = 0; i < 1000; i++) {
+		uint64_t target = i & 1 ? 0x403000 : 0x404000;
+
+		bpred_cond(&cg, 0x401000, i & 1);
+		bpred_cond(&gs, 0x401000, i & 1);
+		miss_cg += bpred_indirect(&cg, 0x402000, target);
+		miss_gs += bpred_indirect(&gs, 0x402000, target);
+	}
+	check("cachegrind indirect by path", miss_cg, 1000);
+	check("gshare indirect by path", miss_gs, 13);
 }
 
 int main(void)
@@ -173,6 +224,7 @@ int main(void)
 	test_lru();
 	test_direct_mapped();
 	test_bpred();
+	test_gshare();
 	printf("%d passed, %d failed\n", passes, fails);
 	return fails != 0;
 }

@@ -11,6 +11,9 @@
  *   6 walk     N * 64 K reads, one per 64-byte line, round KIB KiB (the
  *              third argument, a power of two up to 4096): the same
  *              instructions whatever KIB, so only the misses differ
+ *   7 trips    N * 64 K runs of an inner loop of T trips (the third
+ *              argument): its branch is taken T - 1 times, then not; a
+ *              pattern a predictor learns if its history reaches back T
  *
  * Freestanding and built without vectorisation or string instructions
  * (see the Makefile), so every access is an ordinary 1..8-byte load or
@@ -119,6 +122,17 @@ static u64 indirect(u64 n)
 	return acc;
 }
 
+static u64 trips(u64 n, u64 t)
+{
+	u64 acc = 0;
+
+	/* t from the command line: the compiler cannot unroll the loop. */
+	for (u64 i = 0; i < n << 16; i++)
+		for (u64 j = 0; j < t; j++)
+			acc += j ^ i;
+	return acc;
+}
+
 static u64 walk(u64 n, u64 kib)
 {
 	const unsigned char *b = (const unsigned char *)buf;
@@ -144,6 +158,7 @@ __attribute__((noreturn, used)) void main_sp(long *sp)
 	case 4: r = branchy(n); break;
 	case 5: r = indirect(n); break;
 	case 6: r = walk(n, kib > 4096 ? 4096 : kib); break;
+	case 7: r = trips(n, kib); break;
 	}
 	sys_exit(r == 42);
 }
