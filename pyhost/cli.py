@@ -99,7 +99,7 @@ def _checked_by(parse):
     return callback
 
 
-PENALTIES = ("L1", "LL", "TLB", "BR")
+PENALTIES = tuple(geometry.DEFAULT_PENALTIES)
 
 
 def _penalties_callback(ctx, param, value: str | None) -> dict[str, int]:
@@ -174,7 +174,9 @@ def vm_options(pmu_switch: bool = True):
         opts.append(click.option(
             "--penalties", callback=_penalties_callback, metavar="N=C,..",
             help="timing-model penalties in cycles, N one of L1, LL, TLB, "
-            "BR  [default: L1=10,LL=200,TLB=30,BR=15]"))
+            "BR  [default: " + ",".join(
+                f"{k}={v}" for k, v in geometry.DEFAULT_PENALTIES.items()) +
+            "]"))
         opts.append(click.option(
             "--cachegrind-compat", "compat", is_flag=True,
             help="models see user code only, as under cachegrind "

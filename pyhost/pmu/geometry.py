@@ -27,6 +27,8 @@ DEFAULT_D1 = "32768,8,64"
 DEFAULT_LL = "8388608,16,64"
 DEFAULT_ITLB = "128,8,4096"
 DEFAULT_DTLB = "64,4,4096"
+# The timing model's penalties in cycles (--penalties NAME=CYCLES).
+DEFAULT_PENALTIES = {"L1": 10, "LL": 200, "TLB": 30, "BR": 15}
 MIN_PAGE = 4096
 MAX_PAGE = 1 << 30
 
