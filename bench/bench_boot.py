@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pyhost import image  # noqa: E402
+from benchlib import default_image  # noqa: E402
 
 
 def bare_boot(img) -> float:
@@ -48,7 +48,7 @@ def ready_time(pmu: bool) -> float:
     from pyhost.vm.launcher import VM, VMConfig
 
     async def go():
-        cfg = VMConfig(image=image.image_status(), command="true",
+        cfg = VMConfig(image=default_image(), command="true",
                        share=Path("/tmp"), pmu=pmu)
         async with VM(cfg) as vm:
             await vm.wait_ready()
@@ -64,9 +64,7 @@ def main() -> None:
     ap.add_argument("--no-pmu", action="store_true",
                     help="measure `pvperf run --no-pmu` instead")
     args = ap.parse_args()
-    img = image.image_status()
-    if img is None:
-        sys.exit("bench: no guest image; run scripts/setup.sh first")
+    img = default_image()
     pmu = not args.no_pmu
     bare, ours, ready = [], [], []
     for i in range(args.runs):

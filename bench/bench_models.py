@@ -36,11 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import task_clock_ms as parse_task_clock
+from benchlib import default_image, task_clock_ms as parse_task_clock
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from pyhost.image.build import build_image, image_status  # noqa: E402
 from pyhost.pmu.geometry import DEFAULT_D1, DEFAULT_I1, DEFAULT_LL  # noqa: E402
 from pyhost.vm.launcher import VMConfig, run_command  # noqa: E402
 
@@ -105,7 +104,7 @@ def guest_runs(config: str, workload: str, reps: int,
     pmu, options, events = CONFIGS[config]
     cmd = (f"i=0; while [ $i -lt {reps} ]; do i=$((i + 1)); "
            f"perf stat -x, -e {events} {WORKLOADS[workload]}; done")
-    cfg = VMConfig(image=image_status("default") or build_image("default"),
+    cfg = VMConfig(image=default_image(),
                    command=cmd,
                    share=PROGRAMS, pmu=pmu, plugin_options=dict(options),
                    timeout=900, timing=config == "timing")

@@ -55,8 +55,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchlib import task_clock_ms as parse_task_clock  # noqa: E402
-from pyhost import image  # noqa: E402
+from benchlib import default_image, task_clock_ms as parse_task_clock  # noqa: E402
 from pyhost.profile import record as prof  # noqa: E402
 from pyhost.profile import resolve as prof_resolve  # noqa: E402
 from pyhost.vm.launcher import VM, VMConfig  # noqa: E402
@@ -75,11 +74,6 @@ CONFIGS = ("plain", "jitdump", "rmap")
 PLUGIN_TIME_RE = re.compile(r"([\d.]+) s in tb_trans, ([\d.]+) s in cr3")
 COMPARE = {"hotcold": (None, "./hotcold 300000"),
            "codechurn": (16, "./codechurn 200000 10000")}
-
-
-def default_image() -> image.GuestImage:
-    """The default image, built (or rebuilt when stale) as pvperf would."""
-    return image.image_status("default") or image.build_image("default")
 
 
 def make_vm(cfg: VMConfig, config: str, outdir: Path) -> VM:

@@ -1,6 +1,18 @@
 """Helpers shared by the benchmarks."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pyhost import image  # noqa: E402
+
+
+def default_image() -> image.GuestImage:
+    """The default image, built (or rebuilt when stale) as pvperf would:
+    another checkout sharing the cache may have replaced it meanwhile."""
+    return image.image_status("default") or image.build_image("default")
+
 
 def task_clock_ms(perf_stat_stderr: str) -> float:
     """task-clock (ms) from the guest's `perf stat -x,` output."""
