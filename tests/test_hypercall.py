@@ -14,6 +14,7 @@ from pyhost.pmu import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.guestmem import GuestMemory, GuestMemoryError
 from pyhost.pmu.hypercall import PerfBackend, RateLimiter
+from pyhost.pmu.model import Pmu
 
 RAM = 1 << 20
 BLOCK = 0x1000
@@ -202,3 +203,17 @@ def test_events_the_host_does_not_count_log_at_debug(caplog):
     levels = [(r.levelno, "ENOENT" in r.getMessage())
               for r in caplog.records if r.name == "pvperf.hypercall"]
     assert levels == [(logging.DEBUG, True), (logging.WARNING, False)]
+
+
+def test_the_backend_derives_its_pmu_from_the_run_settings():
+    """The launcher passes --timing and --deterministic; the backend's
+    Pmu follows from them (a deterministic run samples synchronously),
+    and a Pmu given explicitly must agree."""
+    be = PerfBackend(GuestMemory(bytearray(4096)), timing=True,
+                     deterministic=True)
+    assert be.pmu.timing and be.pmu.sync_samples
+    be = PerfBackend(GuestMemory(bytearray(4096)))
+    assert not be.pmu.timing and not be.pmu.sync_samples
+    with pytest.raises(ValueError):
+        PerfBackend(GuestMemory(bytearray(4096)), pmu=Pmu(),
+                    deterministic=True)

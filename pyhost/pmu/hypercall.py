@@ -82,9 +82,10 @@ class PerfBackend:
                  max_vcpus: int = 64, limiter: RateLimiter | None = None,
                  nmi: Callable[..., None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 deterministic: bool = False):
+                 deterministic: bool = False, timing: bool = False):
         self.memory = memory
-        self.pmu = pmu or Pmu(sync_samples=deterministic)
+        # Without a Pmu given, one follows from the run's two settings.
+        self.pmu = pmu or Pmu(timing=timing, sync_samples=deterministic)
         if deterministic and not self.pmu.sync_samples:
             raise ValueError("a deterministic backend needs a Pmu with "
                              "sync_samples")

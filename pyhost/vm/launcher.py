@@ -47,7 +47,6 @@ from ..paths import PLUGIN_PATH
 from ..pmu import abi
 from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
-from ..pmu.model import Pmu
 from ..pmu.nmi import NmiInjector
 from ..pmu.service import PluginService
 from . import channels, determinism, qmp
@@ -275,9 +274,8 @@ class VM:
             # not up yet: the injector is bound to it below, explicitly.
             self.nmi = NmiInjector()
             self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
-                                       nmi=self.nmi, deterministic=c.deterministic,
-                                       pmu=Pmu(timing=c.timing,
-                                               sync_samples=c.deterministic))
+                                       nmi=self.nmi, timing=c.timing,
+                                       deterministic=c.deterministic)
             self.run_dir = channels.make_run_dir()
             self.service = PluginService(self.backend, self.run_dir / "svc")
             self.service.start()
