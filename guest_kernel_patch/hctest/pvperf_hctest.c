@@ -570,7 +570,7 @@ static u32 hct_canary_violations(struct hct_fuzz *f)
 	/* A slot the host wrote: zeroed at OPEN, then only count changes. */
 	for (slot = 0; slot < HCT_NR_SLOTS; slot++) {
 		gpe = (void *)(f->canary + HCT_OFF_SLOTS + slot * HCT_SLOT_SIZE);
-		if (f->slot_written[slot] && (gpe->overflows || gpe->__pad0))
+		if (f->slot_written[slot] && (gpe->overflows || gpe->lost))
 			bad++;
 	}
 	return bad;
