@@ -172,7 +172,7 @@ def test_hotcold_profile_matches_valgrind(share, tmp_path):
 def test_flushes_mid_profile_do_not_misattribute(share, tmp_path):
     reference = callgrind_ratio(share / "codechurn", "2000", "100")
     out = tmp_path / "prof"
-    summary = profile(share, out, "--tb-size", "16", "--compare-perfmap",
+    summary = profile(share, out, "--tb-size", "8", "--compare-perfmap",
                       "--", "./codechurn", "200000", "10000")
     meta = summary["meta"]
     assert meta["rmap_flushes_in_window"] >= 3, meta

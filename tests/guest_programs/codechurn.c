@@ -6,7 +6,7 @@
  * translation block of its own.  The rewrite makes QEMU invalidate them
  * (it watches writes to pages it translated), so every pass translates
  * them again: a few MiB of new host code per pass, which fills a small
- * code buffer (-accel tcg,tb-size=16) until QEMU flushes it, and hot() and
+ * code buffer (-accel tcg,tb-size=8) until QEMU flushes it, and hot() and
  * cold() get retranslated into space other code used before.  The
  * reference shares come from valgrind, never from this comment.
  */
