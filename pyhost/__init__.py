@@ -4,8 +4,10 @@ guest image builder, the system-wide profiler and the CLI.
 Subsystems, each a package; imports only point down this list (checked
 by tests/test_layering.py), and nothing imports in a circle:
 
-  cli        the `pvperf` command (click): run, stat, compare, shell,
-             profile, report, events, image status|build
+  cli        the `pvperf` command (click): run, stat, compare, sweep,
+             shell, profile, report, events, image status|build
+  sweep/     experiment matrices on Ray: matrix, runner (cells are
+             `pvperf stat --json` runs; the table from results)
   profile/   host profiles of QEMU + guest: record, reverse map,
              symbols, resolve, session, report
   results    machine-readable counts (--json) and the regression gate

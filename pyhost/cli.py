@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import shlex
 import signal
@@ -88,34 +89,17 @@ def _mem_callback(ctx, param, value: str) -> int:
     return parse_mem(value)
 
 
-def _checked_by(parse):
-    """A click callback: the option's value as ``parse`` normalises it, or
-    a usage error saying what is wrong (geometry.parse_*)."""
-    def callback(ctx, param, value: str) -> str:
+def _checked_by(parse, as_text: bool = True):
+    """A click callback: the option's value as ``parse`` normalises it
+    (``str()`` of it with ``as_text``), or a usage error saying what is
+    wrong (geometry.parse_*)."""
+    def callback(ctx, param, value: str):
         try:
-            return str(parse(value))
+            parsed = parse(value)
         except ValueError as e:
             raise click.BadParameter(f"{value}: {e}")
+        return str(parsed) if as_text else parsed
     return callback
-
-
-PENALTIES = tuple(geometry.DEFAULT_PENALTIES)
-
-
-def _penalties_callback(ctx, param, value: str | None) -> dict[str, int]:
-    """"L1=10,LL=200" -> {"L1": 10, "LL": 200} (cycles, 0..100000)."""
-    out: dict[str, int] = {}
-    for item in (value or "").split(","):
-        if not item:
-            continue
-        name, _, cycles = item.partition("=")
-        if name not in PENALTIES or not cycles.isdigit() or \
-                int(cycles) > 100000:
-            raise click.BadParameter(
-                f"{item}: expected NAME=CYCLES, NAME one of "
-                f"{', '.join(PENALTIES)}, CYCLES 0..100000")
-        out[name] = int(cycles)
-    return out
 
 
 def _image_callback(ctx, param, value: str) -> str:
@@ -172,7 +156,8 @@ def vm_options(pmu_switch: bool = True):
             help="cycles from the timing model: 1 per instruction plus "
             "miss and misprediction penalties (docs/events.md)"))
         opts.append(click.option(
-            "--penalties", callback=_penalties_callback, metavar="N=C,..",
+            "--penalties", metavar="N=C,..",
+            callback=_checked_by(geometry.parse_penalties, as_text=False),
             help="timing-model penalties in cycles, N one of L1, LL, TLB, "
             "BR  [default: " + ",".join(
                 f"{k}={v}" for k, v in geometry.DEFAULT_PENALTIES.items()) +
@@ -332,6 +317,34 @@ def stat(command, events, json_out, **opts) -> None:
     argv = ["perf", "stat"] + (["-e", ",".join(events)] if events else [])
     config = make_config("run", shlex.join(argv + ["--", *command]), **opts)
     sys.exit(run_and_record(config, json_out))
+
+
+@cli.command()
+@click.argument("matrix", type=click.Path(exists=True, dir_okay=False,
+                                          path_type=Path))
+@click.option("--output", "-o", required=True, help="directory for the "
+              "cells and the table", type=click.Path(file_okay=False,
+                                                     path_type=Path))
+@click.option("--parallel", "-j", type=click.IntRange(1, 256),
+              default=os.cpu_count() or 1, show_default=True,
+              help="cells at once (the local Ray instance's CPUs)")
+@click.option("--address", default=None, help="an existing Ray cluster")
+def sweep(matrix, output, parallel, address) -> None:
+    """Run MATRIX.toml's cells on Ray (docs/sweep.md); finished cells
+    are skipped; the table goes to OUTPUT/results.csv and .parquet."""
+    from .sweep import matrix as sweep_matrix, runner
+    m = sweep_matrix.load(matrix)
+    for name in sorted({c.image for c in m.cells}):
+        ensure_image(name)      # once, not by every cell at once
+    with click.progressbar(length=len(m.cells), file=sys.stderr,
+                           label=f"pvperf: {len(m.cells)} cells",
+                           show_pos=True) as bar:
+        outcomes = runner.sweep(m, output, parallel=parallel,
+                                address=address, progress=lambda o:
+                                bar.update(1))
+    lines, failed = runner.summary(outcomes, output)
+    click.echo("\n".join(lines), err=True)
+    sys.exit(1 if failed else 0)
 
 
 EXIT_REGRESSION = 1

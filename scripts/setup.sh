@@ -113,7 +113,7 @@ fi
 if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt .venv/.pvperf-installed ]; then
     say "creating .venv and installing pvperf"
     python3 -m venv .venv
-    .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[test,sweep]'
     touch .venv/.pvperf-installed
 fi
 

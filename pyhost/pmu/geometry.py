@@ -33,6 +33,23 @@ MIN_PAGE = 4096
 MAX_PAGE = 1 << 30
 
 
+def parse_penalties(text: str | None) -> dict[str, int]:
+    """"L1=10,LL=200" -> {"L1": 10, "LL": 200} (cycles, 0..100000; names
+    those of DEFAULT_PENALTIES), or ValueError; None or "" -> {}."""
+    out: dict[str, int] = {}
+    for item in (text or "").split(","):
+        if not item:
+            continue
+        name, _, cycles = item.partition("=")
+        if name not in DEFAULT_PENALTIES or not cycles.isdigit() or \
+                int(cycles) > 100000:
+            raise ValueError(f"{item}: expected NAME=CYCLES, NAME one of "
+                             f"{', '.join(DEFAULT_PENALTIES)}, "
+                             "CYCLES 0..100000")
+        out[name] = int(cycles)
+    return out
+
+
 def _three_numbers(text: str, usage: str) -> tuple[int, int, int]:
     """"32768,8,64" -> (32768, 8, 64), or ValueError(usage)."""
     if not re.fullmatch(r"\d+,\d+,\d+", text.strip()):
