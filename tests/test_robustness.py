@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import io
+import re
 import shutil
 import subprocess
 import threading
@@ -156,6 +157,36 @@ def leftovers_of(pid: int, share: Path) -> list[str]:
     return found + [f"qemu pid {p}" for p in ps.stdout.split()]
 
 
+def rss_kib(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+    return int(m.group(1)) if m else None
+
+
+class RssSampler(threading.Thread):
+    """The resident memory of a process (pvperf: its service, QMP client
+    and launcher) every ``period`` seconds until it exits."""
+
+    def __init__(self, pid: int, period: float = 0.25):
+        super().__init__(daemon=True)
+        self.pid, self.period, self.samples = pid, period, []
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        while (kib := rss_kib(self.pid)) is not None:
+            self.samples.append((time.monotonic() - t0, kib))
+            time.sleep(self.period)
+
+    def growth_kib(self, after: float) -> tuple[int, int, int]:
+        """(at ``after`` of the run's duration, peak since, last)."""
+        end = self.samples[-1][0]
+        later = [k for t, k in self.samples if t >= after * end]
+        return later[0], max(later), later[-1]
+
+
 FUZZ_SCRIPT = """
 echo "=== fuzz"
 insmod pvperf_hctest.ko mode=fuzz count={n} seed={seed} ram_mb={mem} 2>&1
@@ -183,8 +214,12 @@ def fuzz_run(request, hctest_ko, programs, tmp_path_factory):
                         "-c", FUZZ_SCRIPT.format(n=FUZZ_N, seed=seed,
                                                  mem=GUEST_MEM_MB)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rss = RssSampler(proc.pid)
+    rss.start()
     out, err = proc.communicate(timeout=300)
+    rss.join()
     r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    r.rss = rss
     seconds = time.monotonic() - t0
     print(f"fuzz smp{smp} seed {seed}: {seconds:.1f} s\n"
           f"{r.stdout}--- pvperf stderr ---\n{r.stderr}")
@@ -220,6 +255,19 @@ def test_fuzz_every_answer_as_predicted(fuzz_run):
     assert set(got.per_kind["badop"]) == {-errno.EINVAL}
     for kind in ("open_param_addr", "open_attr_addr", "open_event_addr"):
         assert set(got.per_kind[kind]) == {-errno.EFAULT}, kind
+
+
+@pytest.mark.vm
+def test_fuzz_keeps_the_service_memory_flat(fuzz_run):
+    """100,000 calls, about a third of them OPENs that succeed and the
+    CLOSEs of them: pvperf's memory (the service runs in it) does not
+    grow with the calls.  From 40% of the run on (booted, fuzzing), its
+    peak stays within 2 MiB of where it was."""
+    smp, _, r = fuzz_run
+    start, peak, last = r.rss.growth_kib(0.4)
+    print(f"pvperf RSS smp{smp}: {start} KiB at 40% of the run, peak "
+          f"{peak}, end {last} ({len(r.rss.samples)} samples)")
+    assert peak - start <= 2048, r.rss.samples
 
 
 @pytest.mark.vm
