@@ -200,7 +200,10 @@ dmesg | grep -E 'WARNING|BUG|pvperf:' | grep -v taint
 """
 
 
-@pytest.fixture(scope="module", params=[(1, 1), (2, 0x5EED)],
+# Seed 2 starts with calls other than OPEN: the module once counted its
+# fill pattern in the param block as a host write there (the opt-in
+# 10^7 run found it; a false block violation).
+@pytest.fixture(scope="module", params=[(1, 2), (2, 0x5EED)],
                 ids=["smp1", "smp2"])
 def fuzz_run(request, hctest_ko, programs, tmp_path_factory):
     smp, seed = request.param
