@@ -159,6 +159,8 @@ class PerfBackend:
                                       msg.next_threshold)
             if event is None:
                 self.sampler.stats.stale += 1
+                log.debug("stale overflow: event %d vcpu %d threshold %d",
+                          msg.event_id, msg.vcpu, msg.threshold)
                 return
             try:
                 self.sampler.deliver(msg, event)

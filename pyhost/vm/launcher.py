@@ -379,6 +379,7 @@ class VM:
         self._tasks.clear()
         if self.service is not None:
             self.service.stop()
+            log.debug("samples: %s", self.backend.sampler.stats)
         if self.memory is not None:
             self.memory.close()
             self.memory = None
