@@ -4,7 +4,7 @@ guest image builder, the system-wide profiler and the CLI.
 Subsystems, each a package; imports only point down this list (checked
 by tests/test_layering.py), and nothing imports in a circle:
 
-  cli        the `pvperf` command (click): run, stat, compare, sweep,
+  cli/       the `pvperf` command (click): run, stat, compare, sweep,
              shell, profile, report, events, image status|build
   sweep/     experiment matrices on Ray: matrix, runner (cells are
              `pvperf stat --json` runs; the table from results)

@@ -8,9 +8,12 @@ the prerequisites are missing, naming the variable that overrides it.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -164,3 +167,33 @@ def cachegrind(geometry: tuple[str, str, str], argv: list[str],
     names = next(l for l in lines if l.startswith("events:")).split()[1:]
     values = next(l for l in lines if l.startswith("summary:")).split()[1:]
     return dict(zip(names, map(int, values)))
+
+
+def rss_kib(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+    return int(m.group(1)) if m else None
+
+
+class RssSampler(threading.Thread):
+    """The resident memory of a process (pvperf: its service, QMP client
+    and launcher) every ``period`` seconds until it exits."""
+
+    def __init__(self, pid: int, period: float = 0.25):
+        super().__init__(daemon=True)
+        self.pid, self.period, self.samples = pid, period, []
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        while (kib := rss_kib(self.pid)) is not None:
+            self.samples.append((time.monotonic() - t0, kib))
+            time.sleep(self.period)
+
+    def growth_kib(self, after: float) -> tuple[int, int, int]:
+        """(at ``after`` of the run's duration, peak since, last)."""
+        end = self.samples[-1][0]
+        later = [k for t, k in self.samples if t >= after * end]
+        return later[0], max(later), later[-1]

@@ -5,8 +5,8 @@ Debian's linux-source-6.1, configures x86_64_defconfig plus what the
 image's /init needs built in plus CONFIG_PVPERF_PMU=y, and builds vmlinux
 (tens of minutes on 2 cores the first time; the tree is kept in
 ~/.cache/pvperf/intree-build, so a rerun only recompiles what changed).
-Then the launcher boots that vmlinux with the default image's initramfs,
-the TCG plugin and the host service, and stock perf in the guest must
+Then `pvperf run --kernel vmlinux` boots it with the default image's
+initramfs, the TCG plugin and the host service, and stock perf in the guest must
 count through the built-in driver exactly as through the module.
 
 The patch is what guest_kernel_patch/make-patch.sh prints now (the
@@ -21,9 +21,6 @@ everything they would provide is built in.
 """
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import io
 import os
 import re
 import subprocess
@@ -32,11 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROGRAMS, REPO, sections, valgrind_irefs
-from pyhost import image
-from pyhost.image.kernel import pvh_entry
+from conftest import PROGRAMS, REPO, run_pvperf, sections, valgrind_irefs
+from pyhost.image import userkernel
+from pyhost.image.kernel import pvh_entry, read_modinfo
 from pyhost.paths import cache_dir
-from pyhost.vm.launcher import VMConfig, run_command
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
@@ -87,20 +83,15 @@ def kernel():
 
 @pytest.fixture(scope="module")
 def guest(kernel):
-    vmlinux, system_map, release, _, _ = kernel
-    base = image.image_status("default")
-    assert base is not None        # conftest skips vm tests without it
-    kimg = dataclasses.replace(base, vmlinux=vmlinux, system_map=system_map,
-                               kernel_version=release)
+    """The built kernel booted as a user would: `pvperf run --kernel`."""
+    vmlinux = kernel[0]
     subprocess.run(["make", "-s", "-C", str(PROGRAMS), "loop"], check=True)
-    out, err = io.BytesIO(), io.BytesIO()
-    config = VMConfig(image=kimg, pmu=True, share=PROGRAMS,
-                      command=GUEST_SCRIPT, timeout=300)
-    status = asyncio.run(run_command(config, stdout=out, stderr=err))
-    text = out.getvalue().decode(errors="replace")
-    assert status == 0, text + err.getvalue().decode(errors="replace")
-    s = sections(text)
-    assert "end" in s, text
+    r = run_pvperf(["run", "--kernel", str(vmlinux), "--share",
+                    str(PROGRAMS), "--", "sh", "-c", GUEST_SCRIPT],
+                   timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = sections(r.stdout)
+    assert "end" in s, r.stdout + r.stderr
     return s
 
 
@@ -139,3 +130,13 @@ def test_instructions_u_equals_valgrind(guest):
     assert rows and rows[0][2] == "instructions:u", guest["loop"]
     assert int(rows[0][0]) == valgrind_irefs([str(PROGRAMS / "loop"),
                                               str(N_LOOP)])
+
+
+def test_the_driver_module_builds_against_the_tree(kernel):
+    """--kernel-build's path: pvperf.ko built against this build tree,
+    for this kernel release (vermagic), into pvperf's cache."""
+    vmlinux, _, release, _, _ = kernel
+    ko = userkernel.build_driver(vmlinux.parent, release)
+    info = read_modinfo(ko.read_bytes())
+    assert info["vermagic"][0].split()[0] == release
+    assert info["name"] == ["pvperf"]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import io
-import re
 import shutil
 import subprocess
 import threading
@@ -30,8 +29,8 @@ from pathlib import Path
 import pytest
 
 import hcfuzz
-from conftest import (PROGRAMS, REPO, pvperf_cmd, run_pvperf, sections,
-                      valgrind_irefs)
+from conftest import (PROGRAMS, REPO, RssSampler, pvperf_cmd, run_pvperf,
+                      sections, valgrind_irefs)
 from pyhost.pmu import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.hypercall import RateLimiter
@@ -155,36 +154,6 @@ def leftovers_of(pid: int, share: Path) -> list[str]:
     ps = subprocess.run(["pgrep", "-f", f"qemu-system-x86_64.*path={share}"],
                         capture_output=True, text=True)
     return found + [f"qemu pid {p}" for p in ps.stdout.split()]
-
-
-def rss_kib(pid: int) -> int | None:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    m = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
-    return int(m.group(1)) if m else None
-
-
-class RssSampler(threading.Thread):
-    """The resident memory of a process (pvperf: its service, QMP client
-    and launcher) every ``period`` seconds until it exits."""
-
-    def __init__(self, pid: int, period: float = 0.25):
-        super().__init__(daemon=True)
-        self.pid, self.period, self.samples = pid, period, []
-
-    def run(self) -> None:
-        t0 = time.monotonic()
-        while (kib := rss_kib(self.pid)) is not None:
-            self.samples.append((time.monotonic() - t0, kib))
-            time.sleep(self.period)
-
-    def growth_kib(self, after: float) -> tuple[int, int, int]:
-        """(at ``after`` of the run's duration, peak since, last)."""
-        end = self.samples[-1][0]
-        later = [k for t, k in self.samples if t >= after * end]
-        return later[0], max(later), later[-1]
 
 
 FUZZ_SCRIPT = """

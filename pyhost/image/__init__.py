@@ -7,6 +7,7 @@
   host     host programs for the guest (perf, tools) and their libraries
   inputs   the inputs and their hash (when to rebuild)
   kernel   bzImage -> vmlinux, PVH entry, .modinfo (pyelftools)
+  userkernel  a kernel the user built (--kernel): checks, driver module
   sysmap   /proc/kallsyms and System.map lines, parsed once
   modules  kernel module dependencies and load order
   cpio     newc archives (the initramfs)

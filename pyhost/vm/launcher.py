@@ -136,8 +136,9 @@ class VMConfig:
     timing: bool = False               # cycles from the timing model
     kernel_args: tuple[str, ...] = ()  # more of the kernel command line
     deterministic: bool = False        # replayable run (determinism.py)
-    # A newc cpio appended to the image's initramfs: the share staged in
-    # guest RAM (determinism.py; /init's pvperf.staged=1).
+    # newc archives appended to the image's initramfs: the share staged in
+    # guest RAM (deterministic runs: determinism.py, /init's
+    # pvperf.staged=1), the PMU driver built for --kernel (userkernel.py).
     initrd_overlay: bytes = b""
     qemu: str = QEMU
 
@@ -208,7 +209,7 @@ class VM:
             argv += self._chardev(port)
             argv += ["-device", f"virtserialport,bus=vser.0,chardev={port},"
                                 f"name=org.pvperf.{port}"]
-        if c.initrd_overlay:
+        if c.deterministic and c.initrd_overlay:
             append.append("pvperf.staged=1")
         if c.share is not None:
             append.append("pvperf.share=1")

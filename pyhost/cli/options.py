@@ -1,0 +1,210 @@
+"""The options every command that boots a guest shares (run, stat,
+shell, profile), their checks, and the VMConfig they make.
+
+Every value is checked before any slow step (the image check or build,
+the boot): a bad one is a click usage error naming the option.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+
+from ..errors import PvperfError
+from ..image import build as image_build
+from ..image import recipe as image_recipe
+from ..image import stage
+from ..image import userkernel
+from ..pmu import abi, geometry
+from ..vm import determinism
+from ..vm.launcher import GUEST_SHARE, MIN_MEM_MB, VMConfig, check_mem, \
+    preflight
+
+SIZE_RE = re.compile(r"^(\d+)([MmGg]?)$")
+
+
+def parse_mem(text: str) -> int:
+    """'1G' / '512M' / '768' (MiB) -> MiB, within the ABI's RAM limit."""
+    m = SIZE_RE.match(text.strip())
+    if not m:
+        raise click.BadParameter(f"{text!r} is not a size like 512M or 1G")
+    value, unit = int(m.group(1)), m.group(2).upper()
+    mib = value * 1024 if unit == "G" else value
+    try:
+        check_mem(mib)
+    except PvperfError as e:
+        raise click.BadParameter(f"{text}: {e.cause}")
+    return mib
+
+
+def _mem_callback(ctx, param, value: str) -> int:
+    return parse_mem(value)
+
+
+def _checked_by(parse, as_text: bool = True):
+    """A click callback: the option's value as ``parse`` normalises it
+    (``str()`` of it with ``as_text``), or a usage error saying what is
+    wrong (geometry.parse_*)."""
+    def callback(ctx, param, value: str):
+        try:
+            parsed = parse(value)
+        except ValueError as e:
+            raise click.BadParameter(f"{value}: {e}")
+        return str(parsed) if as_text else parsed
+    return callback
+
+
+def _image_callback(ctx, param, value: str) -> str:
+    if not image_recipe.image_exists(value):
+        raise click.BadParameter(
+            f"no image {value!r}: build it with `pvperf image build --name "
+            f"{value} --add PKG[,PKG...]`")
+    return value
+
+
+def vm_options(pmu_switch: bool = True):
+    """Options shared by run, shell and profile (decorator factory)."""
+    opts = [
+        click.option("--smp", type=click.IntRange(1, 8), default=1,
+                     show_default=True, help="number of vCPUs"),
+        click.option("--mem", "mem", default="1G", show_default=True,
+                     callback=_mem_callback,
+                     help=f"guest RAM, {MIN_MEM_MB}M.."
+                     f"{abi.MAX_RAM_MB // 1024}G (e.g. 512M, 2G)"),
+        click.option("--share", type=click.Path(exists=True, file_okay=False,
+                                                path_type=Path),
+                     default=None, help="host directory mounted read-write "
+                     f"at {GUEST_SHARE} [default: current directory]"),
+        click.option("--timeout", type=click.FloatRange(min=0.1),
+                     default=None, help="stop the guest after S seconds"),
+        click.option("--console", "echo_console", is_flag=True,
+                     help="show the guest's serial console on stderr"),
+        click.option("--image", "image_name", default="default",
+                     show_default=True, callback=_image_callback,
+                     help="guest image: a recipe in images/ or one built "
+                     "with `pvperf image build --name NAME --add PKG`"),
+        click.option("--kernel", type=click.Path(exists=True, dir_okay=False,
+                                                 path_type=Path),
+                     default=None, help="boot this kernel (a vmlinux or "
+                     "bzImage you built) with the image's userland"),
+        click.option("--kernel-build", type=click.Path(
+            exists=True, file_okay=False, path_type=Path), default=None,
+            help="--kernel's build tree, to build the PMU driver against "
+            "[default: the tree the kernel lies in, if any]"),
+    ]
+    if pmu_switch:
+        opts.append(click.option("--no-pmu", is_flag=True,
+                                 help="plain TCG: no plugin, no guest PMU "
+                                 "driver"))
+        for name, default in (("I1", geometry.DEFAULT_I1),
+                              ("D1", geometry.DEFAULT_D1),
+                              ("LL", geometry.DEFAULT_LL)):
+            opts.append(click.option(
+                f"--{name}", name, callback=_checked_by(geometry.parse_geometry),
+                default=default, show_default=True, metavar="S,A,L",
+                help=f"{name} cache model: size, ways, line (bytes), as "
+                "cachegrind spells it"))
+        for name, default in (("iTLB", geometry.DEFAULT_ITLB),
+                              ("dTLB", geometry.DEFAULT_DTLB)):
+            opts.append(click.option(
+                f"--{name}", name, callback=_checked_by(geometry.parse_tlb),
+                default=default,
+                show_default=True, metavar="E,A,P",
+                help=f"{name} model: entries, ways, page size (bytes)"))
+        opts.append(click.option(
+            "--timing", is_flag=True,
+            help="cycles from the timing model: 1 per instruction plus "
+            "miss and misprediction penalties (docs/events.md)"))
+        opts.append(click.option(
+            "--penalties", metavar="N=C,..",
+            callback=_checked_by(geometry.parse_penalties, as_text=False),
+            help="timing-model penalties in cycles, N one of L1, LL, TLB, "
+            "BR  [default: " + ",".join(
+                f"{k}={v}" for k, v in geometry.DEFAULT_PENALTIES.items()) +
+            "]"))
+        opts.append(click.option(
+            "--cachegrind-compat", "compat", is_flag=True,
+            help="models see user code only, as under cachegrind "
+            "(docs/events.md)"))
+        opts.append(click.option(
+            "--deterministic", is_flag=True,
+            help="replayable run: the same counts and samples every time "
+            "(QEMU icount, fixed seeds, --smp 1; docs/determinism.md)"))
+
+    def deco(fn):
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+    return deco
+
+
+def ensure_image(name: str = "default"):
+    img = image_build.image_status(name)
+    if img is not None:
+        return img
+    click.echo(f"pvperf: building the {name} guest image (first use or "
+               "out of date)...", err=True)
+    return image_build.build_image(name)
+
+
+def make_config(mode: str, command: str, smp: int, mem: int,
+                share: Path | None, timeout: float | None,
+                echo_console: bool, image_name: str = "default",
+                no_pmu: bool = False,
+                I1: str | None = None, D1: str | None = None,
+                LL: str | None = None, compat: bool = False,
+                iTLB: str | None = None, dTLB: str | None = None,
+                timing: bool = False,
+                penalties: dict[str, int] | None = None,
+                deterministic: bool = False, kernel: Path | None = None,
+                kernel_build: Path | None = None) -> VMConfig:
+    """The VMConfig of a run: checked (preflight), then the image."""
+    models = {k: v for k, v in (("I1", I1), ("D1", D1), ("LL", LL),
+                                ("iTLB", iTLB), ("dTLB", dTLB)) if v}
+    models.update({f"penalty_{k.lower()}": str(v)
+                   for k, v in (penalties or {}).items()})
+    if compat:
+        models["compat"] = "on"
+    share = (share or Path.cwd()).resolve()
+    if deterministic:
+        try:
+            determinism.check(smp)
+        except PvperfError as e:
+            raise click.BadParameter(e.cause, param_hint="'--smp'")
+    config = VMConfig(image=None, mode=mode, command=command, smp=smp,
+                      mem_mb=mem, share=share,
+                      pmu=not no_pmu, timeout=timeout,
+                      echo_console=echo_console, plugin_options=models,
+                      timing=timing or bool(penalties),
+                      deterministic=deterministic)
+    preflight(config)
+    if deterministic:
+        # In guest RAM: at most a quarter of it (image/stage.py).
+        config.initrd_overlay = stage.stage_share(share, (mem << 20) // 4)
+    if kernel_build is not None and kernel is None:
+        raise click.BadParameter("needs --kernel", param_hint="'--kernel-build'")
+    config.image = ensure_image(image_name)
+    if kernel is not None:
+        config.image, overlay = boot_user_kernel(kernel, kernel_build,
+                                                 config.image, not no_pmu)
+        config.initrd_overlay += overlay
+    return config
+
+
+def boot_user_kernel(kernel: Path, build_dir: Path | None, base, pmu: bool):
+    """(image with the user's kernel, initramfs overlay); a kernel that
+    cannot work is a usage error naming what it lacks."""
+    if pmu and build_dir is not None:
+        click.echo(f"pvperf: checking {kernel} (the PMU driver is built "
+                   f"against {build_dir} if it needs to be)...", err=True)
+    try:
+        uk = userkernel.user_kernel(kernel, build_dir, base, pmu)
+    except PvperfError as e:
+        if not e.what.startswith("--kernel"):
+            raise               # building the driver failed: not usage
+        raise click.BadParameter(f"{e.cause} \u2014 {e.hint}" if e.hint
+                                 else e.cause, param_hint="'--kernel'")
+    for warning in uk.warnings:
+        click.echo(f"pvperf: warning: {warning}", err=True)
+    return uk.image, uk.overlay

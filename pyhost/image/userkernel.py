@@ -1,0 +1,296 @@
+"""A kernel the user built, booted with an image's userland.
+
+``pvperf run --kernel PATH [--kernel-build DIR]`` (virtme-ng's "boot what
+you just built"): PATH is an ELF vmlinux or a bzImage; DIR is its build
+tree (found automatically when PATH lies in one).  The image's /init
+needs, built in (=y: the image's Debian modules are for another kernel),
+the options in REQUIRED; a kernel without one is refused in one line that
+names them all.  What the kernel has is read, in this order, from DIR's
+.config, the kernel's own IKCONFIG, or symbols only a built-in option
+leaves (the ELF's .symtab, or a System.map next to it).
+
+The PMU driver: built in (CONFIG_PVPERF_PMU=y, the in-tree patch) or
+built here as pvperf.ko against DIR (``make -C DIR M=...``, cached by
+kernel release, build-tree .config and driver source) and put where /init
+loads it, in a newc archive appended to the image's initramfs.  Without
+either, the run says so in one line (or goes on without the PMU with
+--no-pmu).
+
+A kernel whose release is the image's own is the image's kernel: its
+modules fit, nothing is checked.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import re
+import shutil
+import subprocess
+import zlib
+from pathlib import Path
+
+from elftools.elf.sections import SymbolTableSection
+
+from ..errors import ImageError
+from ..paths import REPO_ROOT as REPO, cache_dir
+from .cpio import CpioWriter
+from .kernel import _elf, extract_vmlinux, kernel_banner, pvh_entry, \
+    read_modinfo
+from .store import GuestImage
+
+# (CONFIG_ option, a symbol only that option built in leaves, what for).
+REQUIRED = (
+    ("BLK_DEV_INITRD", "populate_rootfs", "the image is an initramfs"),
+    ("DEVTMPFS", "devtmpfs_mount", "/init's /dev"),
+    ("VIRTIO_PCI", "virtio_pci_probe", "virtio devices"),
+    ("VIRTIO_CONSOLE", "virtcons_probe", "the control and output ports"),
+    ("NET_9P_VIRTIO", "p9_virtio_probe", "the share"),
+    ("9P_FS", "v9fs_mount", "the share"),
+    ("FW_CFG_SYSFS", "fw_cfg_sysfs_probe", "the command line"),
+    ("PERF_EVENTS", "perf_event_init", "perf"),
+)
+# qemu -kernel boots an ELF kernel through its PVH entry note only.
+PVH = ("PVH", "pvh_start_xen", "qemu -kernel boots a vmlinux by PVH")
+BUILTIN_DRIVER = ("PVPERF_PMU", "pvperf_init")
+DRIVER_SOURCES = ("Kbuild", "pvperf_pmu.c", "pvperf_abi.h")
+GUEST_DRIVER_PATH = "lib/modules/pvperf/pvperf.ko"   # images/default/init
+
+_BZIMAGE_MAGIC_AT = (0x202, b"HdrS")
+_IKCONFIG_START = b"IKCFG_ST"
+
+
+def _refuse(path: Path, cause: str, hint: str) -> ImageError:
+    return ImageError(f"--kernel {path}", cause, hint)
+
+
+@dataclasses.dataclass
+class KernelFeatures:
+    """What a kernel has built in, from one source (``source`` names it)."""
+    source: str
+    config: dict[str, str] | None = None    # CONFIG_X -> value
+    symbols: frozenset[str] | None = None
+
+    def has(self, option: str, symbol: str) -> bool | None:
+        """True/False, or None when this source cannot tell."""
+        if self.config is not None:
+            return self.config.get(f"CONFIG_{option}") == "y"
+        if self.symbols:
+            return symbol in self.symbols
+        return None
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """A kernel .config's CONFIG_X=value lines."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"(CONFIG_\w+)=(.*)", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip('"')
+    return out
+
+
+def ikconfig(vmlinux: bytes) -> str | None:
+    """The .config a CONFIG_IKCONFIG kernel carries (gzip after IKCFG_ST)."""
+    at = vmlinux.find(_IKCONFIG_START)
+    if at < 0:
+        return None
+    try:    # one gzip member; IKCFG_ED and the rest of the kernel follow
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        text = d.decompress(vmlinux[at + len(_IKCONFIG_START):])
+    except zlib.error:
+        return None
+    return text.decode("utf-8", "replace") if d.eof else None
+
+
+def elf_symbols(vmlinux: bytes) -> frozenset[str]:
+    sec = _elf(vmlinux).get_section_by_name(".symtab")
+    if not isinstance(sec, SymbolTableSection):
+        return frozenset()
+    return frozenset(s.name for s in sec.iter_symbols() if s.name)
+
+
+def features(vmlinux: bytes, build_dir: Path | None,
+             system_map: Path | None) -> KernelFeatures:
+    if build_dir is not None:
+        return KernelFeatures(f"{build_dir}/.config",
+                              config=parse_config((build_dir / ".config")
+                                                  .read_text()))
+    text = ikconfig(vmlinux)
+    if text is not None:
+        return KernelFeatures("IKCONFIG", config=parse_config(text))
+    syms = elf_symbols(vmlinux)
+    if syms:
+        return KernelFeatures("the vmlinux symbol table", symbols=syms)
+    if system_map is not None:
+        return KernelFeatures(str(system_map), symbols=frozenset(
+            line.split()[2] for line in system_map.read_text().splitlines()
+            if len(line.split()) >= 3))
+    return KernelFeatures("nothing (no .config, IKCONFIG or symbols)")
+
+
+def release_of(vmlinux: bytes, path: Path) -> str:
+    banner = kernel_banner(vmlinux)
+    if not banner:
+        raise _refuse(path, "no `Linux version` banner in it",
+                      "pass the vmlinux or bzImage your build produced")
+    return banner.split()[2]
+
+
+def find_build_dir(path: Path) -> Path | None:
+    """The build tree PATH lies in (vmlinux at its top, bzImage in
+    arch/x86/boot), recognised by its .config and Makefile."""
+    for d in list(path.resolve().parents)[:4]:
+        if (d / ".config").is_file() and (d / "Makefile").is_file():
+            return d
+    return None
+
+
+def find_system_map(path: Path, build_dir: Path | None) -> Path | None:
+    for d in ([build_dir] if build_dir else []) + \
+            list(path.resolve().parents)[:4]:
+        if (d / "System.map").is_file():
+            return d / "System.map"
+    return None
+
+
+def read_kernel(path: Path) -> tuple[bytes, bytes]:
+    """(the file, its ELF vmlinux): a vmlinux is both, a bzImage's ELF is
+    extracted."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise _refuse(path, e.strerror or str(e), "check the path") from e
+    if data.startswith(b"\x7fELF"):
+        return data, data
+    off, magic = _BZIMAGE_MAGIC_AT
+    if data[off:off + len(magic)] == magic:
+        try:
+            return data, extract_vmlinux(data)
+        except ValueError as e:
+            raise _refuse(path, f"bzImage without a readable kernel: {e}",
+                          "pass the build's vmlinux instead") from e
+    raise _refuse(path, "neither an ELF vmlinux nor a bzImage",
+                  "pass vmlinux (top of the build tree) or "
+                  "arch/x86/boot/bzImage")
+
+
+def check_options(path: Path, feats: KernelFeatures, elf_boot: bool,
+                  release: str) -> list[str]:
+    """Refuse a kernel without what /init needs; the warnings (a check
+    that could not be made) are returned."""
+    wanted = REQUIRED + ((PVH,) if elf_boot else ())
+    missing, unknown = [], []
+    for option, symbol, why in wanted:
+        has = feats.has(option, symbol)
+        if has is False:
+            missing.append((option, why))
+        elif has is None:
+            unknown.append(option)
+    if missing:
+        names = ", ".join(f"CONFIG_{o}" for o, _ in missing)
+        whys = "; ".join(sorted({w for _, w in missing}))
+        raise _refuse(path, f"kernel {release} lacks {names} built in "
+                      f"(per {feats.source}; needed for: {whys})",
+                      "rebuild it with " + " ".join(
+                          f"CONFIG_{o}=y" for o, _ in missing))
+    return ([f"cannot check CONFIG_ options of {path} ({feats.source}); "
+             "booting it anyway"] if unknown else [])
+
+
+def driver_cache_key(build_dir: Path, release: str) -> str:
+    h = hashlib.sha256(release.encode())
+    h.update((build_dir / ".config").read_bytes())
+    for name in DRIVER_SOURCES:
+        h.update((REPO / "guest_kernel_patch" / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def build_driver(build_dir: Path, release: str) -> Path:
+    """pvperf.ko for this build tree (cached); ImageError if it fails."""
+    out = cache_dir() / "user-kernels" / release / driver_cache_key(
+        build_dir, release)
+    ko = out / "pvperf.ko"
+    if ko.is_file():
+        return ko
+    src = out / "src"
+    shutil.rmtree(src, ignore_errors=True)
+    (src / "include" / "asm").mkdir(parents=True)
+    for name in DRIVER_SOURCES:
+        shutil.copy(REPO / "guest_kernel_patch" / name, src / name)
+    (src / "include" / "asm" / "pvperf_abi.h").symlink_to("../../pvperf_abi.h")
+    r = subprocess.run(["make", "-C", str(build_dir), f"M={src}",
+                        "CONFIG_DEBUG_INFO_BTF_MODULES=", "modules"],
+                       capture_output=True, text=True)
+    if r.returncode != 0 or not (src / "pvperf.ko").is_file():
+        tail = (r.stdout + r.stderr).strip().splitlines()[-1:] or [""]
+        raise ImageError(f"building pvperf.ko against {build_dir}",
+                         tail[0], "the tree must be built (make) with "
+                         "CONFIG_MODULES=y and CONFIG_KPROBES=y")
+    vermagic = read_modinfo((src / "pvperf.ko").read_bytes()).get(
+        "vermagic", [""])[0]
+    if vermagic.split()[:1] != [release]:
+        raise ImageError(f"building pvperf.ko against {build_dir}",
+                         f"the module is for {vermagic.split()[:1]}, the "
+                         f"kernel is {release}",
+                         "pass the build tree of this kernel")
+    shutil.copy(src / "pvperf.ko", ko)
+    shutil.rmtree(src, ignore_errors=True)
+    return ko
+
+
+def driver_overlay(ko: Path) -> bytes:
+    """A newc archive that puts ``ko`` where /init loads the driver."""
+    buf = io.BytesIO()
+    w = CpioWriter(buf)
+    parts = GUEST_DRIVER_PATH.split("/")
+    for i in range(1, len(parts)):
+        w.add_dir("/".join(parts[:i]))
+    w.add_file(GUEST_DRIVER_PATH, ko.read_bytes(), mode=0o644)
+    w.close()
+    return buf.getvalue()
+
+
+@dataclasses.dataclass
+class UserKernel:
+    image: GuestImage           # the base image with this kernel
+    overlay: bytes              # for the initramfs (the driver), or b""
+    warnings: list[str]
+
+
+def user_kernel(path: Path, build_dir: Path | None, base: GuestImage,
+                pmu: bool) -> UserKernel:
+    """Check the kernel at ``path`` and describe how to boot it."""
+    data, vmlinux = read_kernel(path)
+    release = release_of(vmlinux, path)
+    build_dir = build_dir or find_build_dir(path)
+    if build_dir is not None and not (build_dir / ".config").is_file():
+        raise _refuse(path, f"{build_dir} has no .config",
+                      "--kernel-build takes the kernel's build tree")
+    system_map = find_system_map(path, build_dir)
+    image = dataclasses.replace(base, vmlinux=path.resolve(),
+                                kernel_version=release,
+                                system_map=system_map or base.system_map)
+    if release == base.kernel_version:
+        return UserKernel(image, b"", [])
+    # A bzImage with a PVH note still boots as a bzImage (QEMU picks the
+    # boot protocol by the file); only an ELF needs the note.
+    elf_boot = data is vmlinux
+    feats = features(vmlinux, build_dir, system_map)
+    warnings = check_options(path, feats, elf_boot, release)
+    if elf_boot and feats.has(*PVH[:2]) is None and pvh_entry(vmlinux) is None:
+        raise _refuse(path, "no PVH entry note (CONFIG_PVH)",
+                      "rebuild with CONFIG_PVH=y or pass the bzImage")
+    if system_map is None:
+        warnings.append(f"no System.map for {path}: host profiles will not "
+                        "name guest kernel functions")
+    overlay = b""
+    if pmu and not feats.has(*BUILTIN_DRIVER):
+        if build_dir is None:
+            raise _refuse(path, f"kernel {release} has no pvperf driver "
+                          "built in and no build tree was given",
+                          "pass --kernel-build DIR (the module is built "
+                          "there), apply guest_kernel_patch/0001-*.patch, "
+                          "or run with --no-pmu")
+        overlay = driver_overlay(build_driver(build_dir, release))
+    return UserKernel(image, overlay, warnings)
