@@ -219,13 +219,20 @@ def build_driver(build_dir: Path, release: str) -> Path:
     for name in DRIVER_SOURCES:
         shutil.copy(REPO / "guest_kernel_patch" / name, src / name)
     (src / "include" / "asm" / "pvperf_abi.h").symlink_to("../../pvperf_abi.h")
-    r = subprocess.run(["make", "-C", str(build_dir), f"M={src}",
-                        "CONFIG_DEBUG_INFO_BTF_MODULES=", "modules"],
-                       capture_output=True, text=True)
+    # modules_prepare: a tree built with `make vmlinux` lacks what
+    # external modules link with (scripts/module.lds); quick when done.
+    for target in (["modules_prepare"],
+                   [f"M={src}", "CONFIG_DEBUG_INFO_BTF_MODULES=", "modules"]):
+        r = subprocess.run(["make", "-C", str(build_dir), *target],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            break
     if r.returncode != 0 or not (src / "pvperf.ko").is_file():
-        tail = (r.stdout + r.stderr).strip().splitlines()[-1:] or [""]
+        lines = (r.stdout + r.stderr).strip().splitlines() or [""]
+        first = next((l for l in lines if re.search(
+            r"error|cannot|no rule", l, re.I)), lines[-1])
         raise ImageError(f"building pvperf.ko against {build_dir}",
-                         tail[0], "the tree must be built (make) with "
+                         first.strip(), "the tree must be built (make) with "
                          "CONFIG_MODULES=y and CONFIG_KPROBES=y")
     vermagic = read_modinfo((src / "pvperf.ko").read_bytes()).get(
         "vermagic", [""])[0]
