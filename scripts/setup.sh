@@ -10,9 +10,10 @@ say() { printf 'pvperf-setup: %s\n' "$*" >&2; }
 
 APT_PACKAGES="libglib2.0-dev libcapstone-dev pkg-config \
  cpio dpkg-dev linux-perf valgrind make gcc binutils kmod xz-utils \
- flex bison bc libelf-dev libssl-dev clang gdb"
+ flex bison bc libelf-dev libssl-dev clang libclang-rt-dev gdb"
 # (flex ... libssl-dev: only the opt-in in-tree kernel build needs them;
-# clang: the libFuzzer harnesses, qemu_plugin/fuzz/; gdb: the soak test
+# clang, libclang-rt-dev (libFuzzer and the sanitizers' runtimes): the
+# libFuzzer harnesses, qemu_plugin/fuzz/; gdb: the soak test
 # shuts a socket down inside pvperf with it.)
 # QEMU comes from bookworm-backports on Debian 12 (10.0; bookworm itself has
 # 7.2, whose plugin API lacks scoreboards and conditional callbacks) and from

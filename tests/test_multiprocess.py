@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import math
 import os
 import re
 import subprocess
@@ -63,7 +64,9 @@ LIBC = Path("/lib/x86_64-linux-gnu/libc.so.6")
 # spans both processes, so their samples fall with a random phase (at
 # 2,140 samples a process, function shares moved by up to 2.1 points from
 # run to run at smp 1; "alone" and "sessions" repeat exactly).  Twice the
-# samples keep 2 points near 3 sigma.
+# samples; the bound is 4 sigma of a share over that process's samples
+# (2.7 points at 4,460 samples and a 30 % share: 2.3 points was seen once
+# in CI, a 3.4-sigma draw), never under 2 points.
 N = 800000
 PERIOD = 100003
 # perf report rows: Overhead, Samples, Pid:Command, Shared Object, Symbol.
@@ -429,8 +432,11 @@ def test_dso_shares_match_the_process_alone(guest, scenario):
     shares = {p: qs_share(dso_samples(rows, p)) for p in pids}
     print(f"{scenario}: qs share alone {alone:.2f}%, concurrent {shares}")
     for p, share in shares.items():
-        assert abs(share - alone) <= 2.0, (scenario, p, share, alone,
-                                           dict(dso_samples(rows, p)))
+        c = dso_samples(rows, p)
+        n = c["qs"] + c["libc.so.6"]
+        sigma = 100.0 * math.sqrt(alone / 100 * (1 - alone / 100) / n)
+        assert abs(share - alone) <= max(2.0, 4 * sigma), (
+            scenario, p, share, alone, sigma, dict(c))
 
 
 def test_alone_dso_split_matches_valgrind(guest, callgrind):
