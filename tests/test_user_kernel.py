@@ -106,6 +106,20 @@ def test_ikconfig_is_read_from_the_kernel():
     assert feats.has("VIRTIO_CONSOLE", "virtcons_probe") is False
 
 
+@pytest.mark.vm        # needs the default image (its System.map is not used)
+def test_a_kernel_without_system_map_gets_one_from_its_symbols(tmp_path):
+    """Never the image's System.map for another kernel: host profiles
+    would name the wrong functions."""
+    from pyhost.image import image_status
+    kernel = fake_kernel(tmp_path, ALL_BUILT_IN)
+    uk = userkernel.user_kernel(kernel, None, image_status("default"),
+                                pmu=True)
+    assert uk.image.kernel_version == "6.1.99-fake"
+    lines = uk.image.system_map.read_text().splitlines()
+    assert any(line.endswith(" T v9fs_mount") for line in lines), lines[:5]
+    assert uk.image.system_map != image_status("default").system_map
+
+
 @pytest.mark.vm
 def test_the_images_own_kernel_boots_through_kernel(tmp_path):
     """--kernel with the image's kernel (its release: the image's modules

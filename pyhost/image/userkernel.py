@@ -110,6 +110,33 @@ def elf_symbols(vmlinux: bytes) -> frozenset[str]:
     return frozenset(s.name for s in sec.iter_symbols() if s.name)
 
 
+def system_map_from_elf(vmlinux: bytes) -> str:
+    """System.map lines from a vmlinux's .symtab ("" if it has none):
+    functions as T, everything else with an address as D."""
+    sec = _elf(vmlinux).get_section_by_name(".symtab")
+    if not isinstance(sec, SymbolTableSection):
+        return ""
+    rows = sorted((s["st_value"], "T" if s["st_info"]["type"] == "STT_FUNC"
+                   else "D", s.name) for s in sec.iter_symbols()
+                  if s.name and s["st_value"] and s["st_shndx"] != "SHN_UNDEF")
+    return "".join(f"{a:016x} {t} {n}\n" for a, t, n in rows)
+
+
+def own_system_map(vmlinux: bytes, release: str, path: Path
+                   ) -> tuple[Path, list[str]]:
+    """A System.map for a kernel that came without one (host profiles
+    name guest kernel functions by it): from its symbol table, else empty
+    (never the image's: it would name the wrong functions)."""
+    text = system_map_from_elf(vmlinux)
+    out = cache_dir() / "user-kernels" / release / \
+        f"System.map-{hashlib.sha256(vmlinux).hexdigest()[:16]}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    return out, ([] if text else [
+        f"no System.map and no symbols for {path}: host profiles will not "
+        "name guest kernel functions"])
+
+
 def features(vmlinux: bytes, build_dir: Path | None,
              system_map: Path | None) -> KernelFeatures:
     if build_dir is not None:
@@ -275,11 +302,10 @@ def user_kernel(path: Path, build_dir: Path | None, base: GuestImage,
         raise _refuse(path, f"{build_dir} has no .config",
                       "--kernel-build takes the kernel's build tree")
     system_map = find_system_map(path, build_dir)
-    image = dataclasses.replace(base, vmlinux=path.resolve(),
-                                kernel_version=release,
-                                system_map=system_map or base.system_map)
     if release == base.kernel_version:
-        return UserKernel(image, b"", [])
+        return UserKernel(dataclasses.replace(
+            base, vmlinux=path.resolve(),
+            system_map=system_map or base.system_map), b"", [])
     # A bzImage with a PVH note still boots as a bzImage (QEMU picks the
     # boot protocol by the file); only an ELF needs the note.
     elf_boot = data is vmlinux
@@ -288,9 +314,12 @@ def user_kernel(path: Path, build_dir: Path | None, base: GuestImage,
     if elf_boot and feats.has(*PVH[:2]) is None and pvh_entry(vmlinux) is None:
         raise _refuse(path, "no PVH entry note (CONFIG_PVH)",
                       "rebuild with CONFIG_PVH=y or pass the bzImage")
-    if system_map is None:
-        warnings.append(f"no System.map for {path}: host profiles will not "
-                        "name guest kernel functions")
+    map_path = system_map
+    if map_path is None:
+        map_path, more = own_system_map(vmlinux, release, path)
+        warnings += more
+    image = dataclasses.replace(base, vmlinux=path.resolve(),
+                                kernel_version=release, system_map=map_path)
     overlay = b""
     if pmu and not feats.has(*BUILTIN_DRIVER):
         if build_dir is None:
