@@ -38,6 +38,7 @@ from .cpio import CpioWriter
 from .kernel import _elf, extract_vmlinux, kernel_banner, pvh_entry, \
     read_modinfo
 from .store import GuestImage
+from .sysmap import parse_kallsyms
 
 # (CONFIG_ option, a symbol only that option built in leaves, what for).
 REQUIRED = (
@@ -103,22 +104,23 @@ def ikconfig(vmlinux: bytes) -> str | None:
     return text.decode("utf-8", "replace") if d.eof else None
 
 
-def elf_symbols(vmlinux: bytes) -> frozenset[str]:
+def _symtab(vmlinux: bytes):
+    """The named symbols of a vmlinux's .symtab (none if stripped)."""
     sec = _elf(vmlinux).get_section_by_name(".symtab")
-    if not isinstance(sec, SymbolTableSection):
-        return frozenset()
-    return frozenset(s.name for s in sec.iter_symbols() if s.name)
+    if isinstance(sec, SymbolTableSection):
+        yield from (s for s in sec.iter_symbols() if s.name)
+
+
+def elf_symbols(vmlinux: bytes) -> frozenset[str]:
+    return frozenset(s.name for s in _symtab(vmlinux))
 
 
 def system_map_from_elf(vmlinux: bytes) -> str:
     """System.map lines from a vmlinux's .symtab ("" if it has none):
     functions as T, everything else with an address as D."""
-    sec = _elf(vmlinux).get_section_by_name(".symtab")
-    if not isinstance(sec, SymbolTableSection):
-        return ""
     rows = sorted((s["st_value"], "T" if s["st_info"]["type"] == "STT_FUNC"
-                   else "D", s.name) for s in sec.iter_symbols()
-                  if s.name and s["st_value"] and s["st_shndx"] != "SHN_UNDEF")
+                   else "D", s.name) for s in _symtab(vmlinux)
+                  if s["st_value"] and s["st_shndx"] != "SHN_UNDEF")
     return "".join(f"{a:016x} {t} {n}\n" for a, t, n in rows)
 
 
@@ -151,8 +153,7 @@ def features(vmlinux: bytes, build_dir: Path | None,
         return KernelFeatures("the vmlinux symbol table", symbols=syms)
     if system_map is not None:
         return KernelFeatures(str(system_map), symbols=frozenset(
-            line.split()[2] for line in system_map.read_text().splitlines()
-            if len(line.split()) >= 3))
+            sym.name for sym in parse_kallsyms(system_map.read_text())))
     return KernelFeatures("nothing (no .config, IKCONFIG or symbols)")
 
 
