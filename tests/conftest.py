@@ -197,3 +197,12 @@ class RssSampler(threading.Thread):
         end = self.samples[-1][0]
         later = [k for t, k in self.samples if t >= after * end]
         return later[0], max(later), later[-1]
+
+
+def perf_count(lines: list[str], event: str) -> str | None:
+    """The value field of `perf stat -x,` for event (a number or <...>)."""
+    for line in lines:
+        f = line.split(",")
+        if len(f) > 2 and f[2] == event:
+            return f[0]
+    return None

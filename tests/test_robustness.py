@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 
 import hcfuzz
-from conftest import (PROGRAMS, REPO, RssSampler, pvperf_cmd, run_pvperf,
-                      sections, valgrind_irefs)
+from conftest import (PROGRAMS, REPO, RssSampler, perf_count, pvperf_cmd,
+                      run_pvperf, sections, valgrind_irefs)
 from pyhost.pmu import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.hypercall import RateLimiter
@@ -134,15 +134,6 @@ def programs() -> Path:
 def section(text: str, name: str) -> list[str]:
     """The lines after '=== name' up to the next '=== '."""
     return sections(text).get(name, [])
-
-
-def perf_count(lines: list[str], event: str) -> str | None:
-    """The value field of `perf stat -x,` for event (a number or <...>)."""
-    for line in lines:
-        f = line.split(",")
-        if len(f) > 2 and f[2] == event:
-            return f[0]
-    return None
 
 
 def leftovers_of(pid: int, share: Path) -> list[str]:
