@@ -65,6 +65,8 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 	err = link_exchange(vcpu, &msg, &reply);
 	if (err)
 		return err;
+	pv.vcpu[vcpu].reply_flags = reply.flags;
+	__atomic_store_n(&pv.reply_flags, reply.flags, __ATOMIC_RELAXED);
 	sample_arm(vcpu, &reply);
 	models_reply(vcpu, &reply);
 	mode_request(reply_mode(reply.flags));

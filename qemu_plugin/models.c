@@ -592,3 +592,35 @@ void models_flush(void)
 		s->branch[0] = s->branch[1] = 0;
 	}
 }
+
+/* ---- checkpoints (state.c) ---- */
+
+bool models_slot_ok(uint64_t mask)
+{
+	return models_slot(mask);
+}
+
+/* The vCPU's armed model slots, after the inline ones already in s. */
+void models_save(unsigned vcpu, struct pvperf_state_vcpu *s)
+{
+	const struct model_vcpu *m = &mv[vcpu];
+
+	for (unsigned i = 0; i < m->n_slots && s->n_slots < PVPERF_PROTO_MAX_SLOTS; i++) {
+		const struct model_slot *sl = &m->slot[i];
+
+		s->slot[s->n_slots++] = (struct pvperf_proto_slot){
+			.threshold = sl->threshold, .period = sl->period,
+			.ctr_mask = sl->mask, .event_id = sl->event_id,
+			.rand_bits = sl->rand_bits, .flags = sl->flags,
+		};
+	}
+}
+
+/* The counts of a checkpoint and its slots (validated by state.c); the
+ * caches, TLBs and predictor themselves start cold. */
+void models_restore(unsigned vcpu, const uint64_t *counters,
+		    const struct pvperf_proto_reply *reply)
+{
+	memcpy(mv[vcpu].ctr, counters, sizeof(mv[vcpu].ctr));
+	models_reply(vcpu, reply);
+}

@@ -36,4 +36,11 @@ void models_fault(unsigned vcpu, uint64_t ip);
  * whose sites live in the arena the flush frees. */
 void models_flush(void);
 
+/* Checkpoints (state.c): is mask a slot models.c serves; save; restore
+ * (counters: the model counters, PVPERF_NR_MODEL_COUNTERS pairs). */
+bool models_slot_ok(uint64_t mask);
+void models_save(unsigned vcpu, struct pvperf_state_vcpu *s);
+void models_restore(unsigned vcpu, const uint64_t *counters,
+		    const struct pvperf_proto_reply *reply);
+
 #endif /* PVPERF_MODELS_H */

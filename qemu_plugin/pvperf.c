@@ -12,7 +12,8 @@
  *
  * Options: sock=PATH (service socket, connected once per vCPU at install;
  * '@' = abstract namespace), ram=PATH
- * (the guest RAM file), ramsize=BYTES, count=on|off, verbose=on|off;
+ * (the guest RAM file), ramsize=BYTES, count=on|off, verbose=on|off,
+ * state_in=PATH and state_out=PATH (checkpoints: state.c);
  * the models': I1=, D1=, LL=SIZE,ASSOC,LINE (cachegrind's spelling),
  * iTLB=, dTLB=ENTRIES,ASSOC,PAGE, penalty_l1=, penalty_ll=, penalty_tlb=,
  * penalty_br=CYCLES (the timing model) and compat=on|off (user code only,
@@ -36,6 +37,7 @@
 #include "models.h"
 #include "pvperf.h"
 #include "sample.h"
+#include "state.h"
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
@@ -92,6 +94,7 @@ static void flush(qemu_plugin_id_t id)
 static void vcpu_init(qemu_plugin_id_t id, unsigned int vcpu)
 {
 	guest_regs_init();
+	state_restore_vcpu(vcpu);
 }
 
 static void vcpu_exit(qemu_plugin_id_t id, unsigned int vcpu)
@@ -123,6 +126,8 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
 {
 	if (pv.verbose)
 		report();
+	if (pv.state_out)
+		state_save(pv.state_out);
 	if (link_exit())
 		guest_ram_exit();
 }
@@ -191,6 +196,9 @@ static int parse_option(const char *arg)
 		ok = parse_u64(val, &pv.ram_size) && pv.ram_size;
 	} else if (!strcmp(key, "count")) {
 		ok = qemu_plugin_bool_parse(key, val, &pv.count_at_start);
+	} else if (!strcmp(key, "state_in") || !strcmp(key, "state_out")) {
+		ok = *val != '\0';
+		*(key[6] == 'i' ? &pv.state_in : &pv.state_out) = g_strdup(val);
 	} else if (!strcmp(key, "verbose")) {
 		ok = qemu_plugin_bool_parse(key, val, &pv.verbose);
 	} else {
@@ -199,7 +207,7 @@ static int parse_option(const char *arg)
 		if (r)
 			return r > 0 ? 0 : -1;	/* logged there */
 		pvperf_log("unknown option '%s' (known: sock, ram, ramsize, count, "
-			   "verbose, I1, D1, LL, iTLB, dTLB, penalty_l1, "
+			   "verbose, state_in, state_out, I1, D1, LL, iTLB, dTLB, penalty_l1, "
 			   "penalty_ll, penalty_tlb, penalty_br, compat)\n", key);
 		return -1;
 	}
@@ -229,6 +237,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 					   const qemu_info_t *info,
 					   int argc, char **argv)
 {
+	uint32_t reply_flags = 0;
+
 	if (!info->system_emulation || strcmp(info->target_name, "x86_64")) {
 		pvperf_log("needs qemu-system-x86_64 (got %s%s)\n",
 			   info->target_name,
@@ -250,8 +260,11 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 		return -1;
 	if (!pv.ram_path && pv.sock_path)
 		pvperf_log("sock= without ram=: hypercalls are ignored\n");
+	if (pv.state_in && state_load(pv.state_in, &reply_flags))
+		return -1;
 	link_init();
-	mode_init(id, pv.count_at_start ? MODE_COUNT | MODE_BRANCHES : MODE_OFF,
+	mode_init(id, pv.state_in ? reply_mode(reply_flags) :
+		  pv.count_at_start ? MODE_COUNT | MODE_BRANCHES : MODE_OFF,
 		  register_callbacks, mode_settled);
 	register_callbacks(id);
 	if (pv.verbose)

@@ -15,6 +15,7 @@
  *         classify.c  capstone at translation: branch / may-fault
  *       mode.c      counting off / on / sampling: qemu_plugin_reset
  *       arena.c     udata that lives as long as the TBs
+ *     state.c     checkpoints: save at exit, restore at install
  *
  * Index spaces (as in pvperf_abi.h): "vcpu" is QEMU's cpu_index, "gpa" a
  * guest physical address (== offset into the RAM file), "vaddr" a guest
@@ -124,6 +125,7 @@ struct pvperf_vcpu {
 		uint64_t regs[PVPERF_NR_REGS];
 	} pending[PVPERF_PROTO_MAX_SLOTS];
 	uint64_t prng;		/* xorshift64 state for randomized periods */
+	uint32_t reply_flags;	/* the service's last reply to it */
 } __attribute__((aligned(64)));
 
 struct pvperf_state {
@@ -133,6 +135,9 @@ struct pvperf_state {
 	const char *ram_path;	/* NULL: hypercalls are not handled */
 	uint64_t ram_size;
 	bool count_at_start;
+	const char *state_in;	/* checkpoint to resume (state.c), or NULL */
+	const char *state_out;	/* where to save one at exit, or NULL */
+	uint32_t reply_flags;	/* the last reply's, any vCPU (atomic) */
 	bool verbose;
 	unsigned n_vcpus;		/* info->system.max_vcpus */
 	struct pvperf_vcpu *vcpu;	/* [n_vcpus], never reallocated */

@@ -97,6 +97,7 @@
 #define PVPERF_REPLY_MODELS_COLD	(1U << 8)
 /* Some open event counts TLB-model events: run the TLB models. */
 #define PVPERF_REPLY_TLB		(1U << 9)
+#define PVPERF_REPLY_KNOWN		((1U << 10) - 1)
 
 /*
  * Slot and overflow flags.  SYNC: the vCPU waits for the service's (empty)
@@ -160,6 +161,55 @@ struct pvperf_proto_overflow {
 	__u64 regs[PVPERF_NR_REGS];	/* before ip ran (pvperf_abi.h) */
 };
 
+/*
+ * Checkpoints (pvperf run --checkpoint, pvperf restore).  A VM is saved by
+ * stopping it, migrating it to a file and quitting QEMU; the plugin of
+ * that QEMU writes its part at exit (option state_out=PATH): the exact
+ * counts of every vCPU, what the service last asked it to instrument, the
+ * armed thresholds and the overflows still held.  The QEMU that resumes
+ * the VM (-incoming) loads it at install (state_in=PATH), before any vCPU
+ * runs, so counting and sampling go on at the next instruction as if
+ * nothing had happened.  The models' caches and predictor start cold.
+ * pyhost/pmu/plugin_protocol.py validates a file before pvperf starts
+ * QEMU; the plugin validates it again and refuses to install on any error.
+ */
+#define PVPERF_STATE_MAGIC		0x53505650	/* "PVPS" */
+#define PVPERF_STATE_VERSION		1
+
+struct pvperf_state_header {
+	__u32 magic;
+	__u32 version;
+	__u32 n_vcpus;			/* = the QEMU's max_vcpus */
+	__u32 vcpu_size;		/* sizeof(struct pvperf_state_vcpu) */
+	__u32 reply_flags;		/* the last reply's: what is instrumented */
+	__u32 __pad0;
+};
+
+/* An overflow held at the checkpoint (sample.c: it may not have retired). */
+struct pvperf_state_held {
+	__u64 chunk_ip;			/* first instruction of its chunk */
+	__u64 ip;			/* the overflowing instruction */
+	__u64 threshold;
+	__u64 next_threshold;
+	__u64 kctr_at;			/* kernel instruction count when held */
+	__u16 idx;			/* ip's index in its chunk */
+	__u8 mode;			/* PVPERF_MODE_* */
+	__u8 has_regs;
+	__u32 __pad0;
+	__u64 regs[PVPERF_NR_REGS];
+};
+
+struct pvperf_state_vcpu {
+	__u64 counters[PVPERF_NR_COUNTERS];	/* exact counts */
+	__u64 prng;			/* re-arm randomization state */
+	__u32 reply_flags;		/* the last reply to this vCPU */
+	__u32 n_slots;			/* slots on inline counters first */
+	__u32 held_mask;		/* bit i: held[i], for inline slot i */
+	__u32 __pad0;
+	struct pvperf_proto_slot slot[PVPERF_PROTO_MAX_SLOTS];	/* armed now */
+	struct pvperf_state_held held[PVPERF_PROTO_MAX_SLOTS];
+};
+
 _Static_assert(PVPERF_NR_COUNTERS ==
 	       PVPERF_NR_INLINE_COUNTERS + 2 * PVPERF_NR_MODEL_COUNTERS, "counters");
 _Static_assert(sizeof(struct pvperf_proto_hcall) == 312, "hcall msg size");
@@ -167,5 +217,8 @@ _Static_assert(sizeof(struct pvperf_proto_slot) == 32, "slot size");
 _Static_assert(sizeof(struct pvperf_proto_reply) == 272, "reply msg size");
 _Static_assert(sizeof(struct pvperf_proto_overflow) == 176, "overflow msg size");
 _Static_assert(PVPERF_NR_COUNTERS <= 64, "ctr_mask bits");
+_Static_assert(sizeof(struct pvperf_state_header) == 24, "state header size");
+_Static_assert(sizeof(struct pvperf_state_held) == 176, "held size");
+_Static_assert(sizeof(struct pvperf_state_vcpu) == 1976, "state vcpu size");
 
 #endif /* PVPERF_PROTO_H */

@@ -460,3 +460,63 @@ void sample_capture_exec(unsigned int vcpu, void *udata)
 	}
 	sample_update_room(vcpu);
 }
+
+/* ---- checkpoints (state.c) ---- */
+
+/* The vCPU's armed inline slots and held overflows, into a checkpoint.
+ * Awaiting overflows are held without registers, as a fault would. */
+void sample_save(unsigned vcpu, struct pvperf_state_vcpu *s)
+{
+	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+
+	hold_awaiting(v);
+	s->prng = v->prng;
+	s->n_slots = v->n_slots;
+	s->held_mask = v->pending_mask;
+	for (unsigned i = 0; i < v->n_slots; i++) {
+		const struct pvperf_sample_slot *sl = &v->slot[i];
+		const struct pvperf_pending *p = &v->pending[i];
+
+		s->slot[i] = (struct pvperf_proto_slot){
+			.threshold = sl->threshold, .period = sl->period,
+			.ctr_mask = sl->ctr_mask, .event_id = sl->event_id,
+			.rand_bits = sl->rand_bits, .flags = sl->flags,
+		};
+		if (!(v->pending_mask & (1u << i)))
+			continue;
+		s->held[i] = (struct pvperf_state_held){
+			.chunk_ip = p->chunk_ip, .ip = p->ip,
+			.threshold = p->threshold,
+			.next_threshold = p->next_threshold,
+			.kctr_at = p->kctr_at, .idx = p->idx, .mode = p->mode,
+			.has_regs = p->has_regs,
+		};
+		memcpy(s->held[i].regs, p->regs, sizeof(p->regs));
+	}
+}
+
+/* Re-arm from a checkpoint (validated by state.c): the slots of the
+ * synthetic reply, then the held overflows, then the countdown. */
+void sample_restore(unsigned vcpu, const struct pvperf_proto_reply *reply,
+		    const struct pvperf_state_vcpu *s)
+{
+	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+
+	v->prng = s->prng;
+	sample_arm(vcpu, reply);
+	for (unsigned m = s->held_mask; m; m &= m - 1) {
+		unsigned i = __builtin_ctz(m);
+		const struct pvperf_state_held *h = &s->held[i];
+
+		v->pending[i] = (struct pvperf_pending){
+			.chunk_ip = h->chunk_ip, .ip = h->ip,
+			.threshold = h->threshold,
+			.next_threshold = h->next_threshold,
+			.kctr_at = h->kctr_at, .idx = h->idx, .mode = h->mode,
+			.has_regs = h->has_regs,
+		};
+		memcpy(v->pending[i].regs, h->regs, sizeof(h->regs));
+	}
+	v->pending_mask = s->held_mask;
+	sample_update_room(vcpu);
+}

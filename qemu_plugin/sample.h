@@ -72,5 +72,9 @@ uint64_t sample_next_threshold(unsigned vcpu, uint64_t threshold,
 void sample_confirm_all(unsigned vcpu);
 void sample_fault(unsigned vcpu, uint64_t ip);
 void sample_update_room(unsigned vcpu);
+/* Checkpoints (state.c). */
+void sample_save(unsigned vcpu, struct pvperf_state_vcpu *s);
+void sample_restore(unsigned vcpu, const struct pvperf_proto_reply *reply,
+		    const struct pvperf_state_vcpu *s);
 
 #endif /* PVPERF_SAMPLE_H */

@@ -3,6 +3,7 @@
   pvperf run [options] -- CMD [ARGS...]   run CMD in a fresh guest
   pvperf stat [-e EV] [--json F] -- CMD   perf stat of CMD in a guest
   pvperf compare BASE.json NEW.json       regression gate on two results
+  pvperf restore DIR                      resume a `run --checkpoint`
   pvperf shell [options]                  interactive guest shell
   pvperf profile [options] -- CMD         host profile of QEMU + guest
   pvperf report DIR                       re-render a saved profile
@@ -40,6 +41,7 @@ from ..profile import record as prof_record
 from ..profile import resolve as prof_resolve
 from ..profile import session as prof_session
 from .. import results
+from ..vm import checkpoint as vm_checkpoint
 from ..vm.launcher import VMConfig, run_command, run_shell
 from ..vm.qemu import find_qemu
 
@@ -134,14 +136,73 @@ def run_and_record(config: VMConfig, json_out: Path | None) -> int:
              epilog=EPILOG)
 @vm_options()
 @json_option
+@click.option("--checkpoint", "checkpoint_dir", type=click.Path(
+    file_okay=False, path_type=Path), default=None,
+    help="save the running guest, PMU state included, into this new "
+    "directory --checkpoint-after seconds into COMMAND, and stop; "
+    "`pvperf restore DIR` resumes it (docs/checkpoints.md)")
+@click.option("--checkpoint-after", type=click.FloatRange(min=0),
+              default=None, metavar="S", help="when to take --checkpoint")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(command, json_out, **opts) -> None:
+def run(command, json_out, checkpoint_dir, checkpoint_after, **opts) -> None:
     """Boot the image (--image) and run COMMAND in /mnt/host as root.
 
     COMMAND's stdout and stderr stream to this terminal; pvperf exits
     with COMMAND's exit status.  With --json, COMMAND runs perf stat.
     """
-    config = make_config("run", shlex.join(command), **opts)
+    if (checkpoint_dir is None) != (checkpoint_after is None):
+        raise click.UsageError("--checkpoint and --checkpoint-after go "
+                               "together")
+    if checkpoint_dir is not None and json_out is not None:
+        raise click.UsageError("--json cannot span a checkpoint: give it "
+                               "to `pvperf restore` instead")
+    config = make_config("run", shlex.join(command),
+                         staged=checkpoint_dir is not None, **opts)
+    if checkpoint_dir is not None:
+        sys.exit(run_to_checkpoint(config, checkpoint_dir, checkpoint_after))
+    sys.exit(run_and_record(config, json_out))
+
+
+def run_to_checkpoint(config: VMConfig, directory: Path,
+                      after: float) -> int:
+    """`run --checkpoint`: COMMAND's status if it ended first, else 0
+    once the checkpoint is complete."""
+    vm_checkpoint.prepare(directory, config)
+    taken = False
+    try:
+        status = asyncio.run(vm_checkpoint.run_with_checkpoint(
+            config, directory, after))
+        taken = status is None
+    finally:
+        if not taken:
+            vm_checkpoint.discard(directory)
+    if not taken:
+        click.echo(f"pvperf: COMMAND ended within {after:g} s: no "
+                   "checkpoint taken", err=True)
+        return status
+    size = sum(p.stat().st_size for p in directory.iterdir())
+    click.echo(f"pvperf: checkpoint of the guest {after:g} s into COMMAND "
+               f"saved in {directory} ({size / 2**20:.0f} MiB); resume it "
+               f"with `pvperf restore {directory}`", err=True)
+    return 0
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("directory", type=click.Path(exists=True, file_okay=False,
+                                             path_type=Path))
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
+              help="stop the guest after S seconds")
+@click.option("--console", "echo_console", is_flag=True,
+              help="show the guest's serial console on stderr")
+@json_option
+def restore(directory, timeout, echo_console, json_out) -> None:
+    """Resume the guest saved by `pvperf run --checkpoint DIRECTORY`.
+
+    Every part of the checkpoint is checked first (versions, SHA-256);
+    then COMMAND goes on where it stopped, its counts and samples
+    included, and pvperf exits with its status.
+    """
+    config = vm_checkpoint.load(directory, timeout, echo_console)
     sys.exit(run_and_record(config, json_out))
 
 

@@ -158,8 +158,11 @@ def make_config(mode: str, command: str, smp: int, mem: int,
                 timing: bool = False,
                 penalties: dict[str, int] | None = None,
                 deterministic: bool = False, kernel: Path | None = None,
-                kernel_build: Path | None = None) -> VMConfig:
-    """The VMConfig of a run: checked (preflight), then the image."""
+                kernel_build: Path | None = None,
+                staged: bool = False) -> VMConfig:
+    """The VMConfig of a run: checked (preflight), then the image.
+    ``staged``: the share goes into guest RAM and 9p is mounted only after
+    the command, as for --deterministic (checkpoints need it)."""
     models = {k: v for k, v in (("I1", I1), ("D1", D1), ("LL", LL),
                                 ("iTLB", iTLB), ("dTLB", dTLB)) if v}
     models.update({f"penalty_{k.lower()}": str(v)
@@ -177,9 +180,10 @@ def make_config(mode: str, command: str, smp: int, mem: int,
                       pmu=not no_pmu, timeout=timeout,
                       echo_console=echo_console, plugin_options=models,
                       timing=timing or bool(penalties),
-                      deterministic=deterministic)
+                      deterministic=deterministic,
+                      staged=deterministic or staged)
     preflight(config)
-    if deterministic:
+    if config.staged:
         # In guest RAM: at most a quarter of it (image/stage.py).
         config.initrd_overlay = stage.stage_share(share, (mem << 20) // 4)
     if kernel_build is not None and kernel is None:

@@ -65,6 +65,13 @@ class NmiInjector:
         if wait:
             self._wait(fut)
 
+    async def settle(self, timeout: float = NMI_WAIT_S) -> None:
+        """On the bound loop: until the latest request has reached QEMU
+        (a checkpoint must not migrate the VM before its NMIs are in)."""
+        last = self._last
+        if last is not None and not last.done():
+            await asyncio.wait([asyncio.wrap_future(last)], timeout=timeout)
+
     @staticmethod
     def _wait(fut) -> None:
         try:

@@ -57,6 +57,7 @@ REPLY_BPRED = 1 << 6       # some open event needs the branch predictor
 REPLY_MODELS_LIVE = 1 << 7     # this vCPU runs an event counting models
 REPLY_MODELS_COLD = 1 << 8     # a session of model events starts
 REPLY_TLB = 1 << 9         # some open event needs the TLB models
+REPLY_KNOWN = (1 << 10) - 1
 # Slot / overflow flag: the vCPU waits for the answer (callchain events).
 SYNC = 1 << 0
 # Slot: capture registers at the overflow; overflow message: regs valid.
@@ -75,6 +76,18 @@ assert HCALL_MSG.size == 312
 assert SLOT.size == 32
 assert REPLY_MSG_SIZE == 272
 assert OVERFLOW_MSG.size == 176
+
+# Checkpoints: the plugin's state file (struct pvperf_state_*).
+STATE_MAGIC = 0x53505650
+STATE_VERSION = 1
+STATE_HEADER = struct.Struct("<IIIIII")
+STATE_HELD = struct.Struct(f"<QQQQQHBBI{abi.NR_REGS}Q")
+STATE_VCPU_HEAD = struct.Struct(f"<{NR_COUNTERS}QQIIII")
+STATE_VCPU_SIZE = (STATE_VCPU_HEAD.size + MAX_SLOTS * SLOT.size
+                   + MAX_SLOTS * STATE_HELD.size)
+assert STATE_HEADER.size == 24
+assert STATE_HELD.size == 176
+assert STATE_VCPU_SIZE == 1976
 
 
 class ProtocolError(ValueError):
@@ -178,3 +191,55 @@ def unpack_reply(raw: bytes) -> tuple[int, list[Slot]]:
             raw, REPLY_HEAD.size + i * SLOT.size)
         slots.append(Slot(t, p, e, m, r, fl))
     return flags, slots
+
+
+@dataclass(frozen=True)
+class VcpuState:
+    """One vCPU's record of a plugin state file (what pvperf shows and
+    checks; the plugin restores the rest: held overflows, prng)."""
+    counters: tuple[int, ...]
+    reply_flags: int
+    slots: tuple[Slot, ...]
+    held_mask: int
+
+
+def parse_plugin_state(raw: bytes, n_vcpus: int) -> tuple[int, list[VcpuState]]:
+    """(reply flags, per-vCPU records) of a plugin state file, checked as
+    the plugin checks it (qemu_plugin/state.c); ProtocolError says why
+    it cannot be restored."""
+    if len(raw) < STATE_HEADER.size:
+        raise ProtocolError("plugin state: too short")
+    magic, version, n, vsize, flags, _ = STATE_HEADER.unpack_from(raw)
+    if magic != STATE_MAGIC:
+        raise ProtocolError("plugin state: bad magic")
+    if version != STATE_VERSION:
+        raise ProtocolError(f"plugin state: version {version}, this pvperf "
+                            f"reads {STATE_VERSION}")
+    if n != n_vcpus or vsize != STATE_VCPU_SIZE:
+        raise ProtocolError(f"plugin state: {n} vCPUs of {vsize} bytes, "
+                            f"expected {n_vcpus} of {STATE_VCPU_SIZE}")
+    if len(raw) != STATE_HEADER.size + n * vsize:
+        raise ProtocolError("plugin state: truncated or too long")
+    if flags & ~REPLY_KNOWN:
+        raise ProtocolError(f"plugin state: unknown flags {flags:#x}")
+    return flags, [_vcpu_state(raw, STATE_HEADER.size + i * vsize)
+                   for i in range(n)]
+
+
+def _vcpu_state(raw: bytes, off: int) -> VcpuState:
+    f = STATE_VCPU_HEAD.unpack_from(raw, off)
+    counters, (_prng, flags, n_slots, held, _) = f[:NR_COUNTERS], \
+        f[NR_COUNTERS:]
+    if flags & ~REPLY_KNOWN or n_slots > MAX_SLOTS:
+        raise ProtocolError("plugin state: bad vCPU flags or slot count")
+    slots = []
+    for i in range(n_slots):
+        t, p, m, e, r, fl, _ = SLOT.unpack_from(
+            raw, off + STATE_VCPU_HEAD.size + i * SLOT.size)
+        if not m or m >> NR_COUNTERS or r > 31 or fl & ~(SYNC | REGS):
+            raise ProtocolError("plugin state: bad slot")
+        slots.append(Slot(t, p, e, m, r, fl))
+    n_inline = sum(1 for s in slots if not s.ctr_mask >> NR_INLINE_COUNTERS)
+    if held >> n_inline:
+        raise ProtocolError("plugin state: held overflow without its slot")
+    return VcpuState(tuple(counters), flags, tuple(slots), held)

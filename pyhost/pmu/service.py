@@ -22,6 +22,7 @@ import contextlib
 import enum
 import logging
 import os
+import select
 import socket
 import struct
 import threading
@@ -64,6 +65,9 @@ class PluginService:
         self._stopping = threading.Event()
         self._peer_pid: int | None = None
         self._peer_known = threading.Event()
+        # Messages received and not yet served (idle() below).
+        self._busy = 0
+        self._busy_lock = threading.Lock()
 
     @property
     def plugin_address(self) -> str:
@@ -120,6 +124,22 @@ class PluginService:
         self._conns.clear()
         self.runstate = Runstate.IDLE
 
+    def idle(self) -> bool:
+        """No message waiting in any connection and none being served.
+
+        With every vCPU stopped no new message can come, so two idle()
+        a few milliseconds apart mean every overflow sent before the stop
+        has been delivered (checkpoints: vm/checkpoint.py).  Two, because
+        a thread that has just received a message counts itself busy only
+        once it holds the GIL again."""
+        conns = [c for c in self._conns if c.fileno() >= 0]
+        try:
+            readable, _, _ = select.select(conns, [], [], 0)
+        except (OSError, ValueError):
+            readable = []
+        with self._busy_lock:
+            return not readable and not self._busy
+
     def _spawn(self, target, name, *args) -> None:
         t = threading.Thread(target=target, args=args, name=name, daemon=True)
         self._threads.append(t)
@@ -175,27 +195,39 @@ class PluginService:
                 return
             if not raw:
                 return
-            slots = []
+            with self._busy_lock:
+                self._busy += 1
             try:
-                msg = proto.unpack_message(raw)
-                if isinstance(msg, proto.OverflowMessage):
-                    self._overflow(msg)
-                    # Only a SYNC overflow's vCPU waits for an (empty)
-                    # answer: the NMI was injected before it, so the guest
-                    # takes it at the next TB boundary, in the frame that
-                    # overflowed (callchain events).  Others go on at once.
-                    if not msg.flags & proto.SYNC:
-                        continue
-                    flags, slots = 0, []
-                else:
-                    flags, slots = self.backend.handle_reply(msg)
-            except proto.ProtocolError as e:
-                log.warning("plugin protocol error: %s", e)
-                return
-            except Exception:  # never let one hypercall kill the service
-                log.exception("hypercall failed")
+                if not self._serve_one(conn, raw):
+                    return
+            finally:
+                with self._busy_lock:
+                    self._busy -= 1
+
+    def _serve_one(self, conn: socket.socket, raw: bytes) -> bool:
+        """Serve one message; False once the connection is done for."""
+        slots = []
+        try:
+            msg = proto.unpack_message(raw)
+            if isinstance(msg, proto.OverflowMessage):
+                self._overflow(msg)
+                # Only a SYNC overflow's vCPU waits for an (empty)
+                # answer: the NMI was injected before it, so the guest
+                # takes it at the next TB boundary, in the frame that
+                # overflowed (callchain events).  Others go on at once.
+                if not msg.flags & proto.SYNC:
+                    return True
                 flags = 0
-            try:
-                conn.send(proto.pack_reply(flags, slots))
-            except OSError:
-                return
+            else:
+                flags, slots = self.backend.handle_reply(msg)
+        except proto.ProtocolError as e:
+            log.warning("plugin protocol error: %s", e)
+            return False
+        except Exception:  # never let one hypercall kill the service
+            log.exception("hypercall failed")
+            flags = 0
+        try:
+            conn.send(proto.pack_reply(flags, slots))
+        except OSError:
+            return False
+        return True

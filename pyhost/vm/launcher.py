@@ -49,6 +49,7 @@ from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
 from ..pmu.nmi import NmiInjector
 from ..pmu.service import PluginService
+from ..pmu import snapshot
 from . import channels, determinism, qmp
 from .console import Console
 from .qemu import QEMU, check_qemu_for_plugin, find_qemu, \
@@ -140,6 +141,17 @@ class VMConfig:
     # guest RAM (deterministic runs: determinism.py, /init's
     # pvperf.staged=1), the PMU driver built for --kernel (userkernel.py).
     initrd_overlay: bytes = b""
+    # The share is in initrd_overlay (image/stage.py) and 9p is mounted
+    # only after the command: deterministic runs, and checkpoints (QEMU
+    # refuses to migrate a guest with 9p mounted).
+    staged: bool = False
+    # Checkpoints (vm/checkpoint.py): where the plugin saves its state at
+    # exit; and, to resume one, QEMU's migration stream, the plugin's
+    # state and the service's (pmu/snapshot.py).
+    state_out: Path | None = None
+    incoming: Path | None = None
+    state_in: Path | None = None
+    pmu_state: dict | None = None
     qemu: str = QEMU
 
 
@@ -209,7 +221,7 @@ class VM:
             argv += self._chardev(port)
             argv += ["-device", f"virtserialport,bus=vser.0,chardev={port},"
                                 f"name=org.pvperf.{port}"]
-        if c.deterministic and c.initrd_overlay:
+        if c.staged and c.initrd_overlay:
             append.append("pvperf.staged=1")
         if c.share is not None:
             append.append("pvperf.share=1")
@@ -226,6 +238,10 @@ class VM:
         if c.deterministic:
             append += determinism.KERNEL_ARGS
             argv += determinism.QEMU_ARGS
+        if c.incoming is not None:
+            # Held until every channel is up again, like -S runs above.
+            argv += ([] if c.deterministic else ["-S"]) + \
+                ["-incoming", f"file:{c.incoming}"]
         argv += ["-append", " ".join(append)]
         return argv
 
@@ -235,8 +251,12 @@ class VM:
         return self.channels.chardev(port)
 
     def _plugin_arg(self) -> str:
+        c = self.config
         opts = {"sock": self.service.plugin_address,
-                "ram": str(self.ram_path), **self.config.plugin_options}
+                "ram": str(self.ram_path), **c.plugin_options}
+        for key, path in (("state_in", c.state_in), ("state_out", c.state_out)):
+            if path is not None:
+                opts[key] = str(path)
         return ",".join([str(PLUGIN_PATH)] +
                         [f"{k}={qemu_escape(v)}" for k, v in opts.items()])
 
@@ -277,6 +297,8 @@ class VM:
             self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
                                        nmi=self.nmi, timing=c.timing,
                                        deterministic=c.deterministic)
+            if c.pmu_state is not None:
+                self._restore_pmu(c.pmu_state)
             self.run_dir = channels.make_run_dir()
             self.service = PluginService(self.backend, self.run_dir / "svc")
             self.service.start()
@@ -304,11 +326,22 @@ class VM:
         for port in PORTS:
             self._ports[port] = await asyncio.open_unix_connection(
                 sock=self.channels.ours(port))
-        if c.deterministic:
+        if c.incoming is not None:
+            await qmp.wait_migration(self.qmp, "restoring the checkpoint")
+        if c.deterministic or c.incoming is not None:
             # Held (-S) until now, so the guest finds every port open
             # instead of seeing the host connect at a host-timed moment.
             await qmp.wait_connected(self.qmp, PORTS)
             await qmp.cont(self.qmp)
+
+    def _restore_pmu(self, state: dict) -> None:
+        """The service's state from a checkpoint, before QEMU starts: a
+        bad one stops everything here, nothing applied."""
+        try:
+            snapshot.restore(self.backend, state, self.config.smp)
+        except snapshot.StateError as e:
+            raise VMError("restoring the checkpoint", f"PMU state: {e}",
+                          "the checkpoint is damaged: take it again") from e
 
     async def _wait_plugin_connected(self) -> None:
         """The plugin connects every vCPU at install; then nobody needs
@@ -390,6 +423,44 @@ class VM:
             self.channels.close()
             self.channels = None
 
+    # -- checkpoints ---------------------------------------------------------
+
+    @require(Runstate.RUNNING)
+    async def checkpoint(self, vmstate: Path) -> dict:
+        """Stop the guest, migrate it to the file ``vmstate`` and quit
+        QEMU, whose plugin then writes config.state_out; returns the
+        service's state at the stop (pmu/snapshot.py).  On failure the
+        guest runs on and VMError says why."""
+        await qmp.stop(self.qmp)
+        try:
+            state = await self._quiesced_state()
+            await qmp.migrate_to_file(self.qmp, vmstate)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await qmp.cont(self.qmp)
+            raise
+        await qmp.quit(self.qmp)
+        deadline = time.monotonic() + POWEROFF_TIMEOUT
+        while self.console.alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return state
+
+    async def _quiesced_state(self) -> dict:
+        """The PMU state once every overflow sent before the stop has
+        been delivered and its NMI requested (service.idle)."""
+        if self.service is None:
+            return {}
+        calm, deadline = 0, time.monotonic() + 5
+        while calm < 2:
+            calm = calm + 1 if self.service.idle() else 0
+            if time.monotonic() > deadline:
+                raise VMError("taking the checkpoint", "the PMU service "
+                              "did not go idle", "run again with --debug")
+            await asyncio.sleep(0.02)
+        await self.nmi.settle()
+        with self.backend.lock:
+            return snapshot.save(self.backend)
+
     # -- running -------------------------------------------------------------
 
     @require(Runstate.RUNNING)
@@ -433,6 +504,13 @@ class VM:
     async def _readline_or_death(self, reader) -> bytes:
         """readline() that also returns b'' when QEMU exits first."""
         read = asyncio.ensure_future(reader.readline())
+        try:
+            return await self._read_or_death(read)
+        except asyncio.CancelledError:
+            read.cancel()       # or it would take a later line
+            raise
+
+    async def _read_or_death(self, read) -> bytes:
         while not read.done():
             await asyncio.wait([read], timeout=0.1)
             if not read.done() and not self.console.alive():
@@ -483,7 +561,8 @@ async def run_command(config: VMConfig, stdout=None, stderr=None) -> int:
     stderr = stderr or sys.stderr.buffer
     async with VM(config) as vm:
         pumps = await vm.pump_output(stdout, stderr)
-        await vm.wait_ready()
+        if config.incoming is None:     # a restored guest is past it
+            await vm.wait_ready()
         status = await vm.wait_exit(config.timeout)
         # QEMU has exited: the port sockets are at EOF; drain them.
         await asyncio.wait(pumps, timeout=5)

@@ -78,3 +78,43 @@ async def close(client: QMPClient | None) -> None:
         # disconnect() re-raises what ended the connection: after the
         # guest powered off, QEMU closing the socket (EOFError) is normal.
         pass
+
+
+async def stop(client: QMPClient) -> None:
+    """Pause every vCPU (returns once they are all stopped)."""
+    await client.execute("stop")
+
+
+async def migrate_to_file(client: QMPClient, path) -> None:
+    """Migrate the (stopped) VM into the file ``path`` and wait for it."""
+    try:
+        await client.execute("migrate", {"uri": f"file:{path}"})
+    except QMPError as e:
+        raise VMError("taking the checkpoint", f"QEMU refused to migrate: "
+                      f"{e}", "see docs/checkpoints.md") from e
+    await wait_migration(client, "taking the checkpoint")
+
+
+async def wait_migration(client: QMPClient, what: str,
+                         timeout: float = 600) -> None:
+    """Until the outgoing or incoming migration completes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = await client.execute("query-migrate")
+        status = info.get("status", "none")
+        if status == "completed":
+            return
+        if status in ("failed", "cancelled") or \
+                time.monotonic() > deadline:
+            raise VMError(what, f"migration {status}: "
+                          f"{info.get('error-desc', 'no reason given')}",
+                          "run again with --debug")
+        await asyncio.sleep(0.02)
+
+
+async def quit(client: QMPClient) -> None:
+    """Make QEMU exit (its plugins' atexit callbacks run)."""
+    try:
+        await client.execute("quit")
+    except (QMPError, OSError, EOFError):
+        pass        # QEMU may close the socket before answering

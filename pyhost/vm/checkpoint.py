@@ -1,0 +1,272 @@
+"""Checkpoints: a running guest, its PMU state included, saved to a
+directory and resumed later (``pvperf run --checkpoint DIR
+--checkpoint-after S``, ``pvperf restore DIR``; docs/checkpoints.md).
+
+Taking one (VM.checkpoint): QMP ``stop``; wait until the service has
+delivered every overflow sent before the stop and QEMU has every NMI it
+asked for; save the service's state; ``migrate`` the VM to a file;
+``quit`` QEMU, whose plugin writes its own state at exit (counts, armed
+thresholds, held overflows: qemu_plugin/state.c).  The three parts are
+taken at the same instant: the vCPUs do not run in between.
+
+The directory:
+
+  manifest.json    what the checkpoint is: format version, the QEMU that
+                   took it, the run's configuration (to rebuild the same
+                   machine), the SHA-256 of every file below and of the
+                   guest image's kernel and initramfs; written last, so a
+                   directory without it is an unfinished checkpoint
+  vmstate          QEMU's migration stream (RAM, devices, CPUs)
+  plugin.state     the plugin's part (pvperf_proto.h pvperf_state_*)
+  pmu.json         the service's part (pmu/snapshot.py)
+  initrd-overlay   the staged share (and driver), as the guest booted
+
+Resuming (``load`` then launcher.run_command): everything is checked
+before anything starts (format, versions, hashes, the plugin state as the
+plugin reads it, the service state when the service is built, before
+QEMU); then QEMU starts with the same machine and ``-incoming``, the
+plugin loads its state before any vCPU runs, and the guest goes on where
+it stopped, its command's output streaming here again.
+
+Why the share is staged: QEMU refuses to migrate a guest that has its
+9p share mounted, so checkpointing runs get the share in guest RAM, as
+deterministic runs do (image/stage.py), and 9p only after the command.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .. import __version__
+from ..errors import VMError
+from ..pmu import plugin_protocol as proto
+from .launcher import VM, VMConfig
+from .qemu import find_qemu
+
+log = logging.getLogger("pvperf.checkpoint")
+
+FORMAT = "pvperf-checkpoint"
+VERSION = 1
+MANIFEST = "manifest.json"
+VMSTATE = "vmstate"
+PLUGIN_STATE = "plugin.state"
+PMU_STATE = "pmu.json"
+OVERLAY = "initrd-overlay"
+# The run's configuration a restore rebuilds the machine from.
+VM_FIELDS = {"mode": str, "command": str, "smp": int, "mem_mb": int,
+             "pmu": bool, "timing": bool, "deterministic": bool,
+             "staged": bool}
+
+
+class CheckpointError(VMError):
+    """A checkpoint that cannot be taken or restored."""
+
+
+class _Boot:
+    """What the launcher needs of an image: its kernel and initramfs."""
+
+    def __init__(self, vmlinux: Path, initramfs: Path):
+        self.vmlinux, self.initramfs = vmlinux, initramfs
+        # image_meta of --json results reads it (absent: no image meta)
+        self.manifest = initramfs.parent / "manifest.json"
+
+
+def qemu_identity(config: VMConfig) -> str:
+    """The first line of `qemu --version`: a checkpoint resumes only
+    under the QEMU that took it (machine types and device state change
+    between versions)."""
+    out = subprocess.run([find_qemu(config.qemu), "--version"],
+                         capture_output=True, text=True, timeout=30).stdout
+    return out.splitlines()[0] if out else "unknown"
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def prepare(directory: Path, config: VMConfig) -> None:
+    """Make ``directory`` (new or empty) and point the plugin at it."""
+    directory = directory.resolve()
+    if directory.exists() and (not directory.is_dir() or
+                               any(directory.iterdir())):
+        raise CheckpointError(f"--checkpoint {directory}", "exists and is "
+                              "not an empty directory",
+                              "name a new directory")
+    if not config.pmu:
+        raise CheckpointError("--checkpoint", "needs the PMU (the plugin "
+                              "saves the counters)", "drop --no-pmu")
+    directory.mkdir(parents=True, exist_ok=True)
+    config.state_out = directory / PLUGIN_STATE
+
+
+def discard(directory: Path) -> None:
+    """Remove what an untaken checkpoint left (the plugin's state of a
+    run that ended by itself)."""
+    for name in (PLUGIN_STATE, VMSTATE, PMU_STATE, OVERLAY, MANIFEST):
+        with contextlib.suppress(FileNotFoundError):
+            (directory / name).unlink()
+    with contextlib.suppress(OSError):
+        directory.rmdir()
+
+
+async def run_with_checkpoint(config: VMConfig, directory: Path,
+                              after: float, stdout=None,
+                              stderr=None) -> int | None:
+    """Run ``config.command``; ``after`` seconds into it, checkpoint the
+    guest into ``directory``.  The command's exit status if it ended
+    first, else None (the checkpoint is complete)."""
+    stdout = stdout or sys.stdout.buffer
+    stderr = stderr or sys.stderr.buffer
+    directory = directory.resolve()
+    async with VM(config) as vm:
+        pumps = await vm.pump_output(stdout, stderr)
+        await vm.wait_ready()
+        ended = asyncio.ensure_future(vm.wait_exit(config.timeout))
+        done, _ = await asyncio.wait([ended], timeout=after)
+        if not done:
+            ended.cancel()
+            await asyncio.gather(ended, return_exceptions=True)
+            try:
+                state = await vm.checkpoint(directory / VMSTATE)
+            except VMError as e:
+                # Nothing lost: the guest was let go on.
+                log.warning("no checkpoint: %s; the command goes on",
+                            e.one_line())
+                ended = asyncio.ensure_future(vm.wait_exit(config.timeout))
+                done = {ended}
+                await ended
+        await asyncio.wait(pumps, timeout=5)
+        if done:
+            return ended.result()
+    _write(directory, config, state, after)
+    return None
+
+
+def _write(directory: Path, config: VMConfig, pmu_state: dict,
+           after: float) -> None:
+    plugin_state = directory / PLUGIN_STATE
+    if not plugin_state.exists():
+        raise CheckpointError("taking the checkpoint", "the plugin did not "
+                              "save its state", "run again with --debug")
+    (directory / PMU_STATE).write_text(json.dumps(pmu_state, indent=1))
+    if config.initrd_overlay:
+        (directory / OVERLAY).write_bytes(config.initrd_overlay)
+    names = [VMSTATE, PLUGIN_STATE, PMU_STATE] + \
+        ([OVERLAY] if config.initrd_overlay else [])
+    manifest = {
+        "format": FORMAT, "version": VERSION, "pvperf": __version__,
+        "created": datetime.datetime.now(datetime.timezone.utc)
+        .isoformat(timespec="seconds"),
+        "after_s": after, "qemu": qemu_identity(config),
+        "vm": {**{k: getattr(config, k) for k in VM_FIELDS},
+               "share": str(config.share) if config.share else None,
+               "kernel_args": list(config.kernel_args),
+               "plugin_options": dict(config.plugin_options),
+               "vmlinux": str(config.image.vmlinux),
+               "initramfs": str(config.image.initramfs)},
+        "sha256": {**{n: sha256(directory / n) for n in names},
+                   "vmlinux": sha256(config.image.vmlinux),
+                   "initramfs": sha256(config.image.initramfs)},
+    }
+    tmp = directory / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
+    os.replace(tmp, directory / MANIFEST)
+
+
+def load(directory: Path, timeout: float | None = None,
+         echo_console: bool = False) -> VMConfig:
+    """The VMConfig that resumes the checkpoint in ``directory``, every
+    part checked; CheckpointError (one line) if any is not right."""
+    directory = directory.resolve()
+    what = f"restoring {directory}"
+    manifest = _manifest(directory, what)
+    vm = manifest["vm"]
+    files = manifest["sha256"]
+    for name in (VMSTATE, PLUGIN_STATE, PMU_STATE) + \
+            ((OVERLAY,) if OVERLAY in files else ()):
+        _check_hash(directory / name, files.get(name), what)
+    image = _Boot(Path(vm["vmlinux"]), Path(vm["initramfs"]))
+    for key in ("vmlinux", "initramfs"):
+        _check_hash(Path(vm[key]), files.get(key), what,
+                    hint="the guest image changed since the checkpoint")
+    try:
+        proto.parse_plugin_state((directory / PLUGIN_STATE).read_bytes(),
+                                 vm["smp"])
+        pmu_state = json.loads((directory / PMU_STATE).read_text())
+    except (proto.ProtocolError, ValueError) as e:
+        raise CheckpointError(what, str(e), "the checkpoint is damaged: "
+                              "take it again") from e
+    config = VMConfig(
+        image=image, **{k: vm[k] for k in VM_FIELDS},
+        share=Path(vm["share"]) if vm["share"] else None,
+        kernel_args=tuple(vm["kernel_args"]),
+        plugin_options=dict(vm["plugin_options"]), timeout=timeout,
+        echo_console=echo_console,
+        initrd_overlay=(directory / OVERLAY).read_bytes()
+        if OVERLAY in files else b"",
+        incoming=directory / VMSTATE, state_in=directory / PLUGIN_STATE,
+        pmu_state=pmu_state)
+    have = qemu_identity(config)
+    if have != manifest["qemu"]:
+        raise CheckpointError(what, f"taken under {manifest['qemu']!r}, "
+                              f"this is {have!r}",
+                              "resume it with the QEMU that took it")
+    if config.share is not None and not config.share.is_dir():
+        raise CheckpointError(what, f"the share {config.share} is gone",
+                              "put it back where it was")
+    return config
+
+
+def _manifest(directory: Path, what: str) -> dict:
+    path = directory / MANIFEST
+    if not path.exists():
+        raise CheckpointError(what, f"no {MANIFEST}",
+                              "not a checkpoint, or one that was not "
+                              "finished")
+    try:
+        manifest = json.loads(path.read_text())
+        ok = manifest.get("format") == FORMAT
+        version = manifest.get("version")
+        vm, files = manifest["vm"], manifest["sha256"]
+        ok = ok and isinstance(vm, dict) and isinstance(files, dict) and \
+            all(type(vm[k]) is t for k, t in VM_FIELDS.items()) and \
+            isinstance(vm["share"], (str, type(None))) and \
+            all(isinstance(a, str) for a in vm["kernel_args"]) and \
+            all(isinstance(k, str) and isinstance(v, str)
+                for k, v in vm["plugin_options"].items()) and \
+            isinstance(vm["vmlinux"], str) and \
+            isinstance(vm["initramfs"], str) and vm["pmu"] and \
+            vm["mode"] == "run" and 1 <= vm["smp"] <= 8
+    except (ValueError, KeyError, AttributeError, TypeError) as e:
+        raise CheckpointError(what, f"{MANIFEST} unreadable ({e})",
+                              "the checkpoint is damaged") from e
+    if not ok:
+        raise CheckpointError(what, f"{MANIFEST} is not a pvperf "
+                              "checkpoint manifest", "the checkpoint is "
+                              "damaged")
+    if version != VERSION:
+        raise CheckpointError(what, f"checkpoint format {version!r}, this "
+                              f"pvperf reads {VERSION}",
+                              "resume it with the pvperf that took it")
+    return manifest
+
+
+def _check_hash(path: Path, want: str | None, what: str,
+                hint: str = "the checkpoint is damaged: take it again"):
+    if not path.exists():
+        raise CheckpointError(what, f"{path} is missing", hint)
+    if sha256(path) != want:
+        raise CheckpointError(what, f"{path.name} does not match its "
+                              "SHA-256 in the manifest", hint)

@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * state.c - checkpoints: the plugin's part of a saved VM (pvperf_proto.h).
+ *
+ * Save.  pvperf stops the VM, drains the service, migrates the VM to a
+ * file and quits QEMU; this plugin's atexit then writes, for every vCPU,
+ * its exact counts, the last reply's flags, the thresholds armed now and
+ * the overflows still held (state_out=PATH, written whole or not at all:
+ * g_file_set_contents renames a complete temporary file).  The vCPUs are
+ * stopped by then, so nothing moves under it.
+ *
+ * Restore.  The QEMU that resumes the VM loads state_in=PATH at install,
+ * checks every field and refuses to install on any error (never applied
+ * half); the mode to instrument in is the last reply's, from the first
+ * TB on.  Each vCPU is re-armed in its init callback (its scoreboard
+ * entry exists from then on): its counts become the bias of a zero
+ * counter, and its slots and held overflows are what a reply and a held
+ * overflow would have made them.  No guest code runs before that: the
+ * VM waits for the incoming migration.
+ */
+#include <errno.h>
+#include <glib.h>
+#include <string.h>
+
+#include "models.h"
+#include "mode.h"
+#include "pvperf.h"
+#include "sample.h"
+#include "state.h"
+
+static struct pvperf_state_vcpu *loaded;	/* [pv.n_vcpus] or NULL */
+
+static bool slot_inline(uint64_t mask)
+{
+	return mask && !(mask >> PVPERF_NR_INLINE_COUNTERS);
+}
+
+static const char *check_slot(const struct pvperf_proto_slot *sl,
+			      bool *inline_seen_after_model, bool *model_seen)
+{
+	if (sl->rand_bits > 31 || sl->flags & ~(PVPERF_PROTO_SYNC | PVPERF_PROTO_REGS))
+		return "bad slot fields";
+	if (slot_inline(sl->ctr_mask)) {
+		*inline_seen_after_model |= *model_seen;
+		return NULL;
+	}
+	if (!models_slot_ok(sl->ctr_mask))
+		return "bad slot counter mask";
+	*model_seen = true;
+	return NULL;
+}
+
+/* Why record s cannot be restored, or NULL. */
+static const char *check_vcpu(const struct pvperf_state_vcpu *s)
+{
+	bool disorder = false, model = false;
+	unsigned n_inline = 0;
+
+	if (s->reply_flags & ~PVPERF_REPLY_KNOWN || s->n_slots > PVPERF_PROTO_MAX_SLOTS)
+		return "bad flags or slot count";
+	for (unsigned i = 0; i < s->n_slots; i++) {
+		const char *why = check_slot(&s->slot[i], &disorder, &model);
+
+		if (why)
+			return why;
+		n_inline += slot_inline(s->slot[i].ctr_mask);
+	}
+	if (disorder)
+		return "inline slots after model slots";
+	if (s->held_mask >> n_inline)
+		return "held overflow without its slot";
+	for (unsigned m = s->held_mask; m; m &= m - 1) {
+		const struct pvperf_state_held *h = &s->held[__builtin_ctz(m)];
+
+		if ((h->mode != PVPERF_MODE_KERNEL && h->mode != PVPERF_MODE_USER) ||
+		    h->has_regs > 1 || h->ip < h->chunk_ip)
+			return "bad held overflow";
+	}
+	return NULL;
+}
+
+static const char *check_file(const struct pvperf_state_header *h, gsize len)
+{
+	if (len < sizeof(*h) || h->magic != PVPERF_STATE_MAGIC)
+		return "not a pvperf plugin state";
+	if (h->version != PVPERF_STATE_VERSION)
+		return "state version differs from this plugin's";
+	if (h->vcpu_size != sizeof(struct pvperf_state_vcpu) || h->n_vcpus != pv.n_vcpus)
+		return "state is for another number of vCPUs or another layout";
+	if (len != sizeof(*h) + (gsize)h->n_vcpus * h->vcpu_size)
+		return "state file truncated or too long";
+	if (h->reply_flags & ~PVPERF_REPLY_KNOWN)
+		return "bad reply flags";
+	return NULL;
+}
+
+int state_load(const char *path, uint32_t *reply_flags)
+{
+	g_autofree gchar *buf = NULL;
+	g_autoptr(GError) err = NULL;
+	const struct pvperf_state_header *h;
+	const char *why;
+	gsize len;
+
+	if (!g_file_get_contents(path, &buf, &len, &err)) {
+		pvperf_log("state_in: %s\n", err->message);
+		return -1;
+	}
+	h = (const struct pvperf_state_header *)buf;
+	why = check_file(h, len);
+	for (unsigned i = 0; !why && i < h->n_vcpus; i++) {
+		const struct pvperf_state_vcpu *s =
+			(const void *)(buf + sizeof(*h) + i * sizeof(*s));
+
+		why = check_vcpu(s);
+	}
+	if (why) {
+		pvperf_log("state_in %s refused: %s\n", path, why);
+		return -1;
+	}
+	*reply_flags = h->reply_flags;
+	loaded = g_memdup2(buf + sizeof(*h), h->n_vcpus * sizeof(*loaded));
+	return 0;
+}
+
+/* The reply that arms what record s had armed. */
+static void reply_of(const struct pvperf_state_vcpu *s,
+		     struct pvperf_proto_reply *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->magic = PVPERF_PROTO_REPLY_MAGIC;
+	r->flags = s->reply_flags & ~PVPERF_REPLY_MODELS_COLD;
+	r->n_slots = s->n_slots;
+	memcpy(r->slot, s->slot, sizeof(r->slot));
+}
+
+/* vcpu_init: put the vCPU back where the checkpoint left it. */
+void state_restore_vcpu(unsigned vcpu)
+{
+	const struct pvperf_state_vcpu *s;
+	struct pvperf_proto_reply reply;
+	const struct pvperf_score *score;
+	uint64_t model_ctr[2 * PVPERF_NR_MODEL_COUNTERS];
+
+	if (!loaded || vcpu >= pv.n_vcpus)
+		return;
+	s = &loaded[vcpu];
+	score = score_of(vcpu);
+	for (unsigned i = 0; i < PVPERF_NR_INLINE_COUNTERS; i++)
+		pv.vcpu[vcpu].bias[i] = s->counters[i] - score->ctr[i];
+	pv.vcpu[vcpu].reply_flags = s->reply_flags;
+	reply_of(s, &reply);
+	memcpy(model_ctr, s->counters + PVPERF_NR_INLINE_COUNTERS, sizeof(model_ctr));
+	models_restore(vcpu, model_ctr, &reply);
+	sample_restore(vcpu, &reply, s);
+}
+
+/* atexit, every vCPU stopped: write the checkpoint (whole or nothing). */
+void state_save(const char *path)
+{
+	unsigned n = pv.n_vcpus;
+	gsize len = sizeof(struct pvperf_state_header) + n * sizeof(struct pvperf_state_vcpu);
+	g_autofree gchar *buf = g_malloc0(len);
+	struct pvperf_state_header *h = (void *)buf;
+	struct pvperf_state_vcpu *s = (void *)(buf + sizeof(*h));
+	g_autoptr(GError) err = NULL;
+
+	*h = (struct pvperf_state_header){
+		.magic = PVPERF_STATE_MAGIC, .version = PVPERF_STATE_VERSION,
+		.n_vcpus = n, .vcpu_size = sizeof(*s),
+		.reply_flags = __atomic_load_n(&pv.reply_flags, __ATOMIC_RELAXED),
+	};
+	for (unsigned i = 0; i < n && i < (unsigned)qemu_plugin_num_vcpus(); i++) {
+		uint64_t c[PVPERF_NR_COUNTERS];
+
+		score_count(i, c);
+		models_count(i, c + PVPERF_NR_INLINE_COUNTERS);
+		memcpy(s[i].counters, c, sizeof(c));
+		s[i].reply_flags = pv.vcpu[i].reply_flags;
+		sample_save(i, &s[i]);
+		models_save(i, &s[i]);
+	}
+	if (!g_file_set_contents(path, buf, len, &err))
+		pvperf_log("state_out: %s\n", err->message);
+}
