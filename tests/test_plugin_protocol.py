@@ -134,3 +134,61 @@ def test_flag_fields_offsets_match_c(tmp_path):
         out[4] + 8 * 7
     assert ov.index((0x99AABBCCDDEEFF00).to_bytes(8, "little")) == out[5]
     assert slot.index((0x0B0A0F0E0D0C).to_bytes(8, "little")) == out[6]
+
+
+def test_state_layout_matches_c(tmp_path):
+    """The checkpoint state file (struct pvperf_state_*): sizes and the
+    offsets pvperf reads, as gcc lays them out."""
+    out = c_values(tmp_path, "sizeof(struct pvperf_state_header)",
+                   "sizeof(struct pvperf_state_held)",
+                   "sizeof(struct pvperf_state_vcpu)",
+                   "offsetof(struct pvperf_state_vcpu, reply_flags)",
+                   "offsetof(struct pvperf_state_vcpu, n_slots)",
+                   "offsetof(struct pvperf_state_vcpu, held_mask)",
+                   "offsetof(struct pvperf_state_vcpu, slot)",
+                   "offsetof(struct pvperf_state_vcpu, held)",
+                   "offsetof(struct pvperf_state_held, regs)",
+                   "PVPERF_STATE_MAGIC", "PVPERF_STATE_VERSION",
+                   "PVPERF_REPLY_KNOWN")
+    head = proto.STATE_VCPU_HEAD
+    assert out == [proto.STATE_HEADER.size, proto.STATE_HELD.size,
+                   proto.STATE_VCPU_SIZE,
+                   proto.NR_COUNTERS * 8 + 8, proto.NR_COUNTERS * 8 + 12,
+                   proto.NR_COUNTERS * 8 + 16, head.size,
+                   head.size + proto.MAX_SLOTS * proto.SLOT.size,
+                   proto.STATE_HELD.size - 8 * 16,
+                   proto.STATE_MAGIC, proto.STATE_VERSION,
+                   proto.REPLY_KNOWN]
+
+
+def _state(n_vcpus=1, **vcpu):
+    """A plugin state file as the plugin writes it (one armed slot)."""
+    import struct
+    fields = dict(flags=proto.REPLY_COUNTING | proto.REPLY_SAMPLING,
+                  n_slots=1, held=0)
+    fields.update(vcpu)
+    rec = proto.STATE_VCPU_HEAD.pack(*range(proto.NR_COUNTERS), 7,
+                                     fields["flags"], fields["n_slots"],
+                                     fields["held"], 0)
+    rec += proto.Slot(1000, 100, 3, 1 << proto.CTR_INSN_USER).pack()
+    rec += bytes(proto.STATE_VCPU_SIZE - len(rec))
+    head = struct.pack("<IIIIII", proto.STATE_MAGIC, proto.STATE_VERSION,
+                       n_vcpus, proto.STATE_VCPU_SIZE, fields["flags"], 0)
+    return head + rec * n_vcpus
+
+
+def test_plugin_state_parse_and_refusals():
+    flags, vcpus = proto.parse_plugin_state(_state(2), 2)
+    assert flags == proto.REPLY_COUNTING | proto.REPLY_SAMPLING
+    assert vcpus[1].counters == tuple(range(proto.NR_COUNTERS))
+    assert vcpus[0].slots == (proto.Slot(1000, 100, 3,
+                                         1 << proto.CTR_INSN_USER),)
+    for raw, n, why in [
+            (_state(2), 1, "expected 1"),
+            (_state(1)[:-1], 1, "truncated"),
+            (b"XXXX" + _state(1)[4:], 1, "bad magic"),
+            (_state(1, n_slots=9), 1, "slot count"),
+            (_state(1, flags=1 << 20), 1, "unknown flags"),
+            (_state(1, held=0b10), 1, "held overflow without its slot")]:
+        with pytest.raises(proto.ProtocolError, match=why):
+            proto.parse_plugin_state(raw, n)

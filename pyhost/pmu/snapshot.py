@@ -21,6 +21,8 @@ running sets (from each event's vCPU), a ring's capacity (from its size).
 """
 from __future__ import annotations
 
+import struct
+
 from . import abi
 from .hypercall import PerfBackend
 from .guestmem import GuestMemoryError
@@ -70,7 +72,8 @@ def _ring(vcpu: int, r: SampleRing, now: float) -> dict:
             "watermark": r.watermark, "head": r.head, "lost": r.lost,
             "notified": r.notified,
             # the sampler's clock: seconds, or overflows (deterministic)
-            "notified_age": max(0, now - r.notified_at)}
+            "notified_age": 0 if r.notified is None
+            else max(0, now - r.notified_at)}
 
 
 # -- restore ----------------------------------------------------------------
@@ -78,6 +81,14 @@ def _ring(vcpu: int, r: SampleRing, now: float) -> dict:
 def restore(backend: PerfBackend, state: object, n_vcpus: int) -> None:
     """Replace the backend's PMU state with ``state``, or raise StateError
     and change nothing."""
+    try:
+        _restore(backend, state, n_vcpus)
+    except (TypeError, KeyError, AttributeError, struct.error) as e:
+        # a shape no check above foresaw: still a refusal, not a crash
+        raise StateError(f"malformed ({type(e).__name__}: {e})") from None
+
+
+def _restore(backend: PerfBackend, state: object, n_vcpus: int) -> None:
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise StateError("not a pvperf PMU state")
     if state.get("version") != VERSION:
@@ -128,7 +139,7 @@ def _restore_event(backend: PerfBackend, raw: object,
     where = f"event {event_id}"
     try:
         attr = abi.GuestPerfAttr.unpack(bytes.fromhex(str(d.get("attr"))))
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, struct.error) as e:
         raise StateError(f"{where}: bad attr ({e})") from None
     pmu = backend.pmu
     try:
