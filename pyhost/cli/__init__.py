@@ -203,6 +203,7 @@ def restore(directory, timeout, echo_console, json_out) -> None:
     included, and pvperf exits with its status.
     """
     config = vm_checkpoint.load(directory, timeout, echo_console)
+    click.echo(f"pvperf: resuming the guest saved in {directory}", err=True)
     sys.exit(run_and_record(config, json_out))
 
 

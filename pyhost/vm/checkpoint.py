@@ -2,7 +2,7 @@
 directory and resumed later (``pvperf run --checkpoint DIR
 --checkpoint-after S``, ``pvperf restore DIR``; docs/checkpoints.md).
 
-Taking one (VM.checkpoint): QMP ``stop``; wait until the service has
+Taking one (``take``): QMP ``stop``; wait until the service has
 delivered every overflow sent before the stop and QEMU has every NMI it
 asked for; save the service's state; ``migrate`` the VM to a file;
 ``quit`` QEMU, whose plugin writes its own state at exit (counts, armed
@@ -43,12 +43,17 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from .. import __version__
 from ..errors import VMError
 from ..pmu import plugin_protocol as proto
-from .launcher import VM, VMConfig
+from ..pmu import snapshot
+from ..pmu.guestmem import GuestMemory
+from ..pmu.hypercall import PerfBackend
+from . import qmp
+from .launcher import FIRMWARE, POWEROFF_TIMEOUT, VM, Runstate, VMConfig
 from .qemu import find_qemu
 
 log = logging.getLogger("pvperf.checkpoint")
@@ -139,7 +144,7 @@ async def run_with_checkpoint(config: VMConfig, directory: Path,
             ended.cancel()
             await asyncio.gather(ended, return_exceptions=True)
             try:
-                state = await vm.checkpoint(directory / VMSTATE)
+                state = await take(vm, directory / VMSTATE)
             except VMError as e:
                 # Nothing lost: the guest was let go on.
                 log.warning("no checkpoint: %s; the command goes on",
@@ -152,6 +157,44 @@ async def run_with_checkpoint(config: VMConfig, directory: Path,
             return ended.result()
     _write(directory, config, state, after)
     return None
+
+
+async def take(vm: VM, vmstate: Path) -> dict:
+    """Stop the guest, migrate it to the file ``vmstate`` and quit QEMU,
+    whose plugin then writes config.state_out; returns the service's
+    state at the stop (pmu/snapshot.py).  On failure the guest runs on
+    and VMError says why."""
+    if vm.runstate is not Runstate.RUNNING:
+        raise CheckpointError("taking the checkpoint", "the VM is "
+                              f"{vm.runstate.value}")
+    await qmp.stop(vm.qmp)
+    try:
+        state = await _quiesced_state(vm)
+        await qmp.migrate_to_file(vm.qmp, vmstate)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await qmp.cont(vm.qmp)
+        raise
+    await qmp.quit(vm.qmp)
+    deadline = time.monotonic() + POWEROFF_TIMEOUT
+    while vm.console.alive() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return state
+
+
+async def _quiesced_state(vm: VM) -> dict:
+    """The PMU state once every overflow sent before the stop has been
+    delivered and its NMI requested (PluginService.idle)."""
+    calm, deadline = 0, time.monotonic() + 5
+    while calm < 2:
+        calm = calm + 1 if vm.service.idle() else 0
+        if time.monotonic() > deadline:
+            raise CheckpointError("taking the checkpoint", "the PMU service "
+                                  "did not go idle", "run again with --debug")
+        await asyncio.sleep(0.02)
+    await vm.nmi.settle()
+    with vm.backend.lock:
+        return snapshot.save(vm.backend)
 
 
 def _write(directory: Path, config: VMConfig, pmu_state: dict,
@@ -170,6 +213,7 @@ def _write(directory: Path, config: VMConfig, pmu_state: dict,
         "created": datetime.datetime.now(datetime.timezone.utc)
         .isoformat(timespec="seconds"),
         "after_s": after, "qemu": qemu_identity(config),
+        "firmware": FIRMWARE,
         "vm": {**{k: getattr(config, k) for k in VM_FIELDS},
                "share": str(config.share) if config.share else None,
                "kernel_args": list(config.kernel_args),
@@ -218,15 +262,35 @@ def load(directory: Path, timeout: float | None = None,
         if OVERLAY in files else b"",
         incoming=directory / VMSTATE, state_in=directory / PLUGIN_STATE,
         pmu_state=pmu_state)
+    _check_pmu_state(config, what)
     have = qemu_identity(config)
     if have != manifest["qemu"]:
         raise CheckpointError(what, f"taken under {manifest['qemu']!r}, "
                               f"this is {have!r}",
                               "resume it with the QEMU that took it")
+    if manifest.get("firmware") != FIRMWARE:
+        raise CheckpointError(what, f"taken with firmware "
+                              f"{manifest.get('firmware')!r}, pvperf now "
+                              f"boots {FIRMWARE!r}",
+                              "resume it with the pvperf that took it")
     if config.share is not None and not config.share.is_dir():
         raise CheckpointError(what, f"the share {config.share} is gone",
                               "put it back where it was")
     return config
+
+
+def _check_pmu_state(config: VMConfig, what: str) -> None:
+    """Restore the service's state into a throwaway backend of the same
+    shape (the launcher does it again for real): refused here, it is
+    refused before anything is printed or started."""
+    memory = GuestMemory(b"", size=config.mem_mb << 20)
+    backend = PerfBackend(memory, max_vcpus=config.smp, timing=config.timing,
+                          deterministic=config.deterministic)
+    try:
+        snapshot.restore(backend, config.pmu_state, config.smp)
+    except snapshot.StateError as e:
+        raise CheckpointError(what, f"PMU state: {e}", "the checkpoint is "
+                              "damaged: take it again") from e
 
 
 def _manifest(directory: Path, what: str) -> dict:
