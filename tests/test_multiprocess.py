@@ -65,8 +65,10 @@ LIBC = Path("/lib/x86_64-linux-gnu/libc.so.6")
 # 2,140 samples a process, function shares moved by up to 2.1 points from
 # run to run at smp 1; "alone" and "sessions" repeat exactly).  Twice the
 # samples; the bound is 4 sigma of a share over that process's samples
-# (2.7 points at 4,460 samples and a 30 % share: 2.3 points was seen once
-# in CI, a 3.4-sigma draw), never under 2 points.
+# (2.7 points at 4,460 samples and a 30 % share), never under 2 points;
+# against the alone run, plus the alone run's own fixed-phase bias,
+# measured against valgrind (test_dso_shares_match_the_process_alone:
+# CI saw 2.31 and 2.83 points when alone's bias was not counted).
 N = 800000
 PERIOD = 100003
 # perf report rows: Overhead, Samples, Pid:Command, Shared Object, Symbol.
@@ -419,13 +421,26 @@ def test_each_process_gets_one_sample_per_period(guest, callgrind, scenario):
 
 
 @pytest.mark.parametrize("scenario", CONCURRENT)
-def test_dso_shares_match_the_process_alone(guest, scenario):
+def test_dso_shares_match_the_process_alone(guest, callgrind, scenario):
     """Each concurrent qs process splits its samples between the program
     and libc.so.6 as the same program profiled alone does, within 2
-    points (shares within that process's program + libc samples)."""
+    points (shares within that process's program + libc samples), or
+    4 sigma of that process's samples plus the alone run's own distance
+    from valgrind's split, whichever is more.
+
+    Why the alone run's distance: alone, the period meets the program at
+    the same phase every run, and that fixed phase is a bias (its share
+    repeats exactly, +0.75 points from valgrind's here); the concurrent
+    processes' phase moves at every context switch, so their shares
+    scatter around valgrind's (12 runs at smp 1: mean 30.56 % against
+    valgrind's 30.54 %, alone 31.29 %)."""
     alone_rows = scenario_rows(guest, "alone")
     (alone_pid,) = qs_pids(alone_rows)
     alone = qs_share(dso_samples(alone_rows, alone_pid))
+    ref = collections.Counter()
+    for (obj, _fn), n in callgrind[0].items():
+        ref[obj] += n
+    alone_bias = abs(alone - qs_share(ref))
     rows = scenario_rows(guest, scenario)
     pids = qs_pids(rows)
     assert len(pids) == 2, rows[:20]
@@ -435,8 +450,8 @@ def test_dso_shares_match_the_process_alone(guest, scenario):
         c = dso_samples(rows, p)
         n = c["qs"] + c["libc.so.6"]
         sigma = 100.0 * math.sqrt(alone / 100 * (1 - alone / 100) / n)
-        assert abs(share - alone) <= max(2.0, 4 * sigma), (
-            scenario, p, share, alone, sigma, dict(c))
+        assert abs(share - alone) <= max(2.0, 4 * sigma + alone_bias), (
+            scenario, p, share, alone, sigma, alone_bias, dict(c))
 
 
 def test_alone_dso_split_matches_valgrind(guest, callgrind):
@@ -465,8 +480,10 @@ def test_function_shares_match_valgrind(guest, callgrind, functions,
                                         scenario):
     """Finer than objects: each qs process's samples per function of the
     program and of libc (libc's addresses named through its debug file)
-    within 2 points of valgrind's instruction shares, for every function
-    with at least 2% of them."""
+    within 2 points of valgrind's instruction shares, or 4 sigma of that
+    process's samples if more (2.6 points for a 26 % share of 4,470
+    samples: CI once saw 2.1), for every function with at least 2% of
+    them."""
     costs, _ir = callgrind
     want = function_shares(costs, functions)
     rows = scenario_rows(guest, scenario)
@@ -479,7 +496,9 @@ def test_function_shares_match_valgrind(guest, callgrind, functions,
         print(f"{scenario} pid {pid}: " + ", ".join(
             f"{fn} {got.get(fn, 0):.2f}/{w:.2f}"
             for fn, w in sorted(want.items(), key=lambda x: -x[1]) if w >= 2))
+        n = sum(n for (dso, _), n in counts.items() if dso in functions)
         for fn, w in want.items():
+            sigma = 100.0 * math.sqrt(w / 100 * (1 - w / 100) / n)
             if w >= 2.0:
-                assert abs(got.get(fn, 0.0) - w) <= 2.0, (scenario, pid, fn,
-                                                          got, want)
+                assert abs(got.get(fn, 0.0) - w) <= max(2.0, 4 * sigma), (
+                    scenario, pid, fn, got, want)
