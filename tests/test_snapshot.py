@@ -127,3 +127,27 @@ def test_specific_refusals(edit, why):
     edit(state)
     with pytest.raises(snapshot.StateError, match=why):
         snapshot.restore(backend(), state, SMP)
+
+
+def test_manifest_fields_checked(tmp_path):
+    """A hand-edited manifest cannot smuggle options to QEMU or the plugin
+    (the plugin's state_out would write a file) or an impossible RAM size:
+    refused before anything is read or started."""
+    from pyhost.vm import checkpoint
+    vm = {"mode": "run", "command": "true", "smp": 1, "mem_mb": 1024,
+          "pmu": True, "timing": False, "deterministic": False,
+          "staged": True, "share": None, "kernel_args": [],
+          "plugin_options": {"I1": "32768,8,64"}, "vmlinux": "/x",
+          "initramfs": "/y"}
+    good = {"format": checkpoint.FORMAT, "version": checkpoint.VERSION,
+            "vm": vm, "sha256": {}}
+    (tmp_path / "manifest.json").write_text(json.dumps(good))
+    assert checkpoint._manifest(tmp_path, "t")["vm"] == vm
+    for edit in ({"plugin_options": {"state_out": "/etc/passwd"}},
+                 {"mem_mb": 1 << 20}, {"smp": "2"}, {"mode": "shell"},
+                 {"kernel_args": [1]}):
+        bad = copy.deepcopy(good)
+        bad["vm"].update(edit)
+        (tmp_path / "manifest.json").write_text(json.dumps(bad))
+        with pytest.raises(checkpoint.CheckpointError, match="not a pvperf"):
+            checkpoint._manifest(tmp_path, "t")

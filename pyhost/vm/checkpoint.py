@@ -49,11 +49,12 @@ from pathlib import Path
 from .. import __version__
 from ..errors import VMError
 from ..pmu import plugin_protocol as proto
-from ..pmu import snapshot
+from ..pmu import abi, snapshot
 from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
 from . import qmp
-from .launcher import FIRMWARE, POWEROFF_TIMEOUT, VM, Runstate, VMConfig
+from .launcher import FIRMWARE, MIN_MEM_MB, POWEROFF_TIMEOUT, VM, Runstate, \
+    VMConfig
 from .qemu import find_qemu
 
 log = logging.getLogger("pvperf.checkpoint")
@@ -69,6 +70,10 @@ OVERLAY = "initrd-overlay"
 VM_FIELDS = {"mode": str, "command": str, "smp": int, "mem_mb": int,
              "pmu": bool, "timing": bool, "deterministic": bool,
              "staged": bool}
+
+
+# The models' plugin options (cli/options.py make_config).
+MODEL_OPTIONS = ("I1", "D1", "LL", "iTLB", "dTLB", "compat")
 
 
 class CheckpointError(VMError):
@@ -312,7 +317,9 @@ def _manifest(directory: Path, what: str) -> dict:
                 for k, v in vm["plugin_options"].items()) and \
             isinstance(vm["vmlinux"], str) and \
             isinstance(vm["initramfs"], str) and vm["pmu"] and \
-            vm["mode"] == "run" and 1 <= vm["smp"] <= 8
+            vm["mode"] == "run" and 1 <= vm["smp"] <= 8 and \
+            MIN_MEM_MB <= vm["mem_mb"] <= abi.MAX_RAM_MB and \
+            all(_model_option(k) for k in vm["plugin_options"])
     except (ValueError, KeyError, AttributeError, TypeError) as e:
         raise CheckpointError(what, f"{MANIFEST} unreadable ({e})",
                               "the checkpoint is damaged") from e
@@ -325,6 +332,12 @@ def _manifest(directory: Path, what: str) -> dict:
                               f"pvperf reads {VERSION}",
                               "resume it with the pvperf that took it")
     return manifest
+
+
+def _model_option(key: str) -> bool:
+    """A plugin option a run's configuration may carry: the models' (the
+    launcher adds sock, ram and the state paths itself)."""
+    return key in MODEL_OPTIONS or key.startswith("penalty_")
 
 
 def _check_hash(path: Path, want: str | None, what: str,
