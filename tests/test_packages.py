@@ -202,7 +202,7 @@ def test_packages_then_busybox_then_perf(tmp_path, monkeypatch):
 
 def test_cached_debs_are_checked_not_downloaded(tmp_path, monkeypatch):
     deb = make_deb(tmp_path, "t", {"usr/bin/t": "t"})
-    from pyhost.image.host import sha256_file
+    from pyhost.digest import sha256_file
     d = packages.Deb("t", "1.0", deb.name, deb.stat().st_size,
                      "SHA256:" + sha256_file(deb))
     assert packages.deb_ok(deb, d)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from ..errors import ImageError
-from .host import run, sha256_file
+from ..digest import sha256_file
+from .host import run
 from .store import images_dir
 
 T = TypeVar("T")

@@ -4,7 +4,6 @@ every build step uses (ImageError with what failed, why, what to do).
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import subprocess
@@ -32,14 +31,6 @@ def run(cmd: list[str], what: str, hint: str, cwd: Path | None = None,
         raise ImageError(what, cause, hint,
                          details="\n".join(err[-20:]))
     return proc
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def is_elf(path: Path) -> bool:

@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..digest import sha256_file
 from ..errors import ImageError
 from ..paths import DRIVER_KO_PATH
 from . import apt, host, packages
@@ -43,7 +44,7 @@ def builder_hash() -> str:
     """SHA-256 over the builder's sources (every module of this package)."""
     h = hashlib.sha256()
     for p in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(p.name.encode() + b"\0" + host.sha256_file(p).encode())
+        h.update(p.name.encode() + b"\0" + sha256_file(p).encode())
     return h.hexdigest()
 
 
@@ -57,7 +58,7 @@ def _hash_tree(d: Path) -> dict[str, str]:
         if p.is_symlink():
             out[rel] = "link:" + os.readlink(p)
         elif p.is_file():
-            out[rel] = host.sha256_file(p) + (":x" if os.access(p, os.X_OK) else "")
+            out[rel] = sha256_file(p) + (":x" if os.access(p, os.X_OK) else "")
     return out
 
 

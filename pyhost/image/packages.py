@@ -29,7 +29,8 @@ from typing import Callable
 
 from ..errors import ImageError
 from . import apt
-from .host import run, sha256_file
+from ..digest import sha256_file
+from .host import run
 from .store import images_dir
 
 #: Trees of the unpacked packages that the guest does not get (they hold

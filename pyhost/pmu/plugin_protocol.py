@@ -185,12 +185,13 @@ def unpack_reply(raw: bytes) -> tuple[int, list[Slot]]:
     magic, flags, n, _ = REPLY_HEAD.unpack_from(raw)
     if magic != REPLY_MAGIC or len(raw) != REPLY_MSG_SIZE or n > MAX_SLOTS:
         raise ProtocolError("bad reply")
-    slots = []
-    for i in range(n):
-        t, p, m, e, r, fl, _ = SLOT.unpack_from(
-            raw, REPLY_HEAD.size + i * SLOT.size)
-        slots.append(Slot(t, p, e, m, r, fl))
-    return flags, slots
+    return flags, [_unpack_slot(raw, REPLY_HEAD.size + i * SLOT.size)
+                   for i in range(n)]
+
+
+def _unpack_slot(raw: bytes, offset: int) -> Slot:
+    t, p, m, e, r, fl, _ = SLOT.unpack_from(raw, offset)
+    return Slot(t, p, e, m, r, fl)
 
 
 @dataclass(frozen=True)
@@ -232,13 +233,12 @@ def _vcpu_state(raw: bytes, off: int) -> VcpuState:
         f[NR_COUNTERS:]
     if flags & ~REPLY_KNOWN or n_slots > MAX_SLOTS:
         raise ProtocolError("plugin state: bad vCPU flags or slot count")
-    slots = []
-    for i in range(n_slots):
-        t, p, m, e, r, fl, _ = SLOT.unpack_from(
-            raw, off + STATE_VCPU_HEAD.size + i * SLOT.size)
-        if not m or m >> NR_COUNTERS or r > 31 or fl & ~(SYNC | REGS):
+    slots = [_unpack_slot(raw, off + STATE_VCPU_HEAD.size + i * SLOT.size)
+             for i in range(n_slots)]
+    for s in slots:
+        if not s.ctr_mask or s.ctr_mask >> NR_COUNTERS or s.rand_bits > 31 \
+                or s.flags & ~(SYNC | REGS):
             raise ProtocolError("plugin state: bad slot")
-        slots.append(Slot(t, p, e, m, r, fl))
     n_inline = sum(1 for s in slots if not s.ctr_mask >> NR_INLINE_COUNTERS)
     if held >> n_inline:
         raise ProtocolError("plugin state: held overflow without its slot")

@@ -37,16 +37,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import hashlib
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from .. import __version__
+from ..digest import sha256_file
 from ..errors import VMError
 from ..pmu import plugin_protocol as proto
 from ..pmu import abi, snapshot
@@ -55,7 +54,7 @@ from ..pmu.hypercall import PerfBackend
 from . import qmp
 from .launcher import FIRMWARE, MIN_MEM_MB, POWEROFF_TIMEOUT, VM, Runstate, \
     VMConfig
-from .qemu import find_qemu
+from .qemu import find_qemu, version_line
 
 log = logging.getLogger("pvperf.checkpoint")
 
@@ -93,17 +92,7 @@ def qemu_identity(config: VMConfig) -> str:
     """The first line of `qemu --version`: a checkpoint resumes only
     under the QEMU that took it (machine types and device state change
     between versions)."""
-    out = subprocess.run([find_qemu(config.qemu), "--version"],
-                         capture_output=True, text=True, timeout=30).stdout
-    return out.splitlines()[0] if out else "unknown"
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return version_line(find_qemu(config.qemu))
 
 
 def prepare(directory: Path, config: VMConfig) -> None:
@@ -225,9 +214,9 @@ def _write(directory: Path, config: VMConfig, pmu_state: dict,
                "plugin_options": dict(config.plugin_options),
                "vmlinux": str(config.image.vmlinux),
                "initramfs": str(config.image.initramfs)},
-        "sha256": {**{n: sha256(directory / n) for n in names},
-                   "vmlinux": sha256(config.image.vmlinux),
-                   "initramfs": sha256(config.image.initramfs)},
+        "sha256": {**{n: sha256_file(directory / n) for n in names},
+                   "vmlinux": sha256_file(config.image.vmlinux),
+                   "initramfs": sha256_file(config.image.initramfs)},
     }
     tmp = directory / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1) + "\n")
@@ -344,6 +333,6 @@ def _check_hash(path: Path, want: str | None, what: str,
                 hint: str = "the checkpoint is damaged: take it again"):
     if not path.exists():
         raise CheckpointError(what, f"{path} is missing", hint)
-    if sha256(path) != want:
+    if sha256_file(path) != want:
         raise CheckpointError(what, f"{path.name} does not match its "
                               "SHA-256 in the manifest", hint)

@@ -31,11 +31,16 @@ def find_qemu(name: str = QEMU) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def qemu_version(path: str) -> tuple[int, int]:
-    """(major, minor) of `path --version`; (0, 0) if it says nothing."""
+def version_line(path: str) -> str:
+    """The first line of `path --version` ("unknown" if none)."""
     out = subprocess.run([path, "--version"], capture_output=True, text=True,
                          timeout=30).stdout
-    m = re.search(r"version (\d+)\.(\d+)", out)
+    return out.splitlines()[0] if out else "unknown"
+
+
+def qemu_version(path: str) -> tuple[int, int]:
+    """(major, minor) of `path --version`; (0, 0) if it says nothing."""
+    m = re.search(r"version (\d+)\.(\d+)", version_line(path))
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
