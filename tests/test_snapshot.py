@@ -50,7 +50,7 @@ def busy_backend() -> PerfBackend:
     pmu.overflow(3, 1, 500 + 100003, 500 + 2 * 100003)
     pmu.pmu_disable(0, snap())
     b.sampler.set_buffer(1, RING_GPA, 8192, 2)
-    b._linger_until["counting"] = b.clock() + 1
+    b.set_linger({"counting": 1.0})
     return b
 
 
@@ -60,7 +60,7 @@ def test_roundtrip_keeps_every_field():
     b = backend()
     snapshot.restore(b, state, SMP)
     assert snapshot.save(b)["events"] == state["events"]
-    for attr in ("events", "_running", "_frozen", "_models_cold"):
+    for attr in ("events", "frozen", "models_cold_pending"):
         assert getattr(b.pmu, attr) == getattr(a.pmu, attr), attr
     assert b.sampler.rings.keys() == a.sampler.rings.keys()
     ra, rb = a.sampler.rings[1], b.sampler.rings[1]

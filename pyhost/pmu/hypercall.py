@@ -146,6 +146,17 @@ class PerfBackend:
             return True
         return now < self._linger_until.get(what, 0.0)
 
+    def linger_left(self) -> dict[str, float]:
+        """Seconds each lingering mode has left (checkpoints)."""
+        now = self.clock()
+        return {what: max(0.0, until - now)
+                for what, until in self._linger_until.items()}
+
+    def set_linger(self, left: dict[str, float]) -> None:
+        """Linger as ``linger_left`` said (a restored checkpoint)."""
+        now = self.clock()
+        self._linger_until = {what: now + s for what, s in left.items()}
+
     # -- samples ------------------------------------------------------------
 
     def overflow(self, msg: proto.OverflowMessage) -> None:

@@ -265,7 +265,9 @@ class Pmu:
                            f"config={attr.config:#x} not counted")
         return ev
 
-    def _modes(self, attr: abi.GuestPerfAttr, ev: EventDef) -> tuple[int, ...]:
+    def counters_of(self, attr: abi.GuestPerfAttr,
+                    ev: EventDef) -> tuple[int, ...]:
+        """The raw counters an event sums for its attr's modes."""
         if attr.flags & ~abi.ATTR_KNOWN:
             raise PmuError(errno.EINVAL, f"unknown attr flags {attr.flags:#x}")
         if attr.bp_type or attr.bp_addr or attr.bp_len:
@@ -292,7 +294,7 @@ class Pmu:
                            f"{self.max_events} events already open")
         ev = self.lookup(attr)
         event = PmuEvent(event_id, attr, ev, guest_event_gpa,
-                         self._modes(attr, ev))
+                         self.counters_of(attr, ev))
         if model_flags(event.counters) and not self.models_needed():
             self._models_cold = True
         if attr.sample_period and not samplable(event.ctr_mask):
@@ -459,3 +461,31 @@ class Pmu:
         """Whether the plugin must count branches (an event counting them
         open)."""
         return any(e.counts_branches for e in self.events.values())
+
+    # -- checkpoints (pmu/snapshot.py) --------------------------------------
+
+    @property
+    def frozen(self) -> frozenset[int]:
+        """vCPUs whose PMU is globally disabled (PMU_DISABLE)."""
+        return frozenset(self._frozen)
+
+    @property
+    def models_cold_pending(self) -> bool:
+        """A cold start of the models not yet told to the plugin."""
+        return self._models_cold
+
+    def replace_state(self, events: dict[int, PmuEvent], frozen,
+                      models_cold: bool) -> None:
+        """A checkpoint's events, frozen vCPUs and pending cold start, in
+        place of the current ones, at once; the running sets follow from
+        each event's vCPU.  PmuError, and nothing changed, if a vCPU would
+        run more events than it has counters."""
+        running: dict[int, set[int]] = {}
+        for e in events.values():
+            if e.running_on is not None:
+                running.setdefault(e.running_on, set()).add(e.event_id)
+        if any(len(s) > self.counters_per_vcpu for s in running.values()):
+            raise PmuError(errno.EBUSY, "more events running on a vCPU "
+                           "than it has counters")
+        self.events, self._running = dict(events), running
+        self._frozen, self._models_cold = set(frozen), models_cold

@@ -44,15 +44,13 @@ class StateError(ValueError):
 
 def save(backend: PerfBackend) -> dict:
     """The backend's state (hold backend.lock, or stop every vCPU first)."""
-    now = backend.clock()
     pmu, sampler = backend.pmu, backend.sampler
     return {
         "format": FORMAT, "version": VERSION,
         "events": [_event(e) for e in pmu.events.values()],
-        "frozen": sorted(pmu._frozen),
-        "models_cold": pmu._models_cold,
-        "linger_s": {what: max(0.0, until - now)
-                     for what, until in backend._linger_until.items()},
+        "frozen": sorted(pmu.frozen),
+        "models_cold": pmu.models_cold_pending,
+        "linger_s": backend.linger_left(),
         "rings": [_ring(vcpu, r, sampler.clock())
                   for vcpu, r in sorted(sampler.rings.items())],
         "sample_stats": vars(sampler.stats).copy(),
@@ -103,13 +101,6 @@ def _restore(backend: PerfBackend, state: object, n_vcpus: int) -> None:
         events[event.event_id] = event
     if len(events) > pmu.max_events:
         raise StateError(f"{len(events)} events, at most {pmu.max_events}")
-    running: dict[int, set[int]] = {}
-    for e in events.values():
-        if e.running_on is not None:
-            running.setdefault(e.running_on, set()).add(e.event_id)
-    if any(len(s) > pmu.counters_per_vcpu for s in running.values()):
-        raise StateError("more events running on a vCPU than it has "
-                         "counters")
     frozen = {_int(v, "frozen vCPU", n_vcpus - 1) for v in
               _list(state, "frozen")}
     models_cold = _bool(state.get("models_cold"), "models_cold")
@@ -121,11 +112,13 @@ def _restore(backend: PerfBackend, state: object, n_vcpus: int) -> None:
             raise StateError(f"two sample rings for vCPU {vcpu}")
         rings[vcpu] = ring
     stats = _stats(state.get("sample_stats"))
-    # Everything checked: apply it all at once.
-    now = backend.clock()
-    pmu.events, pmu._running, pmu._frozen = events, running, frozen
-    pmu._models_cold = models_cold
-    backend._linger_until = {w: now + s for w, s in linger.items()}
+    # Everything checked: apply it all at once (the PMU checks its
+    # running sets first and changes nothing if they do not fit).
+    try:
+        pmu.replace_state(events, frozen, models_cold)
+    except PmuError as e:
+        raise StateError(e.reason) from None
+    backend.set_linger(linger)
     backend.sampler.rings, backend.sampler.stats = rings, stats
     clock = backend.sampler.clock()
     for ring in rings.values():
@@ -144,7 +137,7 @@ def _restore_event(backend: PerfBackend, raw: object,
     pmu = backend.pmu
     try:
         spec = pmu.lookup(attr)
-        counters = pmu._modes(attr, spec)
+        counters = pmu.counters_of(attr, spec)
     except PmuError as e:
         raise StateError(f"{where}: {e.reason}") from None
     gpa = _int(d.get("guest_event_gpa"), f"{where}: guest_event_gpa", U64)
