@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pyhost.errors import ImageError
-from pyhost.image import apt, build, host, kernel, smoke, store, sysmap
+from pyhost.image import apt, build, host, kernel, memo, smoke, store, sysmap
 from pyhost.image import recipe as image_recipe
 from pyhost.image import root as image_root
 from pyhost.image import inputs as image_inputs
@@ -557,6 +557,7 @@ def _completed(rc: int, out: str = "", err: str = ""):
 
 
 def test_find_tool_errors(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # memo
     spec = image_recipe.ToolSpec("binutils", str(tmp_path / "objdump"),
                           "/usr/bin/objdump")
     # package not installed: dpkg-query fails
@@ -584,7 +585,8 @@ def test_find_tool_errors(tmp_path, monkeypatch):
     assert host.find_tool(spec) == (tmp_path / "gone", "2.40-2")
 
 
-def test_ldd_of_a_static_tool(monkeypatch):
+def test_ldd_of_a_static_tool(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # memo
     monkeypatch.setattr(host, "run", lambda cmd, *a, **k: _completed(
         1, err="\tnot a dynamic executable\n"))
     assert host.ldd_libraries(Path("/static")) == []
@@ -592,6 +594,47 @@ def test_ldd_of_a_static_tool(monkeypatch):
         1, err="ldd: /x: No such file or directory\n"))
     with pytest.raises(ImageError, match="ldd failed"):
         host.ldd_libraries(Path("/x"))
+
+
+def test_host_queries_are_remembered_until_their_inputs_change(
+        tmp_path, monkeypatch):
+    """dpkg-query and ldd run once per package state (and, for ldd, per
+    binary file): the image check before every run then costs no
+    subprocess.  A change of the package state, or of the binary, asks
+    again; a failed query is not remembered."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    status = tmp_path / "status"
+    status.write_text("a")
+    monkeypatch.setattr(memo, "PACKAGE_STATE", (str(status),))
+    calls = []
+
+    def fake_run(cmd, *a, **k):
+        calls.append(cmd[0])
+        if cmd[0] == "ldd":
+            return _completed(0, out="\t/lib64/ld-linux-x86-64.so.2 "
+                              "(0x00007f0000000000)\n")
+        return _completed(0, out=f"install ok installed\t{len(calls)}")
+
+    monkeypatch.setattr(host, "run", fake_run)
+    binary = tmp_path / "prog"
+    binary.write_bytes(b"\x7fELF one")
+    assert host.installed_version("p", "test") == "1"
+    assert host.installed_version("p", "test") == "1"
+    libs = host.ldd_libraries(binary)
+    assert host.ldd_libraries(binary) == libs
+    assert libs[0][0] == "/lib64/ld-linux-x86-64.so.2"
+    assert calls == ["dpkg-query", "ldd"]
+    binary.write_bytes(b"\x7fELF two, longer")        # another binary
+    host.ldd_libraries(binary)
+    assert calls == ["dpkg-query", "ldd", "ldd"]
+    os.utime(status, ns=(1, 1))                       # dpkg ran
+    assert host.installed_version("p", "test") == "4"
+    monkeypatch.setattr(host, "run", lambda cmd, *a, **k: _completed(1))
+    os.utime(status, ns=(2, 2))
+    with pytest.raises(ImageError, match="not installed"):
+        host.installed_version("p", "test")
+    monkeypatch.setattr(host, "run", fake_run)
+    assert host.installed_version("p", "test") == "5"
 
 
 @pytest.fixture

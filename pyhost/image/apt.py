@@ -5,20 +5,17 @@ installed on the host.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable, TypeVar
 
 from ..errors import ImageError
 from ..digest import sha256_file
 from .host import run
-from .store import images_dir
+from .memo import memoized
 
-T = TypeVar("T")
 _APT_HINT = ("run `apt-get update` (the apt lists are empty or stale), "
              "then retry")
 
@@ -65,52 +62,6 @@ def apt_show(packages: list[str]) -> dict[str, dict[str, str]]:
                          + ", ".join(missing), _APT_HINT,
                          details=proc.stderr.strip())
     return found
-
-
-# apt-cache needs ~0.5 s per call to load its cache, apt-get's resolver
-# ~2 s; the answer only changes when one of these does (apt-get update, a
-# config change, dpkg).
-_APT_STATE = ("/var/lib/apt/lists", "/var/cache/apt/pkgcache.bin",
-              "/var/lib/dpkg/status", "/etc/apt/sources.list",
-              "/etc/apt/sources.list.d", "/etc/apt/preferences",
-              "/etc/apt/preferences.d", "/etc/apt/apt.conf.d")
-
-
-def _apt_state() -> dict[str, list[int] | None]:
-    state = {}
-    for p in _APT_STATE:
-        try:
-            st = os.stat(p)
-            state[p] = [st.st_mtime_ns, st.st_size]
-        except OSError:
-            state[p] = None
-    return state
-
-
-def memoized(query, compute: Callable[[], T]) -> T:
-    """compute(), remembered per JSON-able ``query`` while the apt state
-    stays the same (``<cache>/images/.apt-memo.json``; only a speed-up:
-    a lost or unreadable memo is recomputed)."""
-    memo = images_dir() / ".apt-memo.json"
-    key = json.dumps(query, sort_keys=True)
-    state = _apt_state()
-    try:
-        saved = json.loads(memo.read_text())
-        answers = saved["answers"] if saved["state"] == state else {}
-        if key in answers:
-            return answers[key]
-    except (OSError, ValueError, KeyError, TypeError):
-        answers = {}
-    value = compute()
-    answers[key] = value
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_name(f"{memo.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"state": state, "answers": answers}))
-        os.replace(tmp, memo)
-    except OSError:
-        pass
-    return value
 
 
 def resolve_packages(kernel_meta: str, others: list[str]

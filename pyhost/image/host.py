@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ImageError
+from .memo import memoized, stat_key
 from .recipe import Recipe, ToolSpec
 
 ELF_MAGIC = b"\x7fELF"
@@ -45,13 +46,17 @@ def installed_version(package: str, purpose: str) -> str:
     """The version of an installed host package; ImageError if it is not
     installed (``purpose`` says what the image takes from it)."""
     hint = f"install it: apt-get install {package}"
-    q = run(["dpkg-query", "-W", "-f", "${Status}\t${Version}", package],
-            f"the host package {package} is not installed", hint,
-            check=False)
-    if q.returncode != 0 or "install ok installed" not in q.stdout:
-        raise ImageError(f"the host package {package} is not installed",
-                         purpose, hint)
-    return q.stdout.split("\t", 1)[1].strip()
+
+    def query() -> str:
+        q = run(["dpkg-query", "-W", "-f", "${Status}\t${Version}", package],
+                f"the host package {package} is not installed", hint,
+                check=False)
+        if q.returncode != 0 or "install ok installed" not in q.stdout:
+            raise ImageError(f"the host package {package} is not installed",
+                             purpose, hint)
+        return q.stdout.split("\t", 1)[1].strip()
+
+    return memoized(["dpkg-version", package], query)
 
 
 def find_perf_binary(recipe: Recipe) -> tuple[Path, str]:
@@ -63,8 +68,9 @@ def find_perf_binary(recipe: Recipe) -> tuple[Path, str]:
     wanted = Path(recipe.perf_binary)
     if is_elf(wanted):
         return wanted, version
-    files = run(["dpkg", "-L", recipe.perf_package],
-                f"cannot list {recipe.perf_package}", hint).stdout.split("\n")
+    files = memoized(["dpkg-files", recipe.perf_package], lambda: run(
+        ["dpkg", "-L", recipe.perf_package],
+        f"cannot list {recipe.perf_package}", hint).stdout.split("\n"))
     elves = sorted(Path(f) for f in files
                    if re.fullmatch(r"/usr/bin/perf_[\d.]+", f.strip())
                    and is_elf(Path(f.strip())))
@@ -83,7 +89,17 @@ _LDD_LINE = re.compile(r"^\s*(?:(\S+)\s+=>\s+)?(\S+)\s+\(0x[0-9a-f]+\)\s*$")
 def ldd_libraries(binary: Path) -> list[tuple[str, Path]]:
     """(guest path, host file) for every library ``ldd`` lists, plus the
     dynamic loader; the guest path is the one the loader searches.  A
-    static binary has none."""
+    static binary has none.  Memoized per binary, loader cache and
+    library path (and package state)."""
+    query = ["ldd", str(binary), stat_key(binary),
+             stat_key("/etc/ld.so.cache"),
+             os.environ.get("LD_LIBRARY_PATH")]
+    return [(guest, Path(host)) for guest, host in
+            memoized(query, lambda: [[g, str(h)]
+                                     for g, h in _ldd_libraries(binary)])]
+
+
+def _ldd_libraries(binary: Path) -> list[tuple[str, Path]]:
     proc = run(["ldd", str(binary)], f"ldd failed on {binary}",
                "install libc-bin, or check that the binary is intact",
                check=False)
@@ -111,11 +127,6 @@ def ldd_libraries(binary: Path) -> list[tuple[str, Path]]:
             continue                 # linux-vdso.so.1 has no file
         libs.append((path, Path(os.path.realpath(path))))
     return libs
-
-
-def stat_key(path: Path) -> list[int]:
-    st = os.stat(path)
-    return [st.st_size, st.st_mtime_ns]
 
 
 @dataclass

@@ -32,6 +32,7 @@ from ..errors import ImageError
 from ..paths import DRIVER_KO_PATH
 from . import apt, host, packages
 from .host import Tool
+from .memo import stat_key
 from .recipe import Recipe, load_recipe
 
 #: Version of the image layout, recorded in the manifest and the hash.
@@ -113,9 +114,9 @@ def gather_inputs(name: str, driver_ko: Path | None) -> Inputs:
     perf, perf_version = host.find_perf_binary(recipe)
     versions[recipe.perf_package] = perf_version
     libs = host.ldd_libraries(perf)
-    host_files = {str(perf): host.stat_key(perf)}
+    host_files = {str(perf): stat_key(perf)}
     for _guest, lib in libs:
-        host_files[str(lib)] = host.stat_key(lib)
+        host_files[str(lib)] = stat_key(lib)
     tools = []
     for spec in recipe.tools:
         binary, version = host.find_tool(spec)
@@ -123,7 +124,7 @@ def gather_inputs(name: str, driver_ko: Path | None) -> Inputs:
         tools.append(tool)
         versions[spec.package] = version
         for f in [binary] + [h for _g, h in tool.libs]:
-            host_files[str(f)] = host.stat_key(f)
+            host_files[str(f)] = stat_key(f)
     debs = packages.resolve(recipe.packages)
     driver_bytes = None
     if driver_ko is not None:

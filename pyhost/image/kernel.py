@@ -13,8 +13,6 @@ import re
 import struct
 import zlib
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
 
 _XZ_MAGIC = bytes.fromhex("fd377a585a00")
 _GZ_MAGIC = b"\x1f\x8b\x08"
@@ -78,8 +76,13 @@ XEN_NOTE_NAME = "Xen"
 XEN_ELFNOTE_PHYS32_ENTRY = 18
 
 
-def _elf(data: bytes) -> ELFFile:
-    """pyelftools over an in-memory ELF64; ValueError if it is not one."""
+def open_elf(data: bytes):
+    """pyelftools' ELFFile over an in-memory ELF64; ValueError if it is
+    not one.  pyelftools is imported here, not at the top: it costs ~20 ms
+    that `pvperf run`, which reads no ELF file, should not pay."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
     if not data.startswith(_ELF_MAGIC):
         raise ValueError("not an ELF file")
     try:
@@ -93,7 +96,7 @@ def _elf(data: bytes) -> ELFFile:
 
 def pvh_entry(vmlinux: bytes) -> int | None:
     """The PVH entry point (Xen note PHYS32_ENTRY) QEMU boots, or None."""
-    for seg in _elf(vmlinux).iter_segments("PT_NOTE"):
+    for seg in open_elf(vmlinux).iter_segments("PT_NOTE"):
         for note in seg.iter_notes():
             if note["n_name"] == XEN_NOTE_NAME and \
                     note["n_type"] == XEN_ELFNOTE_PHYS32_ENTRY:
@@ -104,7 +107,7 @@ def pvh_entry(vmlinux: bytes) -> int | None:
 
 def first_load_vaddr(vmlinux: bytes) -> int | None:
     """The virtual address of the first PT_LOAD segment (_text's)."""
-    for seg in _elf(vmlinux).iter_segments("PT_LOAD"):
+    for seg in open_elf(vmlinux).iter_segments("PT_LOAD"):
         return seg["p_vaddr"]
     return None
 
@@ -117,7 +120,7 @@ def kernel_banner(vmlinux: bytes) -> str:
 
 def read_modinfo(ko: bytes) -> dict[str, list[str]]:
     """The ``.modinfo`` key=value strings of a kernel module."""
-    sec = _elf(ko).get_section_by_name(".modinfo")
+    sec = open_elf(ko).get_section_by_name(".modinfo")
     info: dict[str, list[str]] = {}
     for item in (sec.data() if sec is not None else b"").split(b"\0"):
         if b"=" in item:

@@ -5,7 +5,7 @@ Resolution is apt's own resolver: ``apt-get install --print-uris`` against
 an EMPTY dpkg status file, so that apt computes the whole closure
 (Depends and Pre-Depends; no Recommends) instead of only what the host
 lacks.  The answer (file name, size and hash of every .deb) is memoized
-per apt state (apt.memoized).  The download is one ``apt-get install
+per package state (memo.memoized).  The download is one ``apt-get install
 --download-only`` of exactly that set (``name=version``) into a private
 directory, verified by apt; finished .debs join the kernel's and
 busybox's in ``<cache>/debs/``, and a cached one is checked against the
@@ -31,6 +31,7 @@ from ..errors import ImageError
 from . import apt
 from ..digest import sha256_file
 from .host import run
+from .memo import memoized
 from .store import images_dir
 
 #: Trees of the unpacked packages that the guest does not get (they hold
@@ -135,7 +136,7 @@ def resolve(packages: list[str]) -> list[Deb]:
     PackageNotFound or ImageError."""
     if not packages:
         return []
-    raw = apt.memoized(["closure", *packages], lambda: [
+    raw = memoized(["closure", *packages], lambda: [
         asdict(d) for d in _resolve(packages)])
     return [Deb(**d) for d in raw]
 

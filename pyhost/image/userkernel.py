@@ -30,12 +30,10 @@ import subprocess
 import zlib
 from pathlib import Path
 
-from elftools.elf.sections import SymbolTableSection
-
 from ..errors import ImageError
 from ..paths import REPO_ROOT as REPO, cache_dir
 from .cpio import CpioWriter
-from .kernel import _elf, extract_vmlinux, kernel_banner, pvh_entry, \
+from .kernel import open_elf, extract_vmlinux, kernel_banner, pvh_entry, \
     read_modinfo
 from .store import GuestImage
 from .sysmap import parse_kallsyms
@@ -106,7 +104,9 @@ def ikconfig(vmlinux: bytes) -> str | None:
 
 def _symtab(vmlinux: bytes):
     """The named symbols of a vmlinux's .symtab (none if stripped)."""
-    sec = _elf(vmlinux).get_section_by_name(".symtab")
+    from elftools.elf.sections import SymbolTableSection
+
+    sec = open_elf(vmlinux).get_section_by_name(".symtab")
     if isinstance(sec, SymbolTableSection):
         yield from (s for s in sec.iter_symbols() if s.name)
 
