@@ -26,8 +26,8 @@ so a fixed period P gives exactly 2N/P samples.
   written between the two reads land in perf.data twice (seen as 40,001 in
   about 1 run in 40: the same record, byte for byte, on both sides of a
   FINISHED_ROUND; the guest's driver had delivered each ring record once).
-  A hardware PMU writes one record per NMI; the driver writes a ring's
-  worth in one, which makes the window easier to hit (docs/design.md).
+  It shows only at high sample rates; the driver's bursts (a ring's worth
+  per NMI) make the window easier to hit (docs/design.md).
 * With the defaults, perf core throttles the event (at most 400 samples
   per 4 ms tick) and must restart it at the next tick: each THROTTLE
   record is followed by an UNTHROTTLE, and most samples arrive.  A
