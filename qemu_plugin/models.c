@@ -65,8 +65,20 @@
  * saw the event, so the overflow names that very instruction (and, for
  * data events, the access's address).  A memory callback runs after its
  * access succeeded, so the instruction retires (unless a later access of
- * it faults: a FIXME, rare); no register capture (PVPERF_PROTO_REGS is
- * not honoured: the guest takes registers where the NMI lands).
+ * it faults: a FIXME, rare).
+ *
+ * Registers (PVPERF_PROTO_REGS slots: callchains, sample registers, user
+ * stacks).  While the service asks for captures (mode_capture), every
+ * callback here is registered with QEMU_PLUGIN_CB_R_REGS and an overflow
+ * carries the general-purpose registers read in it: for an instruction
+ * fetch (I1, iTLB) those just before the instruction ran; for a data
+ * access those between the access and the instruction's register writes,
+ * which TCG emits after its loads and stores (a pop's or a ret's rsp is
+ * still the old one, a load's destination not yet written: the state
+ * just before the instruction, except for string instructions, whose
+ * rsi/rdi/rcx are those of the current iteration); for a branch, resolved
+ * at the next block's start, those after it (the target's; a ret's rsp
+ * already popped).  The ip is always the event's instruction.
  *
  * Sharing.  L1I, L1D and the predictor are per vCPU and touched only by
  * its thread.  The LL is shared, as on a multi-core chip, and locked; it
@@ -138,6 +150,7 @@ struct tb_site {
 	bool kernel;
 	bool fetch;		/* run the I1 reference */
 	bool runtime;		/* read rip: runtime code addresses */
+	bool regs;		/* registered with R_REGS for captures */
 };
 
 /* A conditional or indirect branch (stored in the scoreboard). */
@@ -152,6 +165,7 @@ struct fetch_site {
 	uint64_t vaddr;
 	uint32_t len;
 	bool kernel;
+	bool regs;		/* registered with R_REGS for captures */
 };
 
 /* Where and on what a model event happened (the overflow's ip, addr). */
@@ -159,6 +173,7 @@ struct event_at {
 	unsigned vcpu;
 	uint64_t ip;
 	uint64_t addr;
+	bool regs;		/* the callback may read registers (R_REGS) */
 };
 
 #define INLINE_BITS	((1ull << PVPERF_NR_INLINE_COUNTERS) - 1)
@@ -194,6 +209,7 @@ static void check_slots(struct model_vcpu *m, uint64_t bits, bool kernel,
 	for (unsigned i = 0; i < m->n_slots; i++) {
 		struct model_slot *sl = &m->slot[i];
 		struct pvperf_proto_overflow msg;
+		uint64_t regs[PVPERF_NR_REGS];
 
 		if (!(sl->mask & bits) ||
 		    slot_sum(at->vcpu, m, sl->mask) < sl->threshold)
@@ -208,6 +224,11 @@ static void check_slots(struct model_vcpu *m, uint64_t bits, bool kernel,
 			.threshold = sl->threshold,
 			.data_addr = at->addr,
 		};
+		if ((sl->flags & PVPERF_PROTO_REGS) && at->regs &&
+		    guest_read_gprs(regs)) {
+			memcpy(msg.regs, regs, sizeof(msg.regs));
+			msg.flags |= PVPERF_PROTO_REGS;
+		}
 		sl->threshold = msg.next_threshold = sample_next_threshold(
 			at->vcpu, sl->threshold, sl->period, sl->rand_bits);
 		link_send_overflow(at->vcpu, &msg);
@@ -272,9 +293,9 @@ static bool ll_ref(uint64_t addr, unsigned size)
 }
 
 static void fetch(unsigned vcpu, struct model_vcpu *m, uint64_t addr,
-		  unsigned len, bool kernel)
+		  unsigned len, bool kernel, bool regs)
 {
-	struct event_at at = { vcpu, addr, addr };
+	struct event_at at = { vcpu, addr, addr, regs };
 
 	if (mode_tlb() && cache_ref(&m->itlb, addr, len))
 		bump(m, PVPERF_M_ITLB_MISS, kernel, &at);
@@ -317,7 +338,7 @@ static void arm(struct model_vcpu *m, const struct pvperf_proto_reply *reply)
 			.event_id = ps->event_id,
 			.mask = ps->ctr_mask,
 			.rand_bits = ps->rand_bits,
-			.flags = ps->flags & PVPERF_PROTO_SYNC,
+			.flags = ps->flags & (PVPERF_PROTO_SYNC | PVPERF_PROTO_REGS),
 		};
 		m->armed |= ps->ctr_mask & ~INLINE_BITS;
 		m->armed_cycles |= !!(ps->ctr_mask & INLINE_BITS);
@@ -370,16 +391,17 @@ static void fetch_exec(unsigned vcpu, void *udata)
 
 	if (ignored(m))
 		return;
-	fetch(vcpu, m, f->vaddr + m->delta[!f->kernel], f->len, f->kernel);
+	fetch(vcpu, m, f->vaddr + m->delta[!f->kernel], f->len, f->kernel,
+	      f->regs);
 }
 
 /* The pending branch of this half resolved by where execution went. */
 static void resolve_branch(unsigned vcpu, struct model_vcpu *m,
 			   const struct branch_site *b, uint64_t delta,
-			   uint64_t next, bool kernel)
+			   uint64_t next, bool kernel, bool regs)
 {
 	uint64_t pc = b->vaddr + delta;
-	struct event_at at = { vcpu, pc, 0 };
+	struct event_at at = { vcpu, pc, 0, regs };
 	bool miss;
 
 	if (next == pc)		/* it faulted and runs again: not retired */
@@ -419,17 +441,18 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 	if (*pending) {
 		resolve_branch(vcpu, m,
 			       (const struct branch_site *)(uintptr_t)*pending,
-			       m->delta[!t->kernel], t->vaddr + delta, t->kernel);
+			       m->delta[!t->kernel], t->vaddr + delta, t->kernel,
+			       t->regs);
 		*pending = 0;
 	}
 	m->delta[!t->kernel] = delta;
 	if (m->armed_cycles) {
-		struct event_at at = { vcpu, t->vaddr + delta, 0 };
+		struct event_at at = { vcpu, t->vaddr + delta, 0, t->regs };
 
 		check_slots(m, INSN_BITS, t->kernel, &at);
 	}
 	if (t->fetch)
-		fetch(vcpu, m, t->vaddr + delta, t->len, t->kernel);
+		fetch(vcpu, m, t->vaddr + delta, t->len, t->kernel, t->regs);
 }
 
 /* The second 16 bytes of a split 32-byte access: the lines it touches,
@@ -452,8 +475,8 @@ static void second_half(struct model_vcpu *m, uint64_t vaddr, bool store,
 		     kernel, at);
 }
 
-static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
-		       uint64_t vaddr, void *udata)
+static inline void mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info,
+				 uint64_t vaddr, void *udata, bool regs)
 {
 	struct model_vcpu *m = &mv[vcpu];
 	uint64_t site = (uintptr_t)udata;
@@ -463,7 +486,7 @@ static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
 	bool merged = store && m->load_site == site && m->load_addr == vaddr &&
 		      m->load_size == size;
 	unsigned acc = store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ;
-	struct event_at at = { vcpu, site + m->delta[!kernel], vaddr };
+	struct event_at at = { vcpu, site + m->delta[!kernel], vaddr, regs };
 
 	if (ignored(m))
 		return;
@@ -507,6 +530,19 @@ static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
 	}
 }
 
+static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
+		       uint64_t vaddr, void *udata)
+{
+	mem_access_at(vcpu, info, vaddr, udata, false);
+}
+
+/* The same, registered with R_REGS while the service asks for captures. */
+static void mem_access_regs(unsigned vcpu, qemu_plugin_meminfo_t info,
+			    uint64_t vaddr, void *udata)
+{
+	mem_access_at(vcpu, info, vaddr, udata, true);
+}
+
 /* A write to cr3: another address space, no PCID (docs/events.md). */
 static void cr3_exec(unsigned vcpu, void *udata)
 {
@@ -526,6 +562,9 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 {
 	bool cache = mode_cache(), bpred = mode_bpred(), tlb = mode_tlb();
 	bool fetches = cache || tlb;	/* I1 and iTLB references */
+	bool regs = mode_capture() != CAPTURE_NONE;
+	enum qemu_plugin_cb_flags cb_regs = regs ? QEMU_PLUGIN_CB_R_REGS :
+						   QEMU_PLUGIN_CB_NO_REGS;
 	uint64_t prev_last_line = 0;
 	struct tb_site *t;
 
@@ -535,7 +574,8 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 	/* Kernel code is mapped alike everywhere: no delta to find. */
 	*t = (struct tb_site){ .vaddr = qemu_plugin_tb_vaddr(tb),
 			       .kernel = kernel, .fetch = fetches,
-			       .runtime = !kernel && mode_sampling() };
+			       .runtime = !kernel && mode_sampling(),
+			       .regs = regs };
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		uint64_t vaddr = qemu_plugin_insn_vaddr(insn);
@@ -545,22 +585,24 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 		if (i == 0) {
 			t->len = len;
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, tb_start_exec,
-				t->runtime ? QEMU_PLUGIN_CB_R_REGS : QEMU_PLUGIN_CB_NO_REGS, t);
+				t->runtime || regs ? QEMU_PLUGIN_CB_R_REGS :
+						     QEMU_PLUGIN_CB_NO_REGS, t);
 		} else if (fetches &&
 			   !(first == prev_last_line && last == first)) {
 			struct fetch_site *f = arena_alloc(sizeof(*f));
 
-			*f = (struct fetch_site){ vaddr, len, kernel };
+			*f = (struct fetch_site){ vaddr, len, kernel, regs };
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, fetch_exec,
-				QEMU_PLUGIN_CB_NO_REGS, f);
+				cb_regs, f);
 		}
 		prev_last_line = last;
 		if (tlb && !mcfg.compat && (cls[i] & CLS_CR3_WRITE))
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, cr3_exec,
 				QEMU_PLUGIN_CB_NO_REGS, NULL);
 		if (fetches)
-			qemu_plugin_register_vcpu_mem_cb(insn, mem_access,
-				QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
+			qemu_plugin_register_vcpu_mem_cb(insn,
+				regs ? mem_access_regs : mem_access, cb_regs,
+				QEMU_PLUGIN_MEM_RW,
 				(void *)(uintptr_t)vaddr);
 		if (bpred && (cls[i] & (CLS_COND | CLS_INDIRECT))) {
 			struct branch_site *b = arena_alloc(sizeof(*b));

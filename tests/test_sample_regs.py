@@ -14,6 +14,10 @@ pvperf:
   bp: which caller the frame walk names follows from where the sampled
   instruction lies in its function (fpcalls.c, the prologue and epilogue
   from objdump).
+* ``calls`` sampled on a model event (L1-dcache-loads: its loads are the
+  two ``ret``s), DWARF unwinding: the registers come from the plugin's
+  memory callback of the sampled ret (rsp not yet popped), so each sample
+  unwinds to main_sp like the instruction samples below.
 * ``hotcold-dw`` and ``calls`` (no frame pointers) with DWARF unwinding:
   their call graphs are main_sp -> hot / cold -> tick and main_sp -> step
   -> leaf (the sources; callgrind finds no other caller), so every sample
@@ -38,6 +42,7 @@ PERIOD = 100003             # prime: lands on every instruction of the loop
 N_HOTCOLD = 2000
 N_CALLS = 3000000           # 39 M instructions
 N_FPCALLS = 2000000         # 48 M instructions
+MODEL_PERIOD = 10007        # calls: 2 loads (the rets) a step, ~600 samples
 # -m 4M: a DWARF sample carries 8 KiB of stack; perf's default 512 KiB ring
 # fills in 64 samples, and at smp 2 perf record fell behind (lost chunks).
 
@@ -56,6 +61,9 @@ perf script -i $D/d.data -F ip,sym 2>/dev/null
 sec calls
 perf record -q -m 4M --call-graph dwarf -e instructions:u -c {PERIOD} -o $D/c.data ./calls {N_CALLS} 2>&1
 perf script -i $D/c.data -F ip,sym 2>/dev/null
+sec mcalls
+perf record -q -m 4M --call-graph dwarf -e L1-dcache-loads:u -c {MODEL_PERIOD} -o $D/m.data ./calls {N_CALLS} 2>&1
+perf script -i $D/m.data -F ip,sym 2>/dev/null
 sec fp
 perf record -q -g -e instructions:u -c {PERIOD} -o $D/f.data ./fpcalls {N_FPCALLS} 2>&1
 perf script -i $D/f.data -F ip,sym,symoff 2>/dev/null
@@ -122,7 +130,8 @@ def test_user_stack_pointer_is_the_loops(guest):
 
 
 @pytest.mark.parametrize("section,functions", [
-    ("dwarf", "hot|cold|tick"), ("calls", "step|leaf")])
+    ("dwarf", "hot|cold|tick"), ("calls", "step|leaf"),
+    ("mcalls", "step|leaf")])
 def test_dwarf_callchains_reach_main(guest, section, functions):
     """--call-graph dwarf unwinds from the sampled instruction's registers
     and the user stack: every sample in the program's functions has
