@@ -68,8 +68,9 @@
  * it faults: a FIXME, rare).
  *
  * Registers (PVPERF_PROTO_REGS slots: callchains, sample registers, user
- * stacks).  While the service asks for captures (mode_capture), every
- * callback here is registered with QEMU_PLUGIN_CB_R_REGS and an overflow
+ * stacks).  While the service asks for captures (mode_capture), the
+ * callbacks that see events (block start, fetch, memory access) are
+ * registered with QEMU_PLUGIN_CB_R_REGS, and an overflow
  * carries the general-purpose registers read in it: for an instruction
  * fetch (I1, iTLB) those just before the instruction ran; for a data
  * access those between the access and the instruction's register writes,
