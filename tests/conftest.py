@@ -124,8 +124,8 @@ def valgrind_irefs(argv: list[str]) -> int:
 def sigint_default() -> None:
     """A Popen preexec_fn: start pvperf as a shell starts a foreground job.
     A job started with `&` (a CI runner under nohup, say) inherits SIGINT
-    ignored, and Python then leaves it ignored: Ctrl-C (and SIGTERM,
-    which goes the same way) could not reach pvperf's clean-up."""
+    ignored, and Python then leaves it ignored: Ctrl-C could not reach
+    pvperf's clean-up (SIGTERM does either way: test_channels.py)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 

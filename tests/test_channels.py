@@ -190,13 +190,19 @@ def run_dirs(pid: int) -> list[Path]:
             for p in parent.glob(f"pvperf-{pid}-*")]
 
 
-def kill_during_startup(tmp_path, sig) -> tuple[subprocess.Popen, Path]:
+def sigint_ignored() -> None:
+    """A Popen preexec_fn: start pvperf as a shell script starts `cmd &`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def kill_during_startup(tmp_path, sig, preexec=sigint_default
+                        ) -> tuple[subprocess.Popen, Path]:
     """Start `pvperf run`, send ``sig`` as soon as its run directory
     exists (QEMU is starting); return the process and the directory."""
     proc = subprocess.Popen(pvperf_cmd() + ["run", "--share", str(tmp_path),
                                             "--", "sleep", "30"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=sigint_default)
+                            text=True, preexec_fn=preexec)
     deadline = time.monotonic() + 60
     while not (found := run_dirs(proc.pid)):
         assert proc.poll() is None, proc.communicate()
@@ -209,6 +215,18 @@ def kill_during_startup(tmp_path, sig) -> tuple[subprocess.Popen, Path]:
 
 def test_sigterm_during_startup_removes_the_run_dir(tmp_path):
     proc, run_dir = kill_during_startup(tmp_path, signal.SIGTERM)
+    assert proc.returncode == 130
+    assert not run_dir.exists()
+    assert leftovers() == []
+
+
+def test_sigterm_cleans_up_when_sigint_is_ignored(tmp_path):
+    """A background job of a script (or a CI runner's) inherits SIGINT
+    ignored, so asyncio installs no Ctrl-C handler; the runner's SIGTERM
+    must still stop the VM cleanly (it used to kill pvperf outright:
+    exit 143, no clean-up of its own)."""
+    proc, run_dir = kill_during_startup(tmp_path, signal.SIGTERM,
+                                        preexec=sigint_ignored)
     assert proc.returncode == 130
     assert not run_dir.exists()
     assert leftovers() == []

@@ -97,15 +97,42 @@ def json_option(fn):
         "were measured to this file (schema: docs/ci.md)")(fn)
 
 
+async def _cancelled_by_sigterm(coro):
+    """Await ``coro``; SIGTERM cancels it as Ctrl-C does (asyncio.run's
+    SIGINT handler), so that every ``finally`` runs: QEMU stopped, the run
+    directory removed.  Installed here rather than over SIGINT's handler
+    because a job started with `&` inherits SIGINT ignored, and asyncio
+    then installs none: a CI runner's SIGTERM has to work alone.  One
+    cancellation: a second SIGTERM must not cut the clean-up short."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+
+    def cancel() -> None:
+        if not task.cancelling():
+            task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, cancel)
+    try:
+        return await coro
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def run_async(coro):
+    """asyncio.run(coro) for a command: Ctrl-C and SIGTERM stop it cleanly
+    (main() turns either into EXIT_INTERRUPTED)."""
+    return asyncio.run(_cancelled_by_sigterm(coro))
+
+
 def run_and_record(config: VMConfig, json_out: Path | None) -> int:
     """Run ``config``; with ``json_out``, write the perf stat counts found
     in the command's stderr (pyhost/results.py)."""
     if json_out is None:
-        return asyncio.run(run_command(config))
+        return run_async(run_command(config))
     # Read now: another pvperf may replace the cached image meanwhile.
     image_meta = results.image_meta(config.image.manifest)
     tee = _Tee(sys.stderr.buffer)
-    status = asyncio.run(run_command(config, stderr=tee))
+    status = run_async(run_command(config, stderr=tee))
     events = results.parse_perf_stat(tee.kept.decode("utf-8", "replace"))
     if not events:
         raise results.ResultError(
@@ -167,7 +194,7 @@ def run_to_checkpoint(config: VMConfig, directory: Path,
     vm_checkpoint.prepare(directory, config)
     taken = False
     try:
-        status = asyncio.run(vm_checkpoint.run_with_checkpoint(
+        status = run_async(vm_checkpoint.run_with_checkpoint(
             config, directory, after))
         taken = status is None
     finally:
@@ -289,7 +316,7 @@ def compare(base: str, new: str, threshold: str) -> None:
 def shell(**opts) -> None:
     """Boot the image (--image) and open an interactive shell (Ctrl-] quits)."""
     config = make_config("shell", "", **opts)
-    sys.exit(asyncio.run(run_shell(config)))
+    sys.exit(run_async(run_shell(config)))
 
 
 @cli.command(context_settings={"allow_interspersed_args": False},
@@ -320,9 +347,9 @@ def profile(command, output, tb_size, perfmap, **opts) -> None:
     prof_record.preflight()
     config = make_config("run", shlex.join(command), no_pmu=True, **opts)
     output.mkdir(parents=True, exist_ok=True)
-    rec = asyncio.run(prof_record.record(config, output.resolve(),
-                                         tb_size_mb=tb_size,
-                                         perfmap=perfmap))
+    rec = run_async(prof_record.record(config, output.resolve(),
+                                       tb_size_mb=tb_size,
+                                       perfmap=perfmap))
     try:
         session = prof_resolve.resolve(rec, config.image, config.share)
     finally:
@@ -454,30 +481,15 @@ def _interrupted() -> None:
     sys.exit(EXIT_INTERRUPTED)
 
 
-def _terminate(signum, frame) -> None:
-    """SIGTERM stops a VM as Ctrl-C does, so that every `finally` runs
-    (QEMU stopped, the run directory removed): asyncio.run's SIGINT
-    handler cancels the command at its next await.  (Raising here could
-    land in an at-fork hook, which swallows it.)  Anywhere else SIGTERM
-    does what it always did."""
-    on_sigint = signal.getsignal(signal.SIGINT)
-    if callable(on_sigint) and on_sigint is not signal.default_int_handler:
-        on_sigint(signal.SIGINT, frame)
-        return
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.raise_signal(signal.SIGTERM)
-
-
 def main(argv=None) -> None:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
-    signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(args=argv, prog_name="pvperf", standalone_mode=False)
     except click.exceptions.Abort:
         # click turns KeyboardInterrupt into Abort; our finally blocks ran.
         _interrupted()
-    except KeyboardInterrupt:
-        _interrupted()
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        _interrupted()     # Ctrl-C, or SIGTERM (run_async)
     except click.UsageError as e:
         where = e.ctx.command_path if e.ctx else "pvperf"
         click.echo(f"pvperf: usage: {e.format_message()} \u2014 see "
