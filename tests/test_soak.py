@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+from pyhost.profile.record import GUEST_WORKDIR, sweep_workdirs
+
 from conftest import (PROGRAMS, leftovers, pvperf_cmd, run_pvperf,
                       sigint_default, valgrind_irefs)
 
@@ -105,6 +107,7 @@ def test_kill_anything_soak(tmp_path):
     rng = random.Random(SEED)
     done = collections.Counter()
     slowest_exit = 0.0
+    killed = set()          # work directories of SIGKILLed profiles
     print(f"soak: seed {SEED:#x}, {CYCLES} cycles")
     for cycle in range(CYCLES):
         what = rng.choice(("stat", "profile"))
@@ -125,6 +128,13 @@ def test_kill_anything_soak(tmp_path):
         done[did] += 1
         where = f"cycle {cycle}: {what}, {did} at {delay:.1f} s"
         assert "Traceback" not in err, f"{where}:\n{err[-2000:]}"
+        # `pvperf profile` works in a directory of the share: gone unless
+        # nobody could remove it (SIGKILL: the next profile sweeps it).
+        left = sorted(PROGRAMS.glob(f"{GUEST_WORKDIR}-{proc.pid}-*"))
+        if did == "SIGKILL":
+            killed.update(left)
+        else:
+            assert left == [], f"{where}: {left}"
         # The next run sweeps what a SIGKILLed pvperf left, and counts
         # exactly.
         r = run_pvperf(["run", "--share", str(PROGRAMS), "--", "perf",
@@ -134,5 +144,28 @@ def test_kill_anything_soak(tmp_path):
                   if ",instructions:u," in ln]
         assert counts == [str(exact)], f"{where}: {r.stderr[-1000:]}"
         assert leftovers() == [], where
+    swept = set(sweep_workdirs(PROGRAMS))
+    assert swept <= killed, swept - killed
+    assert not list(PROGRAMS.glob(f"{GUEST_WORKDIR}-*"))
     print(f"soak: {CYCLES} cycles, kills {dict(done)}, 0 hangs, 0 "
           f"leftovers, slowest exit after the kill {slowest_exit:.1f} s")
+
+
+def test_sweep_takes_only_work_directories_of_gone_processes(tmp_path):
+    """What a SIGKILLed `pvperf profile` left in the share goes at the next
+    profile; a live process's directory, another name and a link stay."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()                         # its pid is free now
+    dead = tmp_path / f"{GUEST_WORKDIR}-{gone.pid}-aaaaaa"
+    live = tmp_path / f"{GUEST_WORKDIR}-{os.getpid()}-bbbbbb"
+    other = tmp_path / "results"
+    target = tmp_path / "target"
+    for d in (dead, live, other, target):
+        d.mkdir()
+    (dead / "go").touch()
+    link = tmp_path / f"{GUEST_WORKDIR}-{gone.pid}-cccccc"
+    link.symlink_to(target)
+    assert sweep_workdirs(tmp_path) == [dead]
+    assert not dead.exists()
+    assert live.is_dir() and other.is_dir() and target.is_dir()
+    assert link.is_symlink()

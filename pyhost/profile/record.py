@@ -31,6 +31,7 @@ import logging
 import os
 import shlex
 import shutil
+import stat
 import sys
 import time
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from ..errors import SetupError, VMError
 from ..paths import RMAP_PLUGIN_PATH
+from ..vm import channels
 from ..vm.launcher import GUEST_SHARE, VM, VMConfig
 from ..vm.qemu import qemu_escape
 from . import hostperf, kernel_layout
@@ -199,6 +201,22 @@ async def _wait_file(path: Path, vm: VM, timeout: float | None) -> None:
         await asyncio.sleep(0.005)
 
 
+def sweep_workdirs(share: Path) -> list[Path]:
+    """Remove the work directories that `pvperf profile` processes which
+    no longer exist left in ``share`` (one killed by SIGKILL could not):
+    ours only, never through a link."""
+    removed = []
+    for path in share.glob(f"{GUEST_WORKDIR}-*-*"):
+        pid = path.name[len(GUEST_WORKDIR) + 1:].split("-")[0]
+        with contextlib.suppress(OSError):
+            st = path.lstat()
+            if pid.isdigit() and channels.process_gone(int(pid)) and \
+                    stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+                shutil.rmtree(path)
+                removed.append(path)
+    return removed
+
+
 async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
                  perfmap: bool = False, stdout=None, stderr=None
                  ) -> Recording:
@@ -206,6 +224,7 @@ async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
     stdout = stdout or sys.stdout.buffer
     stderr = stderr or sys.stderr.buffer
     share = config.share
+    sweep_workdirs(share)
     workdir = share / f"{GUEST_WORKDIR}-{os.getpid()}-{os.urandom(3).hex()}"
     workdir.mkdir()
     guest_dir = f"{GUEST_SHARE}/{workdir.name}"
@@ -234,6 +253,9 @@ async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
             perf = None
             status = await vm.wait_exit(60)
             await asyncio.wait(pumps, timeout=5)
+    except BaseException:       # Ctrl-C, SIGTERM, QEMU gone: no recording
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
     finally:
         config.command = command
         if perf is not None:

@@ -34,6 +34,11 @@ PREFIX = "pvperf-"
 SUN_PATH_MAX = 107          # sizeof(sun_path) minus the NUL
 
 
+def process_gone(pid: int) -> bool:
+    """No process ``pid`` (and it is not us)."""
+    return pid != os.getpid() and not Path(f"/proc/{pid}").exists()
+
+
 def dead_owner(path: Path) -> bool:
     """``path`` is named pvperf-<pid>-... and that process is gone (and
     it is not us)."""
@@ -41,7 +46,7 @@ def dead_owner(path: Path) -> bool:
         pid = int(path.name.split("-")[1])
     except (IndexError, ValueError):
         return False
-    return pid != os.getpid() and not Path(f"/proc/{pid}").exists()
+    return process_gone(pid)
 
 
 def run_dir_parent() -> Path:
