@@ -353,7 +353,7 @@ def profile(command, output, tb_size, perfmap, **opts) -> None:
     try:
         session = prof_resolve.resolve(rec, config.image, config.share)
     finally:
-        prof_record.cleanup_workdir(rec)
+        prof_record.remove_workdir(rec.workdir)
     prof_session.write_session(session, output)
     click.echo(prof_session.render_all(session, output))
     click.echo(f"pvperf: profile written to {output}/", err=True)

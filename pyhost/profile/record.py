@@ -26,12 +26,10 @@ session (session.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import shlex
 import shutil
-import stat
 import sys
 import time
 from dataclasses import dataclass
@@ -203,18 +201,18 @@ async def _wait_file(path: Path, vm: VM, timeout: float | None) -> None:
 
 def sweep_workdirs(share: Path) -> list[Path]:
     """Remove the work directories that `pvperf profile` processes which
-    no longer exist left in ``share`` (one killed by SIGKILL could not):
-    ours only, never through a link."""
+    no longer exist left in ``share`` (one killed by SIGKILL could not)."""
     removed = []
     for path in share.glob(f"{GUEST_WORKDIR}-*-*"):
         pid = path.name[len(GUEST_WORKDIR) + 1:].split("-")[0]
-        with contextlib.suppress(OSError):
-            st = path.lstat()
-            if pid.isdigit() and channels.process_gone(int(pid)) and \
-                    stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
-                shutil.rmtree(path)
-                removed.append(path)
+        if pid.isdigit() and channels.remove_orphaned_dir(path, int(pid)):
+            removed.append(path)
     return removed
+
+
+def remove_workdir(workdir: Path) -> None:
+    """A recording's work directory in the share, once read or failed."""
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
@@ -254,7 +252,7 @@ async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
             status = await vm.wait_exit(60)
             await asyncio.wait(pumps, timeout=5)
     except BaseException:       # Ctrl-C, SIGTERM, QEMU gone: no recording
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_workdir(workdir)
         raise
     finally:
         config.command = command
@@ -268,8 +266,3 @@ async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
                      status=status, command=command, smp=config.smp,
                      perf_stderr=perf_err)
 
-
-
-def cleanup_workdir(rec: Recording) -> None:
-    with contextlib.suppress(OSError):
-        shutil.rmtree(rec.workdir)

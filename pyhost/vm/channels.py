@@ -39,14 +39,19 @@ def process_gone(pid: int) -> bool:
     return pid != os.getpid() and not Path(f"/proc/{pid}").exists()
 
 
+def owner_pid(path: Path) -> int | None:
+    """The <pid> of a path named pvperf-<pid>-..., if it is one."""
+    try:
+        return int(path.name.split("-")[1])
+    except (IndexError, ValueError):
+        return None
+
+
 def dead_owner(path: Path) -> bool:
     """``path`` is named pvperf-<pid>-... and that process is gone (and
     it is not us)."""
-    try:
-        pid = int(path.name.split("-")[1])
-    except (IndexError, ValueError):
-        return False
-    return process_gone(pid)
+    pid = owner_pid(path)
+    return pid is not None and process_gone(pid)
 
 
 def run_dir_parent() -> Path:
@@ -88,18 +93,26 @@ def remove_run_dir(path: Path | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def remove_orphaned_dir(path: Path, owner_pid: int) -> bool:
+    """Remove ``path`` if it is a directory of ours (never through a link,
+    never another user's) whose owner process ``owner_pid`` is gone."""
+    with contextlib.suppress(OSError):
+        st = path.lstat()
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() \
+                and process_gone(owner_pid):
+            shutil.rmtree(path)
+            return True
+    return False
+
+
 def sweep_run_dirs() -> list[str]:
-    """Remove run directories of pvperf processes that no longer exist
-    (ours only: never follow a link, never touch another user's)."""
+    """Remove run directories of pvperf processes that no longer exist."""
     removed = []
     for parent in run_dir_parents():
         for path in parent.glob(PREFIX + "*"):
-            with contextlib.suppress(OSError):
-                st = path.lstat()
-                if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() \
-                        and dead_owner(path):
-                    shutil.rmtree(path)
-                    removed.append(str(path))
+            pid = owner_pid(path)
+            if pid is not None and remove_orphaned_dir(path, pid):
+                removed.append(str(path))
     return removed
 
 
