@@ -22,6 +22,7 @@ cachegrind / models > 1; idle and counting unchanged (bench_counting.py).
 Each figure is the minimum over its runs (host noise only adds time).
 
   .venv/bin/python bench/bench_models.py [--rounds 2] [--reps 3]
+      [--workload memory tight] [--configs plain models contrib ...]
 """
 from __future__ import annotations
 
@@ -135,7 +136,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--workload", nargs="+", default=list(WORKLOADS))
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS),
+                    choices=list(CONFIGS),
+                    help="a subset (plain and models are always run: the "
+                    "ratios are against them)")
     args = ap.parse_args()
+    configs = ["plain", "models"] + [c for c in args.configs
+                                     if c not in ("plain", "models")]
     subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
     # Scratch in the tree's build/ (ignored), not /tmp: nothing there
     # for test runs' leftover checks to trip on.
@@ -149,7 +156,7 @@ def main() -> None:
         for wl in args.workload:
             best: dict[str, float] = {}
             for i in range(args.rounds):
-                for c in CONFIGS:
+                for c in configs:
                     runs = guest_runs(c, wl, args.reps,
                                       qemu if c == "contrib" else None)
                     best[c] = min([best.get(c, float("inf")), *runs])

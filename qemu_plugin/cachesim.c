@@ -113,33 +113,18 @@ void cache_destroy(struct cache *c)
 	c->blocks = NULL;
 }
 
-/* Look block up in its set and make it the most recent; true if absent. */
-static bool ref_block(struct cache *c, uint64_t block)
+/* The block is not its set's most recent: find it, make it so. */
+bool cache_ref_set(uint64_t *set, unsigned assoc, uint64_t block)
 {
-	uint64_t *set = &c->blocks[(block & c->set_mask) * c->assoc];
 	unsigned i;
 	bool miss;
 
-	if (set[0] == block)		/* the common case: nothing moves */
-		return false;
-	for (i = 1; i < c->assoc && set[i] != block; i++)
+	for (i = 1; i < assoc && set[i] != block; i++)
 		;
-	miss = i == c->assoc;
+	miss = i == assoc;
 	/* Ways 0..i-1 move down one (a miss drops the least recent), and
 	 * the block becomes the most recent. */
 	memmove(&set[1], &set[0], (miss ? i - 1 : i) * sizeof(*set));
 	set[0] = block;
-	return miss;
-}
-
-bool cache_ref(struct cache *c, uint64_t addr, unsigned size)
-{
-	uint64_t first = addr >> c->line_bits;
-	uint64_t last = (addr + size - 1) >> c->line_bits;
-	bool miss = ref_block(c, first);
-
-	/* Both lines are referenced, whatever the first one did. */
-	if (last != first)
-		miss |= ref_block(c, last);
 	return miss;
 }

@@ -48,11 +48,35 @@ void cache_init(struct cache *c, const struct cache_geom *g);
 void cache_destroy(struct cache *c);
 void cache_reset(struct cache *c);	/* every way empty: a cold cache */
 
+bool cache_ref_set(uint64_t *set, unsigned assoc, uint64_t block);
+
+/* Look block up in its set and make it the most recent; true if absent.
+ * Inline: the common case, the set's most recent block again, changes
+ * nothing, and the models take it on every access. */
+static inline bool cache_ref_block(struct cache *c, uint64_t block)
+{
+	uint64_t *set = &c->blocks[(block & c->set_mask) * c->assoc];
+
+	if (__builtin_expect(set[0] == block, 1))
+		return false;
+	return cache_ref_set(set, c->assoc, block);
+}
+
 /*
  * Reference [addr, addr + size): true if it missed.  An access that
  * straddles two lines is one access, touching both; it misses if either
  * does (cachegrind's rule).  size <= the line size (checked by callers).
  */
-bool cache_ref(struct cache *c, uint64_t addr, unsigned size);
+static inline bool cache_ref(struct cache *c, uint64_t addr, unsigned size)
+{
+	uint64_t first = addr >> c->line_bits;
+	uint64_t last = (addr + size - 1) >> c->line_bits;
+	bool miss = cache_ref_block(c, first);
+
+	/* Both lines are referenced, whatever the first one did. */
+	if (__builtin_expect(last != first, 0))
+		miss |= cache_ref_block(c, last);
+	return miss;
+}
 
 #endif /* PVPERF_CACHESIM_H */

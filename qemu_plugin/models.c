@@ -82,8 +82,8 @@
  * already popped).  The ip is always the event's instruction.
  *
  * Sharing.  L1I, L1D and the predictor are per vCPU and touched only by
- * its thread.  The LL is shared, as on a multi-core chip, and locked; it
- * is reached on L1 misses only.
+ * its thread.  The LL is shared, as on a multi-core chip, and locked when
+ * there is more than one vCPU; it is reached on L1 misses only.
  */
 #include <glib.h>
 #include <stdio.h>
@@ -103,7 +103,6 @@
 
 struct model_vcpu {
 	struct cache i1, d1, itlb, dtlb;
-	struct bpred bp;
 	uint64_t ctr[2 * PVPERF_NR_MODEL_COUNTERS];	/* [2 * m + mode] */
 	/* delta of the last TB started in each half (kernel: always 0) */
 	uint64_t delta[2];
@@ -137,6 +136,12 @@ struct model_vcpu {
 	 * runs in unwatched code too: perf's own before it execs the task) */
 	bool watched[2];
 	uint64_t epoch;		/* compat: the cold epoch it last reset at */
+	/* The last memory-access kind seen and its size shift: QEMU's
+	 * accessor is a call into the emulator, and a loop's accesses
+	 * are mostly of one kind. */
+	qemu_plugin_meminfo_t info;
+	unsigned info_shift;
+	struct bpred bp;	/* last: large, touched at a few places */
 } __attribute__((aligned(64)));
 
 static struct model_vcpu *mv;		/* [pv.n_vcpus] */
@@ -204,8 +209,9 @@ static uint64_t slot_sum(unsigned vcpu, const struct model_vcpu *m,
  * instructions: the count then already holds the whole first chunk, so
  * its sample may name an instruction up to a block early.
  */
-static void check_slots(struct model_vcpu *m, uint64_t bits, bool kernel,
-			const struct event_at *at)
+static void __attribute__((noinline, cold))
+check_slots(struct model_vcpu *m, uint64_t bits, bool kernel,
+	    struct event_at at)
 {
 	for (unsigned i = 0; i < m->n_slots; i++) {
 		struct model_slot *sl = &m->slot[i];
@@ -213,44 +219,46 @@ static void check_slots(struct model_vcpu *m, uint64_t bits, bool kernel,
 		uint64_t regs[PVPERF_NR_REGS];
 
 		if (!(sl->mask & bits) ||
-		    slot_sum(at->vcpu, m, sl->mask) < sl->threshold)
+		    slot_sum(at.vcpu, m, sl->mask) < sl->threshold)
 			continue;
 		msg = (struct pvperf_proto_overflow){
 			.magic = PVPERF_PROTO_OVERFLOW_MAGIC,
-			.vcpu = at->vcpu,
+			.vcpu = at.vcpu,
 			.event_id = sl->event_id,
 			.mode = kernel ? PVPERF_MODE_KERNEL : PVPERF_MODE_USER,
 			.flags = sl->flags & PVPERF_PROTO_SYNC,
-			.ip = at->ip,
+			.ip = at.ip,
 			.threshold = sl->threshold,
-			.data_addr = at->addr,
+			.data_addr = at.addr,
 		};
-		if ((sl->flags & PVPERF_PROTO_REGS) && at->regs &&
+		if ((sl->flags & PVPERF_PROTO_REGS) && at.regs &&
 		    guest_read_gprs(regs)) {
 			memcpy(msg.regs, regs, sizeof(msg.regs));
 			msg.flags |= PVPERF_PROTO_REGS;
 		}
 		sl->threshold = msg.next_threshold = sample_next_threshold(
-			at->vcpu, sl->threshold, sl->period, sl->rand_bits);
-		link_send_overflow(at->vcpu, &msg);
+			at.vcpu, sl->threshold, sl->period, sl->rand_bits);
+		link_send_overflow(at.vcpu, &msg);
 	}
 }
 
-/* Model counter ctr grew by n in the half given, at *at. */
+/* Model counter ctr grew by n in the half given, at at.  The event's
+ * place is passed by value, so that nothing is built unless a slot is
+ * armed on the counter (the callbacks' fast paths stay short). */
 static inline void add(struct model_vcpu *m, unsigned ctr, uint64_t n,
-		       bool kernel, const struct event_at *at)
+		       bool kernel, struct event_at at)
 {
 	unsigned c = PVPERF_CTR_MODEL(ctr, !kernel);
 
 	m->ctr[2 * ctr + !kernel] += n;
-	if (m->armed & (1ull << c))
+	if (__builtin_expect(m->armed & (1ull << c), 0))
 		check_slots(m, 1ull << c, kernel, at);
 }
 
 /* An event (model counter ctr) in the half given, at *at; it stalls the
  * timing model by its penalty. */
 static inline void bump(struct model_vcpu *m, unsigned ctr, bool kernel,
-			const struct event_at *at)
+			struct event_at at)
 {
 	add(m, ctr, 1, kernel, at);
 	if (mcfg.penalty[ctr])
@@ -287,6 +295,11 @@ static bool ll_ref(uint64_t addr, unsigned size)
 {
 	bool miss;
 
+	/* One vCPU: only its thread touches the LL (hypercall replies run
+	 * on it too), and the lock's two atomic operations were a fifth of
+	 * a streaming loop's time. */
+	if (pv.n_vcpus == 1)
+		return cache_ref(&ll, addr, size);
 	g_mutex_lock(&ll_lock);
 	miss = cache_ref(&ll, addr, size);
 	g_mutex_unlock(&ll_lock);
@@ -299,12 +312,12 @@ static void fetch(unsigned vcpu, struct model_vcpu *m, uint64_t addr,
 	struct event_at at = { vcpu, addr, addr, regs };
 
 	if (mode_tlb() && cache_ref(&m->itlb, addr, len))
-		bump(m, PVPERF_M_ITLB_MISS, kernel, &at);
+		bump(m, PVPERF_M_ITLB_MISS, kernel, at);
 	if (!mode_cache() || !cache_ref(&m->i1, addr, len))
 		return;
-	bump(m, PVPERF_M_I1_MISS, kernel, &at);
+	bump(m, PVPERF_M_I1_MISS, kernel, at);
 	if (ll_ref(addr, len))
-		bump(m, PVPERF_M_LL_IMISS, kernel, &at);
+		bump(m, PVPERF_M_LL_IMISS, kernel, at);
 }
 
 /* Whether this file serves a slot: model counters only, or cycles under
@@ -369,13 +382,10 @@ static inline bool ignored(const struct model_vcpu *m)
 	return mcfg.compat && !m->live;
 }
 
-/* compat: empty this vCPU's own models if a cold start was asked for. */
-static void catch_up(struct model_vcpu *m)
+/* compat: empty this vCPU's own models, a cold start was asked for. */
+static void __attribute__((noinline, cold))
+cold_start(struct model_vcpu *m, uint64_t epoch)
 {
-	uint64_t epoch = __atomic_load_n(&cold_epoch, __ATOMIC_ACQUIRE);
-
-	if (m->epoch == epoch)
-		return;
 	m->epoch = epoch;
 	cache_reset(&m->i1);
 	cache_reset(&m->d1);
@@ -383,6 +393,14 @@ static void catch_up(struct model_vcpu *m)
 	cache_reset(&m->dtlb);
 	bpred_init(&m->bp, predictor());
 	m->load_site = 0;
+}
+
+static inline void catch_up(struct model_vcpu *m)
+{
+	uint64_t epoch = __atomic_load_n(&cold_epoch, __ATOMIC_ACQUIRE);
+
+	if (__builtin_expect(m->epoch != epoch, 0))
+		cold_start(m, epoch);
 }
 
 static void fetch_exec(unsigned vcpu, void *udata)
@@ -408,14 +426,14 @@ static void resolve_branch(unsigned vcpu, struct model_vcpu *m,
 	if (next == pc)		/* it faulted and runs again: not retired */
 		return;
 	if (b->conditional) {
-		bump(m, PVPERF_M_COND, kernel, &at);
+		bump(m, PVPERF_M_COND, kernel, at);
 		miss = bpred_cond(&m->bp, pc, next != pc + b->len);
 		if (miss)
-			bump(m, PVPERF_M_COND_MISS, kernel, &at);
+			bump(m, PVPERF_M_COND_MISS, kernel, at);
 	} else {
-		bump(m, PVPERF_M_IND, kernel, &at);
+		bump(m, PVPERF_M_IND, kernel, at);
 		if (bpred_indirect(&m->bp, pc, next))
-			bump(m, PVPERF_M_IND_MISS, kernel, &at);
+			bump(m, PVPERF_M_IND_MISS, kernel, at);
 	}
 }
 
@@ -450,7 +468,7 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 	if (m->armed_cycles) {
 		struct event_at at = { vcpu, t->vaddr + delta, 0, t->regs };
 
-		check_slots(m, INSN_BITS, t->kernel, &at);
+		check_slots(m, INSN_BITS, t->kernel, at);
 	}
 	if (t->fetch)
 		fetch(vcpu, m, t->vaddr + delta, t->len, t->kernel, t->regs);
@@ -459,7 +477,7 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 /* The second 16 bytes of a split 32-byte access: the lines it touches,
  * but no second access, and a miss only if the first half had none. */
 static void second_half(struct model_vcpu *m, uint64_t vaddr, bool store,
-			bool kernel, const struct event_at *at)
+			bool kernel, struct event_at at)
 {
 	unsigned acc = store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ;
 
@@ -476,22 +494,47 @@ static void second_half(struct model_vcpu *m, uint64_t vaddr, bool store,
 		     kernel, at);
 }
 
+/* A D1 miss (and the LL behind it): out of line, the rarer case. */
+static void __attribute__((noinline))
+d1_miss(struct model_vcpu *m, uint64_t vaddr, unsigned size, bool store,
+	bool kernel, struct event_at at)
+{
+	m->half_d1_miss = true;
+	bump(m, (store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ) + 1, kernel,
+	     at);
+	if (ll_ref(vaddr, size)) {
+		m->half_ll_miss = true;
+		bump(m, store ? PVPERF_M_LL_WRITE_MISS : PVPERF_M_LL_READ_MISS,
+		     kernel, at);
+	}
+}
+
+static inline unsigned access_size(struct model_vcpu *m,
+				   qemu_plugin_meminfo_t info)
+{
+	if (__builtin_expect(info != m->info, 0)) {
+		m->info = info;
+		m->info_shift = qemu_plugin_mem_size_shift(info);
+	}
+	return 1u << m->info_shift;
+}
+
+/* A data access; store and regs are constants of each callback below. */
 static inline void mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info,
-				 uint64_t vaddr, void *udata, bool regs)
+				 uint64_t vaddr, void *udata, bool store,
+				 bool regs)
 {
 	struct model_vcpu *m = &mv[vcpu];
 	uint64_t site = (uintptr_t)udata;
 	bool kernel = vaddr_is_kernel(site);
-	unsigned size = 1u << qemu_plugin_mem_size_shift(info);
-	bool store = qemu_plugin_mem_is_store(info);
-	bool merged = store && m->load_site == site && m->load_addr == vaddr &&
-		      m->load_size == size;
-	unsigned acc = store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ;
+	unsigned size;
 	struct event_at at = { vcpu, site + m->delta[!kernel], vaddr, regs };
 
 	if (ignored(m))
 		return;
-	if (!store && m->refault_site == site && m->load_addr == vaddr &&
+	size = access_size(m, info);
+	if (!store && __builtin_expect(m->refault_site != 0, 0) &&
+	    m->refault_site == site && m->load_addr == vaddr &&
 	    m->load_size == size) {
 		m->refault_site = 0;	/* counted before the fault */
 		return;
@@ -499,16 +542,20 @@ static inline void mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info,
 	m->refault_site = 0;
 	if (size == 16 && m->half_site == site && m->half_end == vaddr &&
 	    m->half_store == store) {
-		second_half(m, vaddr, store, kernel, &at);
+		second_half(m, vaddr, store, kernel, at);
+		return;
+	}
+	if (store && m->load_site == site && m->load_addr == vaddr &&
+	    m->load_size == size) {
+		m->load_site = 0;	/* a modify: counted as its load */
+		m->half_site = 0;
 		return;
 	}
 	m->load_site = store ? 0 : site;
 	m->load_addr = vaddr;
 	m->load_size = size;
 	m->half_site = 0;
-	if (merged)
-		return;
-	bump(m, acc, kernel, &at);
+	bump(m, store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ, kernel, at);
 	if (size == 16) {	/* perhaps the first half of an AVX access */
 		m->half_site = site;
 		m->half_end = vaddr + 16;
@@ -518,31 +565,25 @@ static inline void mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info,
 	if (mode_tlb() && cache_ref(&m->dtlb, vaddr, size)) {
 		m->half_tlb_miss = true;
 		bump(m, store ? PVPERF_M_DTLB_WRITE_MISS :
-				PVPERF_M_DTLB_READ_MISS, kernel, &at);
+				PVPERF_M_DTLB_READ_MISS, kernel, at);
 	}
-	if (!mode_cache() || !cache_ref(&m->d1, vaddr, size))
-		return;
-	m->half_d1_miss = true;
-	bump(m, acc + 1, kernel, &at);			/* D1 miss */
-	if (ll_ref(vaddr, size)) {
-		m->half_ll_miss = true;
-		bump(m, store ? PVPERF_M_LL_WRITE_MISS : PVPERF_M_LL_READ_MISS,
-		     kernel, &at);
-	}
+	if (mode_cache() && cache_ref(&m->d1, vaddr, size))
+		d1_miss(m, vaddr, size, store, kernel, at);
 }
 
-static void mem_access(unsigned vcpu, qemu_plugin_meminfo_t info,
-		       uint64_t vaddr, void *udata)
-{
-	mem_access_at(vcpu, info, vaddr, udata, false);
-}
-
-/* The same, registered with R_REGS while the service asks for captures. */
-static void mem_access_regs(unsigned vcpu, qemu_plugin_meminfo_t info,
-			    uint64_t vaddr, void *udata)
-{
-	mem_access_at(vcpu, info, vaddr, udata, true);
-}
+/* The memory callbacks: loads and stores apart (which one an access is
+ * is known at registration), each also with R_REGS, registered while the
+ * service asks for captures. */
+#define MEM_CALLBACK(name, store, regs)					\
+	static void name(unsigned vcpu, qemu_plugin_meminfo_t info,	\
+			 uint64_t vaddr, void *udata)			\
+	{								\
+		mem_access_at(vcpu, info, vaddr, udata, store, regs);	\
+	}
+MEM_CALLBACK(mem_read, false, false)
+MEM_CALLBACK(mem_write, true, false)
+MEM_CALLBACK(mem_read_regs, false, true)
+MEM_CALLBACK(mem_write_regs, true, true)
 
 /* A write to cr3: another address space, no PCID (docs/events.md). */
 static void cr3_exec(unsigned vcpu, void *udata)
@@ -600,11 +641,15 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 		if (tlb && !mcfg.compat && (cls[i] & CLS_CR3_WRITE))
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, cr3_exec,
 				QEMU_PLUGIN_CB_NO_REGS, NULL);
-		if (fetches)
+		if (fetches) {
+			/* Loads and stores apart: which one is known here. */
 			qemu_plugin_register_vcpu_mem_cb(insn,
-				regs ? mem_access_regs : mem_access, cb_regs,
-				QEMU_PLUGIN_MEM_RW,
-				(void *)(uintptr_t)vaddr);
+				regs ? mem_read_regs : mem_read, cb_regs,
+				QEMU_PLUGIN_MEM_R, (void *)(uintptr_t)vaddr);
+			qemu_plugin_register_vcpu_mem_cb(insn,
+				regs ? mem_write_regs : mem_write, cb_regs,
+				QEMU_PLUGIN_MEM_W, (void *)(uintptr_t)vaddr);
+		}
 		if (bpred && (cls[i] & (CLS_COND | CLS_INDIRECT))) {
 			struct branch_site *b = arena_alloc(sizeof(*b));
 

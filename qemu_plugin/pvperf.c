@@ -93,6 +93,10 @@ static void flush(qemu_plugin_id_t id)
 
 static void vcpu_init(qemu_plugin_id_t id, unsigned int vcpu)
 {
+	if (pv.n_vcpus <= SCORE_FIXED_VCPUS)
+		__atomic_store_n(&pv.score_base, (struct pvperf_score *)
+				 qemu_plugin_scoreboard_find(pv.score, vcpu) -
+				 vcpu, __ATOMIC_RELAXED);
 	guest_regs_init();
 	state_restore_vcpu(vcpu);
 }

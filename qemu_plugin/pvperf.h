@@ -142,14 +142,29 @@ struct pvperf_state {
 	unsigned n_vcpus;		/* info->system.max_vcpus */
 	struct pvperf_vcpu *vcpu;	/* [n_vcpus], never reallocated */
 	struct qemu_plugin_scoreboard *score;	/* struct pvperf_score */
+	struct pvperf_score *score_base;	/* see score_of; atomic */
 };
 
 extern struct pvperf_state pv;
 
-/* The vCPU's scoreboard entry.  QEMU may move the array when vCPUs are
- * added (before any guest code runs), so never keep the pointer. */
+/*
+ * The vCPU's scoreboard entry.  QEMU allocates scoreboards for 16 vCPUs
+ * and moves them only when a vCPU index reaches that
+ * (plugins/core.c, plugin_grow_scoreboards__locked), so with at most
+ * SCORE_FIXED_VCPUS the array's base is kept at the first vcpu_init
+ * (pv.score_base) instead of asked for in every callback: that call
+ * through QEMU (an assert, two more calls) was a tenth of the models'
+ * time.  With more vCPUs the base may move, and is asked for each time.
+ */
+#define SCORE_FIXED_VCPUS 16
+
 static inline struct pvperf_score *score_of(unsigned vcpu)
 {
+	struct pvperf_score *base = __atomic_load_n(&pv.score_base,
+						    __ATOMIC_RELAXED);
+
+	if (__builtin_expect(base != NULL, 1))
+		return &base[vcpu];
 	return qemu_plugin_scoreboard_find(pv.score, vcpu);
 }
 
