@@ -38,6 +38,13 @@ void bpred_init(struct bpred *p, enum bpred_kind kind)
 		memset(p->counter, 1, sizeof(p->counter));
 }
 
+/* The history bits the conditional index uses. */
+static uint64_t history_mask(const struct bpred *p)
+{
+	return p->kind == BPRED_CACHEGRIND ? (1u << BPRED_CG_HIST_BITS) - 1
+					   : (1u << BPRED_GS_BITS) - 1;
+}
+
 static uint8_t *cond_counter(struct bpred *p, uint64_t pc)
 {
 	uint64_t i;
@@ -62,6 +69,12 @@ bool bpred_cond(struct bpred *p, uint64_t pc, bool taken)
 	else if (!taken && *ctr > 0)
 		(*ctr)--;
 	return mispredicted;
+}
+
+bool bpred_taken_is_steady(struct bpred *p, uint64_t pc)
+{
+	return (p->history & history_mask(p)) == history_mask(p) &&
+	       *cond_counter(p, pc) == 3;
 }
 
 bool bpred_indirect(struct bpred *p, uint64_t pc, uint64_t target)

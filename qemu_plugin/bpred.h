@@ -33,5 +33,13 @@ void bpred_init(struct bpred *p, enum bpred_kind kind);
 /* Predict, then learn the outcome; true if it was mispredicted. */
 bool bpred_cond(struct bpred *p, uint64_t pc, bool taken);
 bool bpred_indirect(struct bpred *p, uint64_t pc, uint64_t target);
+/*
+ * Whether pc's branch taken again would change nothing and be predicted:
+ * every history bit the index uses is a taken outcome and the counter is
+ * saturated taken (a loop branch in its steady state).  It stays so until
+ * a branch is not taken (nothing else moves the history or lowers a
+ * counter), which models.c's fast paths rely on.
+ */
+bool bpred_taken_is_steady(struct bpred *p, uint64_t pc);
 
 #endif /* PVPERF_BPRED_H */

@@ -62,6 +62,18 @@ static inline bool cache_ref_block(struct cache *c, uint64_t block)
 	return cache_ref_set(set, c->assoc, block);
 }
 
+/* Whether [addr, addr + size) is its sets' most recent: a reference
+ * would change nothing. */
+static inline bool cache_is_mru(const struct cache *c, uint64_t addr,
+				unsigned size)
+{
+	uint64_t first = addr >> c->line_bits;
+	uint64_t last = (addr + size - 1) >> c->line_bits;
+
+	return c->blocks[(first & c->set_mask) * c->assoc] == first &&
+	       c->blocks[(last & c->set_mask) * c->assoc] == last;
+}
+
 /*
  * Reference [addr, addr + size): true if it missed.  An access that
  * straddles two lines is one access, touching both; it misses if either

@@ -339,6 +339,32 @@ static bool decode_all(int mode, const struct cls_insn *insn, size_t n,
 	return true;
 }
 
+/* Decoded by hand, not with capstone: a handful of opcodes, and capstone
+ * 4's operand for a relative target is already the address, computed
+ * from the address it was given (here, the translated one: the same). */
+bool classify_cond_target(const uint8_t *bytes, size_t len, uint64_t vaddr,
+			  uint64_t *target)
+{
+	size_t i = 0;
+	int64_t rel;
+
+	while (i < len && (bytes[i] == 0x2e || bytes[i] == 0x3e))
+		i++;			/* branch hints: no effect */
+	if (i + 2 == len && ((bytes[i] >= 0x70 && bytes[i] <= 0x7f) ||
+			     (bytes[i] >= 0xe0 && bytes[i] <= 0xe3)))
+		rel = (int8_t)bytes[i + 1];
+	else if (i + 6 == len && bytes[i] == 0x0f && bytes[i + 1] >= 0x80 &&
+		 bytes[i + 1] <= 0x8f)
+		rel = (int32_t)((uint32_t)bytes[i + 2] |
+				(uint32_t)bytes[i + 3] << 8 |
+				(uint32_t)bytes[i + 4] << 16 |
+				(uint32_t)bytes[i + 5] << 24);
+	else
+		return false;
+	*target = vaddr + len + rel;
+	return true;
+}
+
 bool classify_is_doorbell(const uint8_t *bytes, size_t len)
 {
 	static const uint8_t doorbell[PVPERF_DOORBELL_INSN_LEN] =

@@ -32,6 +32,15 @@ struct cls_insn {
 
 bool classify_is_doorbell(const uint8_t *bytes, size_t len);
 
+/*
+ * The taken target of a direct conditional branch in 64-bit code (jcc
+ * rel8/rel32, loop*, j*cxz; branch-hint prefixes allowed), at vaddr with
+ * these bytes; false for anything else (then the caller must not assume
+ * a target).
+ */
+bool classify_cond_target(const uint8_t *bytes, size_t len, uint64_t vaddr,
+			  uint64_t *target);
+
 /* kernel: the TB runs in the kernel half (64-bit code for sure). */
 void classify_tb(const struct cls_insn *insn, size_t n, bool kernel,
 		 uint8_t *cls);

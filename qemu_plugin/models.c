@@ -81,6 +81,46 @@
  * at the next block's start, those after it (the target's; a ret's rsp
  * already popped).  The ip is always the event's instruction.
  *
+ * Fast paths.  Most TB starts and fetches change nothing: their line is
+ * already the most recent of its I1 set (and its page of its iTLB set),
+ * and the branch that led there was a loop branch taken in the
+ * predictor's steady state (bpred_taken_is_steady: taken again, it is
+ * predicted and moves nothing).  A callback costs more than the host
+ * instructions it would run (a dec/jnz loop: 1.9 ns an iteration plain,
+ * 6.7 ns more with the start callback alone), so these are put behind
+ * conditional callbacks on a second scoreboard (FS_*), which the slow
+ * paths keep true to the models:
+ *   FS_I1, fs_itlb  a mirror of each set's most recent block, written
+ *                   on each reference; a fetch's callbacks run only if
+ *                   its block is not the mirror's (one condition per
+ *                   model; a reference straddling two blocks is always
+ *                   called).
+ *   FS_STEADY       per slot (branch address, low bits), the address of
+ *                   a branch now steady taken, set right after the
+ *                   fetch of the TB it is taken to, so that TB's line and
+ *                   page are their sets' most recent; all cleared when a
+ *                   branch is not taken (the history then changes;
+ *                   nothing else can undo a steady state) and when a
+ *                   fetch makes another block the most recent of a set.
+ *   FS_EXPECT       a direct conditional branch stores its taken target
+ *                   there, and clears it in a callback if its FS_STEADY
+ *                   slot is not its own; a TB start runs its callback if
+ *                   FS_EXPECT is not its address, then clears it.  So a
+ *                   TB skips its start (fetch included) only when
+ *                   entered by the taken edge of a steady branch; the
+ *                   branch's site, stored anyway, is cleared unresolved
+ *                   (resolving it would change nothing).  Without the
+ *                   predictor, a TB start has the fetch conditions
+ *                   instead.  Conditional branches are therefore counted
+ *                   where they run, by an inline add (FS_COND), in code
+ *                   the models ignore too (outside any live event: the
+ *                   service counts between an event's enable and disable).
+ * While the fast paths must not be taken (compat with no live event; a
+ * slot on cycles or conditional branches, which needs every TB start or
+ * branch), the mirrors and steady slots are emptied and not refilled
+ * (fast_ok), so every condition fires; and while samples need runtime
+ * addresses or registers, TBs are instrumented with plain callbacks.
+ *
  * Sharing.  L1I, L1D and the predictor are per vCPU and touched only by
  * its thread.  The LL is shared, as on a multi-core chip, and locked when
  * there is more than one vCPU; it is reached on L1 misses only.
@@ -100,6 +140,21 @@
 #include "models.h"
 #include "pvperf.h"
 #include "sample.h"
+
+/*
+ * The fast paths' scoreboard (struct pvperf_score is fixed-size; this one
+ * follows the geometry): per vCPU, an array of u64 at these indexes.
+ */
+#define STEADY_SLOTS	256		/* by branch address, low bits */
+#define STEADY_LIST	16
+enum {
+	FS_EXPECT,		/* the TB a steady branch was taken to, 0 */
+	FS_COND,		/* [2] conditional branches, per half */
+	FS_STEADY = FS_COND + 2,	/* [STEADY_SLOTS] steady branches */
+	FS_I1 = FS_STEADY + STEADY_SLOTS, /* [I1 sets] each set's MRU block */
+	/* FS_I1 + I1 sets: [iTLB sets] each set's MRU page (fs_itlb) */
+};
+#define FS_HANDLED	1	/* FS_EXPECT: this TB start already ran */
 
 struct model_vcpu {
 	struct cache i1, d1, itlb, dtlb;
@@ -141,6 +196,18 @@ struct model_vcpu {
 	 * are mostly of one kind. */
 	qemu_plugin_meminfo_t info;
 	unsigned info_shift;
+	/* The D1 block of the last data access, if it lay wholly in it
+	 * (CACHE_EMPTY if none): that block is then the most recent of its
+	 * D1 set and its page of its dTLB set, so an access within it again
+	 * changes neither (most accesses of a loop: no lookup at all). */
+	uint64_t last_dblock;
+	bool data_slow;		/* compat, not live: every access to the full path */
+	/* Fast paths (see "Fast paths" above): whether they may be taken
+	 * now, and the steady-branch slots set since the history last broke
+	 * (n_steady > STEADY_LIST: too many to list, clear them all). */
+	bool fast_ok;
+	unsigned n_steady;
+	uint16_t steady_slot[STEADY_LIST];
 	struct bpred bp;	/* last: large, touched at a few places */
 } __attribute__((aligned(64)));
 
@@ -148,6 +215,10 @@ static struct model_vcpu *mv;		/* [pv.n_vcpus] */
 static struct cache ll;
 static GMutex ll_lock;
 static uint64_t cold_epoch;		/* atomic; bumped under ll_lock */
+static struct qemu_plugin_scoreboard *fast_sb;
+static size_t fast_size;		/* bytes per vCPU */
+static size_t fs_itlb;			/* index of the iTLB mirror */
+static char *fast_base;			/* kept as pv.score_base; atomic */
 
 /* What a TB-start callback needs. */
 struct tb_site {
@@ -157,6 +228,7 @@ struct tb_site {
 	bool fetch;		/* run the I1 reference */
 	bool runtime;		/* read rip: runtime code addresses */
 	bool regs;		/* registered with R_REGS for captures */
+	bool fast;		/* behind conditions (fast paths) */
 };
 
 /* A conditional or indirect branch (stored in the scoreboard). */
@@ -187,6 +259,110 @@ struct event_at {
 #define STALL_BITS	(1ull << PVPERF_CTR_MODEL(PVPERF_M_STALL, 0) | \
 			 1ull << PVPERF_CTR_MODEL(PVPERF_M_STALL, 1))
 
+/* ---- the fast paths' scoreboard ---- */
+
+static inline uint64_t *fast_of(unsigned vcpu)
+{
+	char *base = __atomic_load_n(&fast_base, __ATOMIC_RELAXED);
+
+	if (__builtin_expect(base != NULL, 1))
+		return (uint64_t *)(base + vcpu * fast_size);
+	return qemu_plugin_scoreboard_find(fast_sb, vcpu);
+}
+
+static qemu_plugin_u64 fs_entry(size_t index)
+{
+	return (qemu_plugin_u64){ fast_sb, index * sizeof(uint64_t) };
+}
+
+static void fast_create(void)
+{
+	size_t n = FS_I1 + (mv[0].i1.set_mask + 1) + (mv[0].itlb.set_mask + 1);
+
+	fs_itlb = FS_I1 + mv[0].i1.set_mask + 1;
+	fast_size = (n * sizeof(uint64_t) + 63) & ~(size_t)63;
+	fast_sb = qemu_plugin_scoreboard_new(fast_size);
+}
+
+/* The I1 and iTLB mirrors say nothing is most recent: conditions fire. */
+static void fast_empty_mirrors(uint64_t *fs)
+{
+	size_t n = fs_itlb + mv[0].itlb.set_mask + 1 - FS_I1;
+
+	for (size_t i = 0; i < n; i++)
+		fs[FS_I1 + i] = CACHE_EMPTY;
+}
+
+/* The history broke (or the predictor was reset): no branch is steady. */
+static void fast_unsteady(uint64_t *fs, struct model_vcpu *m)
+{
+	if (!m->n_steady)
+		return;
+	if (m->n_steady > STEADY_LIST)
+		memset(&fs[FS_STEADY], 0, STEADY_SLOTS * sizeof(uint64_t));
+	else
+		for (unsigned i = 0; i < m->n_steady; i++)
+			fs[FS_STEADY + m->steady_slot[i]] = 0;
+	m->n_steady = 0;
+}
+
+/* Every condition fires until slow paths learn the state again. */
+static void fast_forget(uint64_t *fs, struct model_vcpu *m)
+{
+	fast_unsteady(fs, m);
+	fast_empty_mirrors(fs);
+	fs[FS_EXPECT] = 0;
+}
+
+/*
+ * The branch at pc is steady taken: the TB it is taken to may skip its
+ * start, fetch included.  So a steady branch's target is always the most
+ * recent block of its I1 set and page of its iTLB set: set only right
+ * after that TB's fetch, and every steady branch is forgotten when a
+ * fetch makes another block the most recent of a set (fetch).
+ */
+static void fast_steady(uint64_t *fs, struct model_vcpu *m, uint64_t pc)
+{
+	unsigned slot = pc & (STEADY_SLOTS - 1);
+
+	if (fs[FS_STEADY + slot] == pc)
+		return;
+	fs[FS_STEADY + slot] = pc;
+	if (m->n_steady < STEADY_LIST)
+		m->steady_slot[m->n_steady] = slot;
+	m->n_steady++;
+}
+
+/*
+ * Whether the fast paths may be taken: not while the models ignore this
+ * vCPU (compat), nor while a slot wants the place of every conditional
+ * branch or every TB start (a sample on branches, on cycles).
+ */
+static void fast_update_ok(unsigned vcpu, struct model_vcpu *m)
+{
+	const uint64_t cond_bits =
+		1ull << PVPERF_CTR_MODEL(PVPERF_M_COND, 0) |
+		1ull << PVPERF_CTR_MODEL(PVPERF_M_COND, 1);
+	bool ok = !(mcfg.compat && !m->live) && !m->armed_cycles &&
+		  !(m->armed & cond_bits);
+
+	if (!ok && m->fast_ok)
+		fast_forget(fast_of(vcpu), m);
+	m->fast_ok = ok;
+}
+
+/* Model counter idx (2 * m + mode): conditional branches are counted by
+ * generated code, in the fast paths' scoreboard. */
+static uint64_t model_ctr(unsigned vcpu, const struct model_vcpu *m,
+			  unsigned idx)
+{
+	uint64_t n = m->ctr[idx];
+
+	if (idx / 2 == PVPERF_M_COND)
+		n += fast_of(vcpu)[FS_COND + idx % 2];
+	return n;
+}
+
 static uint64_t slot_sum(unsigned vcpu, const struct model_vcpu *m,
 			 uint64_t mask)
 {
@@ -199,7 +375,7 @@ static uint64_t slot_sum(unsigned vcpu, const struct model_vcpu *m,
 				sum += insn[c];
 	}
 	for (mask >>= PVPERF_NR_INLINE_COUNTERS; mask; mask &= mask - 1)
-		sum += m->ctr[__builtin_ctzll(mask)];
+		sum += model_ctr(vcpu, m, __builtin_ctzll(mask));
 	return sum;
 }
 
@@ -280,13 +456,27 @@ void models_init(unsigned n_vcpus)
 		cache_init(&mv[i].itlb, &mcfg.itlb);
 		cache_init(&mv[i].dtlb, &mcfg.dtlb);
 		bpred_init(&mv[i].bp, predictor());
+		mv[i].fast_ok = !mcfg.compat;
+		mv[i].last_dblock = CACHE_EMPTY;
+		mv[i].data_slow = mcfg.compat;
 	}
 	cache_init(&ll, &mcfg.ll);
+	fast_create();
+}
+
+void models_vcpu_init(unsigned vcpu)
+{
+	if (pv.n_vcpus <= SCORE_FIXED_VCPUS)
+		__atomic_store_n(&fast_base, (char *)qemu_plugin_scoreboard_find(
+				 fast_sb, vcpu) - vcpu * fast_size,
+				 __ATOMIC_RELAXED);
+	fast_empty_mirrors(fast_of(vcpu));
 }
 
 void models_count(unsigned vcpu, uint64_t *out)
 {
-	memcpy(out, mv[vcpu].ctr, sizeof(mv[vcpu].ctr));
+	for (unsigned i = 0; i < 2 * PVPERF_NR_MODEL_COUNTERS; i++)
+		out[i] = model_ctr(vcpu, &mv[vcpu], i);
 }
 
 /* ---- the models' inputs ---- */
@@ -306,14 +496,41 @@ static bool ll_ref(uint64_t addr, unsigned size)
 	return miss;
 }
 
+/* After a reference of [addr, addr + len) to c, its blocks are their
+ * sets' most recent: say so in the mirror (the last one last, for a
+ * cache of one set). */
+static inline void mirror(uint64_t *fs, size_t at, const struct cache *c,
+			  uint64_t addr, unsigned len)
+{
+	uint64_t first = addr >> c->line_bits;
+	uint64_t last = (addr + len - 1) >> c->line_bits;
+
+	fs[at + (first & c->set_mask)] = first;
+	fs[at + (last & c->set_mask)] = last;
+}
+
 static void fetch(unsigned vcpu, struct model_vcpu *m, uint64_t addr,
 		  unsigned len, bool kernel, bool regs)
 {
 	struct event_at at = { vcpu, addr, addr, regs };
+	uint64_t *fs = m->fast_ok ? fast_of(vcpu) : NULL;
 
-	if (mode_tlb() && cache_ref(&m->itlb, addr, len))
-		bump(m, PVPERF_M_ITLB_MISS, kernel, at);
-	if (!mode_cache() || !cache_ref(&m->i1, addr, len))
+	/* A new most recent block in a set: a steady branch's target may
+	 * no longer be one (see fast_steady). */
+	if (m->n_steady && ((mode_tlb() && !cache_is_mru(&m->itlb, addr, len)) ||
+			    (mode_cache() && !cache_is_mru(&m->i1, addr, len))))
+		fast_unsteady(fast_of(vcpu), m);
+	if (mode_tlb()) {
+		if (cache_ref(&m->itlb, addr, len))
+			bump(m, PVPERF_M_ITLB_MISS, kernel, at);
+		if (fs)
+			mirror(fs, fs_itlb, &m->itlb, addr, len);
+	}
+	if (!mode_cache())
+		return;
+	if (fs)
+		mirror(fs, FS_I1, &m->i1, addr, len);
+	if (!cache_ref(&m->i1, addr, len))
 		return;
 	bump(m, PVPERF_M_I1_MISS, kernel, at);
 	if (ll_ref(addr, len))
@@ -365,14 +582,25 @@ void models_reply(unsigned vcpu, const struct pvperf_proto_reply *reply)
 	uint32_t flags = reply->flags;
 
 	arm(&mv[vcpu], reply);
-	if (!mcfg.compat)
-		return;
-	mv[vcpu].live = flags & PVPERF_REPLY_MODELS_LIVE;
-	if (flags & PVPERF_REPLY_MODELS_COLD) {
+	if (mcfg.compat)
+		mv[vcpu].live = flags & PVPERF_REPLY_MODELS_LIVE;
+	mv[vcpu].data_slow = mcfg.compat && !mv[vcpu].live;
+	fast_update_ok(vcpu, &mv[vcpu]);
+	if (mcfg.compat && (flags & PVPERF_REPLY_MODELS_COLD)) {
 		g_mutex_lock(&ll_lock);
 		cache_reset(&ll);
 		__atomic_add_fetch(&cold_epoch, 1, __ATOMIC_RELEASE);
 		g_mutex_unlock(&ll_lock);
+		/* Each vCPU empties its own models at its next slow TB start:
+		 * make that the next.  Another vCPU's entries are written from
+		 * here without a lock: one it is writing at the same time may
+		 * keep a line "most recent", delaying its cold start to a later
+		 * slow path (compat with events live on two vCPUs at once). */
+		for (unsigned i = 0; i < pv.n_vcpus &&
+		     i < (unsigned)qemu_plugin_num_vcpus(); i++) {
+			fast_empty_mirrors(fast_of(i));
+			fast_of(i)[FS_EXPECT] = 0;
+		}
 	}
 }
 
@@ -384,8 +612,13 @@ static inline bool ignored(const struct model_vcpu *m)
 
 /* compat: empty this vCPU's own models, a cold start was asked for. */
 static void __attribute__((noinline, cold))
-cold_start(struct model_vcpu *m, uint64_t epoch)
+cold_start(unsigned vcpu, struct model_vcpu *m, uint64_t epoch)
 {
+	uint64_t *fs = fast_of(vcpu);
+
+	fast_unsteady(fs, m);
+	fast_empty_mirrors(fs);
+	m->last_dblock = CACHE_EMPTY;
 	m->epoch = epoch;
 	cache_reset(&m->i1);
 	cache_reset(&m->d1);
@@ -395,12 +628,12 @@ cold_start(struct model_vcpu *m, uint64_t epoch)
 	m->load_site = 0;
 }
 
-static inline void catch_up(struct model_vcpu *m)
+static inline void catch_up(unsigned vcpu, struct model_vcpu *m)
 {
 	uint64_t epoch = __atomic_load_n(&cold_epoch, __ATOMIC_ACQUIRE);
 
 	if (__builtin_expect(m->epoch != epoch, 0))
-		cold_start(m, epoch);
+		cold_start(vcpu, m, epoch);
 }
 
 static void fetch_exec(unsigned vcpu, void *udata)
@@ -414,27 +647,40 @@ static void fetch_exec(unsigned vcpu, void *udata)
 	      f->regs);
 }
 
-/* The pending branch of this half resolved by where execution went. */
-static void resolve_branch(unsigned vcpu, struct model_vcpu *m,
-			   const struct branch_site *b, uint64_t delta,
-			   uint64_t next, bool kernel, bool regs)
+/* The pending branch of this half resolved by where execution went.
+ * Returns its address if it is now steady taken (fast paths), else 0. */
+static uint64_t resolve_branch(unsigned vcpu, struct model_vcpu *m,
+			       const struct branch_site *b, uint64_t delta,
+			       uint64_t next, bool kernel, bool regs)
 {
 	uint64_t pc = b->vaddr + delta;
 	struct event_at at = { vcpu, pc, 0, regs };
 	bool miss;
 
 	if (next == pc)		/* it faulted and runs again: not retired */
-		return;
+		return 0;
 	if (b->conditional) {
-		bump(m, PVPERF_M_COND, kernel, at);
-		miss = bpred_cond(&m->bp, pc, next != pc + b->len);
+		unsigned c = PVPERF_CTR_MODEL(PVPERF_M_COND, !kernel);
+		bool taken = next != pc + b->len;
+		uint64_t *fs = fast_of(vcpu);
+
+		/* Counted where it ran, by generated code (FS_COND). */
+		if (__builtin_expect(m->armed & (1ull << c), 0))
+			check_slots(m, 1ull << c, kernel, at);
+		miss = bpred_cond(&m->bp, pc, taken);
 		if (miss)
 			bump(m, PVPERF_M_COND_MISS, kernel, at);
+		if (!taken)
+			fast_unsteady(fs, m);
+		else if (m->fast_ok && !delta &&
+			 bpred_taken_is_steady(&m->bp, pc))
+			return pc;
 	} else {
 		bump(m, PVPERF_M_IND, kernel, at);
 		if (bpred_indirect(&m->bp, pc, next))
 			bump(m, PVPERF_M_IND_MISS, kernel, at);
 	}
+	return 0;
 }
 
 static void tb_start_exec(unsigned vcpu, void *udata)
@@ -443,25 +689,35 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 	struct model_vcpu *m = &mv[vcpu];
 	struct pvperf_score *s = score_of(vcpu);
 	uint64_t *pending = &s->branch[!t->kernel];
-	uint64_t delta = 0, rip;
+	uint64_t *fs = fast_of(vcpu);
+	uint64_t delta = 0, rip, steady = 0;
 
+	/* Several conditions of one fast TB start may fire: the first does
+	 * it all (the TB's inline store clears the mark after them). */
+	if (t->fast) {
+		if (fs[FS_EXPECT] == FS_HANDLED)
+			return;
+		fs[FS_EXPECT] = FS_HANDLED;
+	} else {
+		fs[FS_EXPECT] = 0;
+	}
 	/* A pending branch of the watched task waits while others run: its
 	 * next TB resolves it (its delta is still the one kept). */
 	if (ignored(m)) {
 		m->watched[!t->kernel] = false;
 		return;
 	}
-	catch_up(m);
+	catch_up(vcpu, m);
 	if (t->runtime && guest_read_reg(REG_RIP, &rip))
 		delta = rip - t->vaddr;
 	if (*pending && !m->watched[!t->kernel])
 		*pending = 0;		/* stored by code nobody watches */
 	m->watched[!t->kernel] = true;
 	if (*pending) {
-		resolve_branch(vcpu, m,
-			       (const struct branch_site *)(uintptr_t)*pending,
-			       m->delta[!t->kernel], t->vaddr + delta, t->kernel,
-			       t->regs);
+		steady = resolve_branch(vcpu, m,
+			(const struct branch_site *)(uintptr_t)*pending,
+			m->delta[!t->kernel], t->vaddr + delta, t->kernel,
+			t->regs);
 		*pending = 0;
 	}
 	m->delta[!t->kernel] = delta;
@@ -472,6 +728,11 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 	}
 	if (t->fetch)
 		fetch(vcpu, m, t->vaddr + delta, t->len, t->kernel, t->regs);
+	/* After the fetch: this TB's line and page are now the most recent,
+	 * which its start's fast path takes for granted (it has no fetch
+	 * conditions when it has a branch one). */
+	if (steady && t->fast)
+		fast_steady(fs, m, steady);
 }
 
 /* The second 16 bytes of a split 32-byte access: the lines it touches,
@@ -509,6 +770,14 @@ d1_miss(struct model_vcpu *m, uint64_t vaddr, unsigned size, bool store,
 	}
 }
 
+static void __attribute__((noinline))
+dtlb_miss(struct model_vcpu *m, bool store, bool kernel, struct event_at at)
+{
+	m->half_tlb_miss = true;
+	bump(m, store ? PVPERF_M_DTLB_WRITE_MISS : PVPERF_M_DTLB_READ_MISS,
+	     kernel, at);
+}
+
 static inline unsigned access_size(struct model_vcpu *m,
 				   qemu_plugin_meminfo_t info)
 {
@@ -519,56 +788,105 @@ static inline unsigned access_size(struct model_vcpu *m,
 	return 1u << m->info_shift;
 }
 
-/* A data access; store and regs are constants of each callback below. */
-static inline void mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info,
-				 uint64_t vaddr, void *udata, bool store,
-				 bool regs)
+/*
+ * The accesses that are not new ones, or not wholly: a faulted load seen
+ * again, the second half of a split 32-byte access, the store of a
+ * modify.  True if the access is done with.
+ */
+static bool __attribute__((noinline))
+mem_access_repeat(struct model_vcpu *m, uint64_t site, uint64_t vaddr,
+		  unsigned size, bool store, bool kernel, struct event_at at)
 {
-	struct model_vcpu *m = &mv[vcpu];
-	uint64_t site = (uintptr_t)udata;
-	bool kernel = vaddr_is_kernel(site);
-	unsigned size;
-	struct event_at at = { vcpu, site + m->delta[!kernel], vaddr, regs };
+	if (!store && m->refault_site) {
+		bool again = m->refault_site == site &&
+			     m->load_addr == vaddr && m->load_size == size;
 
-	if (ignored(m))
-		return;
-	size = access_size(m, info);
-	if (!store && __builtin_expect(m->refault_site != 0, 0) &&
-	    m->refault_site == site && m->load_addr == vaddr &&
-	    m->load_size == size) {
-		m->refault_site = 0;	/* counted before the fault */
-		return;
+		m->refault_site = 0;
+		if (again)
+			return true;	/* counted before the fault */
 	}
 	m->refault_site = 0;
 	if (size == 16 && m->half_site == site && m->half_end == vaddr &&
 	    m->half_store == store) {
 		second_half(m, vaddr, store, kernel, at);
-		return;
+		return true;
 	}
 	if (store && m->load_site == site && m->load_addr == vaddr &&
 	    m->load_size == size) {
 		m->load_site = 0;	/* a modify: counted as its load */
 		m->half_site = 0;
-		return;
+		return true;
 	}
+	return false;
+}
+
+/*
+ * A data access, the whole of it: the repeats, the access count with its
+ * overflow check, the dTLB and D1 (and LL) references.
+ */
+static void __attribute__((noinline))
+mem_access_full(unsigned vcpu, uint64_t site, uint64_t vaddr, unsigned size,
+		bool store, bool regs)
+{
+	struct model_vcpu *m = &mv[vcpu];
+	bool kernel = vaddr_is_kernel(site);
+	struct event_at at = { vcpu, site + m->delta[!kernel], vaddr, regs };
+	uint64_t first = vaddr >> m->d1.line_bits;
+
+	if (ignored(m) ||
+	    mem_access_repeat(m, site, vaddr, size, store, kernel, at))
+		return;
+	m->refault_site = 0;
 	m->load_site = store ? 0 : site;
 	m->load_addr = vaddr;
 	m->load_size = size;
 	m->half_site = 0;
-	bump(m, store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ, kernel, at);
+	/* an access stalls nothing: add, not bump */
+	add(m, store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ, 1, kernel, at);
 	if (size == 16) {	/* perhaps the first half of an AVX access */
 		m->half_site = site;
 		m->half_end = vaddr + 16;
 		m->half_store = store;
+		m->half_d1_miss = m->half_ll_miss = m->half_tlb_miss = false;
 	}
-	m->half_d1_miss = m->half_ll_miss = m->half_tlb_miss = false;
-	if (mode_tlb() && cache_ref(&m->dtlb, vaddr, size)) {
-		m->half_tlb_miss = true;
-		bump(m, store ? PVPERF_M_DTLB_WRITE_MISS :
-				PVPERF_M_DTLB_READ_MISS, kernel, at);
-	}
+	m->last_dblock = first == (vaddr + size - 1) >> m->d1.line_bits ?
+			 first : CACHE_EMPTY;
+	if (mode_tlb() && cache_ref(&m->dtlb, vaddr, size))
+		dtlb_miss(m, store, kernel, at);
 	if (mode_cache() && cache_ref(&m->d1, vaddr, size))
 		d1_miss(m, vaddr, size, store, kernel, at);
+}
+
+/*
+ * A data access; store and regs are constants of each callback below,
+ * into which it is inlined.  The common case, a plain access within the
+ * last one's D1 block with no slot on it, only books it (a few stores);
+ * anything else goes to mem_access_full, in tail position, so that the
+ * common case saves no registers.
+ */
+static inline __attribute__((always_inline)) void
+mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr,
+	      void *udata, bool store, bool regs)
+{
+	struct model_vcpu *m = &mv[vcpu];
+	uint64_t site = (uintptr_t)udata;
+	unsigned size = access_size(m, info);
+	unsigned ctr = PVPERF_CTR_MODEL(store ? PVPERF_M_D1_WRITE :
+					PVPERF_M_D1_READ,
+					!vaddr_is_kernel(site));
+	uint64_t block = m->last_dblock;
+
+	if (__builtin_expect(m->data_slow || m->refault_site || size == 16 ||
+			     (store && m->load_site == site) ||
+			     (m->armed & (1ull << ctr)) ||
+			     vaddr >> m->d1.line_bits != block ||
+			     (vaddr + size - 1) >> m->d1.line_bits != block, 0))
+		return mem_access_full(vcpu, site, vaddr, size, store, regs);
+	m->load_site = store ? 0 : site;
+	m->load_addr = vaddr;
+	m->load_size = size;
+	m->half_site = 0;
+	m->ctr[ctr - PVPERF_NR_INLINE_COUNTERS]++;
 }
 
 /* The memory callbacks: loads and stores apart (which one an access is
@@ -590,6 +908,16 @@ static void cr3_exec(unsigned vcpu, void *udata)
 {
 	cache_reset(&mv[vcpu].itlb);
 	cache_reset(&mv[vcpu].dtlb);
+	mv[vcpu].last_dblock = CACHE_EMPTY;
+	fast_empty_mirrors(fast_of(vcpu));
+	fast_unsteady(fast_of(vcpu), &mv[vcpu]);
+}
+
+/* A steady branch turned out not to be (its condition fired): the TB it
+ * is taken to must not skip its callback. */
+static void branch_unsteady_exec(unsigned vcpu, void *udata)
+{
+	fast_of(vcpu)[FS_EXPECT] = 0;
 }
 
 /* ---- translation ---- */
@@ -597,6 +925,101 @@ static void cr3_exec(unsigned vcpu, void *udata)
 static uint64_t line_of(uint64_t addr)
 {
 	return addr / mcfg.i1.line;
+}
+
+/* Whether [vaddr, vaddr + len) is one block of each model that fetches
+ * reference (a straddling reference has no single mirror entry). */
+static bool one_block(uint64_t vaddr, uint32_t len, bool cache, bool tlb)
+{
+	uint64_t end = vaddr + len - 1;
+
+	return (!cache || line_of(vaddr) == line_of(end)) &&
+	       (!tlb || vaddr / mcfg.itlb.line == end / mcfg.itlb.line);
+}
+
+/* Call cb unless vaddr's block is the most recent of its set in the
+ * mirror at index at of cache c. */
+static void register_unless_mru(struct qemu_plugin_insn *insn, uint64_t vaddr,
+				const struct cache *c, size_t at,
+				qemu_plugin_vcpu_udata_cb_t cb, void *udata)
+{
+	uint64_t block = vaddr >> c->line_bits;
+
+	qemu_plugin_register_vcpu_insn_exec_cond_cb(insn, cb,
+		QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_NE,
+		fs_entry(at + (block & c->set_mask)), block, udata);
+}
+
+/* Call cb unless the block of vaddr is already its set's most recent in
+ * I1 and in the iTLB (see "Fast paths"): one condition per model. */
+static void register_fetch(struct qemu_plugin_insn *insn, uint64_t vaddr,
+			   bool cache, bool tlb, qemu_plugin_vcpu_udata_cb_t cb,
+			   void *udata)
+{
+	if (cache)
+		register_unless_mru(insn, vaddr, &mv[0].i1, FS_I1, cb, udata);
+	if (tlb)
+		register_unless_mru(insn, vaddr, &mv[0].itlb, fs_itlb, cb,
+				    udata);
+}
+
+/* A TB's start: behind conditions when fast, else always called. */
+static void register_tb_start(struct qemu_plugin_insn *insn,
+			      struct tb_site *t, bool cache, bool bpred,
+			      bool tlb)
+{
+	if (!t->fast) {
+		qemu_plugin_register_vcpu_insn_exec_cb(insn, tb_start_exec,
+			t->runtime || t->regs ? QEMU_PLUGIN_CB_R_REGS :
+						QEMU_PLUGIN_CB_NO_REGS, t);
+		return;
+	}
+	/* Not entered by a steady branch's taken edge (whose target's line
+	 * and page are the most recent: no fetch conditions then), or not
+	 * the most recent line and page. */
+	if (bpred)
+		qemu_plugin_register_vcpu_insn_exec_cond_cb(insn, tb_start_exec,
+			QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_NE,
+			fs_entry(FS_EXPECT), t->vaddr, t);
+	else
+		register_fetch(insn, t->vaddr, cache, tlb, tb_start_exec, t);
+	/* After the conditions: consumed, whichever path ran. */
+	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
+		QEMU_PLUGIN_INLINE_STORE_U64, fs_entry(FS_EXPECT), 0);
+	if (bpred)
+		qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
+			QEMU_PLUGIN_INLINE_STORE_U64, score_branch(t->kernel), 0);
+}
+
+/* A conditional or indirect branch: its site for the next TB start; a
+ * conditional one also counted here, and, if direct in a fast TB, handed
+ * over as steady (FS_EXPECT: its taken target) unless its condition says
+ * otherwise. */
+static void register_branch(struct qemu_plugin_insn *insn, uint64_t vaddr,
+			    uint32_t len, uint8_t cls, bool kernel, bool fast)
+{
+	struct branch_site *b = arena_alloc(sizeof(*b));
+	uint8_t bytes[X86_MAX_INSN_LEN];
+	uint64_t target;
+
+	*b = (struct branch_site){ vaddr, len, cls & CLS_COND };
+	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
+		QEMU_PLUGIN_INLINE_STORE_U64, score_branch(kernel),
+		(uintptr_t)b);
+	if (!(cls & CLS_COND))
+		return;
+	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
+		QEMU_PLUGIN_INLINE_ADD_U64, fs_entry(FS_COND + !kernel), 1);
+	if (!fast || !classify_cond_target(bytes,
+			qemu_plugin_insn_data(insn, bytes, sizeof(bytes)),
+			vaddr, &target))
+		return;
+	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
+		QEMU_PLUGIN_INLINE_STORE_U64, fs_entry(FS_EXPECT), target);
+	qemu_plugin_register_vcpu_insn_exec_cond_cb(insn, branch_unsteady_exec,
+		QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_NE,
+		fs_entry(FS_STEADY + (vaddr & (STEADY_SLOTS - 1))), vaddr,
+		NULL);
 }
 
 void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
@@ -618,6 +1041,9 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 			       .kernel = kernel, .fetch = fetches,
 			       .runtime = !kernel && mode_sampling(),
 			       .regs = regs };
+	/* Fast paths compare translated addresses and call back without
+	 * registers: not while sampling needs either. */
+	t->fast = !t->runtime && !regs;
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		uint64_t vaddr = qemu_plugin_insn_vaddr(insn);
@@ -626,16 +1052,19 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 
 		if (i == 0) {
 			t->len = len;
-			qemu_plugin_register_vcpu_insn_exec_cb(insn, tb_start_exec,
-				t->runtime || regs ? QEMU_PLUGIN_CB_R_REGS :
-						     QEMU_PLUGIN_CB_NO_REGS, t);
+			t->fast &= one_block(vaddr, len, cache, tlb);
+			register_tb_start(insn, t, cache, bpred, tlb);
 		} else if (fetches &&
 			   !(first == prev_last_line && last == first)) {
 			struct fetch_site *f = arena_alloc(sizeof(*f));
 
 			*f = (struct fetch_site){ vaddr, len, kernel, regs };
-			qemu_plugin_register_vcpu_insn_exec_cb(insn, fetch_exec,
-				cb_regs, f);
+			if (t->fast && one_block(vaddr, len, cache, tlb))
+				register_fetch(insn, vaddr, cache, tlb,
+					       fetch_exec, f);
+			else
+				qemu_plugin_register_vcpu_insn_exec_cb(insn,
+					fetch_exec, cb_regs, f);
 		}
 		prev_last_line = last;
 		if (tlb && !mcfg.compat && (cls[i] & CLS_CR3_WRITE))
@@ -650,14 +1079,9 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 				regs ? mem_write_regs : mem_write, cb_regs,
 				QEMU_PLUGIN_MEM_W, (void *)(uintptr_t)vaddr);
 		}
-		if (bpred && (cls[i] & (CLS_COND | CLS_INDIRECT))) {
-			struct branch_site *b = arena_alloc(sizeof(*b));
-
-			*b = (struct branch_site){ vaddr, len, cls[i] & CLS_COND };
-			qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
-				QEMU_PLUGIN_INLINE_STORE_U64, score_branch(kernel),
-				(uintptr_t)b);
-		}
+		if (bpred && (cls[i] & (CLS_COND | CLS_INDIRECT)))
+			register_branch(insn, vaddr, len, cls[i], kernel,
+					t->fast);
 	}
 }
 
@@ -678,6 +1102,11 @@ void models_flush(void)
 		struct pvperf_score *s = score_of(i);
 
 		s->branch[0] = s->branch[1] = 0;
+		fast_of(i)[FS_EXPECT] = 0;
+		/* a mode switch may bring in a dTLB or I1 that saw none of
+		 * the code since */
+		mv[i].last_dblock = CACHE_EMPTY;
+		fast_unsteady(fast_of(i), &mv[i]);
 	}
 }
 
@@ -709,6 +1138,9 @@ void models_save(unsigned vcpu, struct pvperf_state_vcpu *s)
 void models_restore(unsigned vcpu, const uint64_t *counters,
 		    const struct pvperf_proto_reply *reply)
 {
+	uint64_t *fs = fast_of(vcpu);
+
 	memcpy(mv[vcpu].ctr, counters, sizeof(mv[vcpu].ctr));
+	fs[FS_COND] = fs[FS_COND + 1] = 0;	/* the counts restored hold them */
 	models_reply(vcpu, reply);
 }

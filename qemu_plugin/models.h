@@ -16,6 +16,8 @@
 #include "pvperf_proto.h"
 
 void models_init(unsigned n_vcpus);
+/* vcpu_init: the vCPU's fast-path entries (before any of its code runs). */
+void models_vcpu_init(unsigned vcpu);
 
 /* tb_trans (count.c, after classification): instrument the TB. */
 void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,

@@ -97,6 +97,7 @@ static void vcpu_init(qemu_plugin_id_t id, unsigned int vcpu)
 		__atomic_store_n(&pv.score_base, (struct pvperf_score *)
 				 qemu_plugin_scoreboard_find(pv.score, vcpu) -
 				 vcpu, __ATOMIC_RELAXED);
+	models_vcpu_init(vcpu);
 	guest_regs_init();
 	state_restore_vcpu(vcpu);
 }

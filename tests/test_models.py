@@ -135,6 +135,10 @@ echo '=== bmiss'
 perf record -q -e branch-misses:u -c {PERIOD} -o /tmp/b.data \\
     ./memwalk 4 4 2>&1
 perf script -i /tmp/b.data -F ip 2>/dev/null
+echo '=== bload'
+perf record -q -e branch-loads:u -c {PERIOD} -o /tmp/l.data \\
+    ./memwalk 0 4 2>&1
+perf script -i /tmp/l.data -F ip 2>/dev/null
 echo '=== end'
 """
 
@@ -185,21 +189,44 @@ def test_data_miss_samples_name_the_load_and_its_address(sampled,
                for ip in loads), {hex(ip): code.get(ip) for ip in loads}
 
 
+def branch_samples(sampled, name, args, counters, tmp_path) -> list[int]:
+    """The sampled ips of section name, after checking there is one per
+    PERIOD of the sum of cachegrind's counters for memwalk args."""
+    ips = [int(line.split()[0], 16) for line in sampled[name]
+           if line.strip()]
+    ref = cachegrind(GEOMETRIES["default"],
+                     [str(PROGRAMS / "memwalk"), *args], tmp_path / "cg.out")
+    want = sum(ref[c] for c in counters) // PERIOD
+    assert abs(len(ips) - want) <= 1, (len(ips), want)
+    return ips
+
+
 def test_branch_miss_samples_name_conditional_branches(sampled, tmp_path):
     """perf record on branch-misses: every sampled ip is a conditional
     branch (objdump: a j* other than jmp), of the branchy loop."""
     code = disassembly()
-    ips = [int(line.split()[0], 16) for line in sampled["bmiss"]
-           if line.strip()]
-    ref = cachegrind(GEOMETRIES["default"],
-                     [str(PROGRAMS / "memwalk"), "4", "4"],
-                     tmp_path / "cg.out")
-    assert abs(len(ips) - (ref["Bcm"] + ref["Bim"]) // PERIOD) <= 1, \
-        (len(ips), ref["Bcm"], ref["Bim"])
+    ips = branch_samples(sampled, "bmiss", ("4", "4"), ("Bcm", "Bim"),
+                         tmp_path)
     bad = {hex(ip): code.get(ip) for ip in set(ips)
            if not code.get(ip, "").startswith("j")
            or code[ip].startswith("jmp")}
     assert bad == {}
+
+
+def test_branch_samples_count_every_conditional_branch(sampled, tmp_path):
+    """perf record on branch-loads over streaming loops, whose branches
+    the models otherwise skip once steady (fast paths): one sample per
+    PERIOD of cachegrind's Bc + Bi, each on a conditional or indirect
+    branch, nearly all on the two loop branches of the stream."""
+    code = disassembly()
+    ips = branch_samples(sampled, "bload", ("0", "4"), ("Bc", "Bi"),
+                         tmp_path)
+    bad = {hex(ip): code.get(ip) for ip in set(ips)
+           if not code.get(ip, "").startswith(("j", "call"))
+           or code[ip].startswith("jmp ") and "*" not in code[ip]}
+    assert bad == {}
+    top = sorted(set(ips), key=ips.count)[-2:]
+    assert sum(ips.count(ip) for ip in top) >= 0.99 * len(ips)
 
 
 # -- the models without --cachegrind-compat, on their own terms ---------------

@@ -73,6 +73,48 @@ static const struct expect cases[] = {
 	{ "sysenter",		{ 0x0f, 0x34 }, 2, B | X | F },
 };
 
+/* Taken targets of direct conditional branches (classify_cond_target). */
+#define N_TARGET_CASES 10
+static int check_targets(void)
+{
+	static const struct {
+		const char *name;
+		uint8_t bytes[8];
+		size_t len;
+		bool direct;
+		uint64_t target;
+	} t[] = {
+		{ "jne -5 (loop back)",	{ 0x75, 0xfb }, 2, true, 0x400ffd },
+		{ "je +0x10",		{ 0x74, 0x10 }, 2, true, 0x401012 },
+		{ "jg rel32 -0x100",	{ 0x0f, 0x8f, 0x00, 0xff, 0xff, 0xff },
+					6, true, 0x400f06 },
+		{ "loop -2",		{ 0xe2, 0xfe }, 2, true, 0x401000 },
+		{ "jrcxz +1",		{ 0xe3, 0x01 }, 2, true, 0x401003 },
+		{ "ds jne (hint)",	{ 0x3e, 0x75, 0x02 }, 3, true, 0x401005 },
+		{ "jmp rel8",		{ 0xeb, 0x02 }, 2, false, 0 },
+		{ "jmp *%rax",		{ 0xff, 0xe0 }, 2, false, 0 },
+		{ "o16 jne",		{ 0x66, 0x75, 0x02 }, 3, false, 0 },
+		{ "truncated jcc rel32",	{ 0x0f, 0x85, 0x00 }, 3, false, 0 },
+	};
+	int fails = 0;
+
+	G_STATIC_ASSERT(G_N_ELEMENTS(t) == N_TARGET_CASES);
+	for (size_t i = 0; i < G_N_ELEMENTS(t); i++) {
+		uint64_t target = 0;
+		bool direct = classify_cond_target(t[i].bytes, t[i].len,
+						   0x401000, &target);
+
+		if (direct != t[i].direct ||
+		    (direct && target != t[i].target)) {
+			printf("FAIL %s: %d %#" G_GINT64_MODIFIER "x, want "
+			       "%d %#" G_GINT64_MODIFIER "x\n", t[i].name,
+			       direct, target, t[i].direct, t[i].target);
+			fails++;
+		}
+	}
+	return fails;
+}
+
 static int check(const char *what, uint8_t got, uint8_t want)
 {
 	if (got == want)
@@ -115,8 +157,8 @@ static int test_mode_fallback(void)
 
 int main(void)
 {
-	int fails = test_cases() + test_mode_fallback();
-	size_t total = G_N_ELEMENTS(cases) + 2;
+	int fails = test_cases() + test_mode_fallback() + check_targets();
+	size_t total = G_N_ELEMENTS(cases) + 2 + N_TARGET_CASES;
 
 	printf("%zu passed, %d failed\n", total - fails, fails);
 	return fails ? 1 : 0;

@@ -217,6 +217,41 @@ static void test_gshare(void)
 	check("gshare indirect by path", miss_gs, 13);
 }
 
+/*
+ * bpred_taken_is_steady, the fast paths' premise: whenever it says so, the
+ * branch taken again is predicted and changes nothing (the index's history
+ * bits, every counter); checked over random outcomes of a few branches.
+ */
+static void test_steady(enum bpred_kind kind, const char *name)
+{
+	static struct bpred p, before;
+	static const uint64_t pcs[] = { 0x401000, 0x401010, 0x401080 };
+	uint64_t lcg = 1, mask = kind == BPRED_CACHEGRIND ? 0x7f : 0xffff;
+	int steady = 0, broken = 0;
+
+	bpred_init(&p, kind);
+	for (int i = 0; i < 200000; i++) {
+		uint64_t pc = pcs[(lcg >> 33) % 3];
+		bool taken = (lcg >> 40) % 16 != 0;	/* mostly taken */
+
+		lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+		if (bpred_taken_is_steady(&p, pc)) {
+			steady++;
+			before = p;
+			if (bpred_cond(&p, pc, true) ||
+			    (p.history & mask) != (before.history & mask) ||
+			    memcmp(p.counter, before.counter, sizeof(p.counter)))
+				broken++;
+			continue;
+		}
+		bpred_cond(&p, pc, taken);
+	}
+	check(name, broken, 0);
+	check(name, steady > 1000, 1);	/* the premise is ever met */
+	bpred_cond(&p, pcs[0], false);
+	check(name, bpred_taken_is_steady(&p, pcs[0]), 0);
+}
+
 int main(void)
 {
 	test_geometry();
@@ -225,6 +260,8 @@ int main(void)
 	test_direct_mapped();
 	test_bpred();
 	test_gshare();
+	test_steady(BPRED_CACHEGRIND, "steady (cachegrind)");
+	test_steady(BPRED_GSHARE, "steady (gshare)");
 	printf("%d passed, %d failed\n", passes, fails);
 	return fails != 0;
 }
