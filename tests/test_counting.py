@@ -26,6 +26,8 @@ sec dmesg;   dmesg | grep 'pvperf:'
 sec loop;    perf stat -x, -e instructions:u,branches:u ./loop {N_LOOP} 2>&1
 sec loopk;   perf stat -x, -e instructions:u,branches:u ./loop {N_LOOP + K_EXTRA} 2>&1
 sec pages;   perf stat -x, -e instructions:u ./pages {N_PAGES} 2>&1
+sec pagesb;  perf stat -x, -e instructions:u,branches:u ./pages {N_PAGES} 2>&1
+sec pagesb2; perf stat -x, -e instructions:u,branches:u ./pages {2 * N_PAGES} 2>&1
 sec repeat;  for i in 1 2 3; do perf stat -x, -e instructions:u ./pages {N_PAGES} 2>&1; done
              sleep 3; perf stat -x, -e instructions:u ./pages {N_PAGES} 2>&1
 sec inherit; perf stat -x, -e instructions:u ./forker {N_LOOP} 2>&1
@@ -84,6 +86,19 @@ def test_back_to_back_runs_stay_exact(guest):
     ref = valgrind_irefs([str(PROGRAMS / "pages"), str(N_PAGES)])
     values = [v for _, v, _ in counts(guest["repeat"])]
     assert values == [ref] * 4, (values, ref)
+
+
+def test_branches_across_page_faults_are_exact(guest):
+    """Each extra page of pages N is one faulting store that re-executes
+    and one loop branch (jb) after it: N more pages, N more branches and
+    valgrind's extra instructions, whichever instruction the count of a
+    faulted TB is taken back from (count.c's tails)."""
+    (_, i0, _), (_, b0, _) = counts(guest["pagesb"])
+    (_, i1, _), (_, b1, _) = counts(guest["pagesb2"])
+    assert b1 - b0 == N_PAGES
+    assert i0 == valgrind_irefs([str(PROGRAMS / "pages"), str(N_PAGES)])
+    assert i1 == valgrind_irefs([str(PROGRAMS / "pages"),
+                                 str(2 * N_PAGES)])
 
 
 def test_branches_grow_by_exactly_the_extra_iterations(guest):
