@@ -743,6 +743,9 @@ static void second_half(struct model_vcpu *m, uint64_t vaddr, bool store,
 	unsigned acc = store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ;
 
 	m->half_site = 0;
+	/* its lines and pages are now the most recent: in a cache of one
+	 * set, the first half's no longer is */
+	m->last_dblock = CACHE_EMPTY;
 	if (mode_tlb() && cache_ref(&m->dtlb, vaddr, 16) && !m->half_tlb_miss)
 		bump(m, store ? PVPERF_M_DTLB_WRITE_MISS :
 				PVPERF_M_DTLB_READ_MISS, kernel, at);
