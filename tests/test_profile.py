@@ -24,6 +24,7 @@ so the > 1000 code-cache samples the checks rest on come with a margin.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -226,8 +227,13 @@ def test_two_processes_of_one_program_keep_their_samples(share, tmp_path):
         assert lo <= s["guestpc"] < hi, (s["comm"], hex(s["guestpc"]))
     for comm in ("big", "small"):
         rows = Counter(s["symbol"] for s in user if s["comm"] == comm)
-        share_hot = rows["hot"] / (rows["hot"] + rows["cold"])
-        assert abs(share_hot - reference_hot) <= 0.03, (comm, share_hot)
+        n = rows["hot"] + rows["cold"]
+        share_hot = rows["hot"] / n
+        # +-3 points, or 3 standard deviations of a share of n samples if
+        # wider: "small" gets ~120 host samples (sd 3.6 points; a CI run
+        # failed at 3.06 points off with 121)
+        tol = max(0.03, 3 * math.sqrt(reference_hot * (1 - reference_hot) / n))
+        assert abs(share_hot - reference_hot) <= tol, (comm, share_hot, n)
     # the two shared TBs: one process ran the other's translations
     placements = Counter(s["placement"] for s in user)
     assert placements["relocated"] > 0.1 * len(user), placements
