@@ -201,7 +201,7 @@ struct model_vcpu {
 	 * D1 set and its page of its dTLB set, so an access within it again
 	 * changes neither (most accesses of a loop: no lookup at all). */
 	uint64_t last_dblock;
-	bool data_slow;		/* compat, not live: every access to the full path */
+	bool data_slow;		/* compat, not live: all to the full path */
 	/* Fast paths (see "Fast paths" above): whether they may be taken
 	 * now, and the steady-branch slots set since the history last broke
 	 * (n_steady > STEADY_LIST: too many to list, clear them all). */
