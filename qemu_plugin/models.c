@@ -201,7 +201,6 @@ struct model_vcpu {
 	 * D1 set and its page of its dTLB set, so an access within it again
 	 * changes neither (most accesses of a loop: no lookup at all). */
 	uint64_t last_dblock;
-	bool data_slow;		/* compat, not live: all to the full path */
 	/* Fast paths (see "Fast paths" above): whether they may be taken
 	 * now, and the steady-branch slots set since the history last broke
 	 * (n_steady > STEADY_LIST: too many to list, clear them all). */
@@ -458,7 +457,6 @@ void models_init(unsigned n_vcpus)
 		bpred_init(&mv[i].bp, predictor());
 		mv[i].fast_ok = !mcfg.compat;
 		mv[i].last_dblock = CACHE_EMPTY;
-		mv[i].data_slow = mcfg.compat;
 	}
 	cache_init(&ll, &mcfg.ll);
 	fast_create();
@@ -513,13 +511,14 @@ static void fetch(unsigned vcpu, struct model_vcpu *m, uint64_t addr,
 		  unsigned len, bool kernel, bool regs)
 {
 	struct event_at at = { vcpu, addr, addr, regs };
-	uint64_t *fs = m->fast_ok ? fast_of(vcpu) : NULL;
+	uint64_t *all = fast_of(vcpu);
+	uint64_t *fs = m->fast_ok ? all : NULL;	/* mirrors kept */
 
 	/* A new most recent block in a set: a steady branch's target may
 	 * no longer be one (see fast_steady). */
 	if (m->n_steady && ((mode_tlb() && !cache_is_mru(&m->itlb, addr, len)) ||
 			    (mode_cache() && !cache_is_mru(&m->i1, addr, len))))
-		fast_unsteady(fast_of(vcpu), m);
+		fast_unsteady(all, m);
 	if (mode_tlb()) {
 		if (cache_ref(&m->itlb, addr, len))
 			bump(m, PVPERF_M_ITLB_MISS, kernel, at);
@@ -584,7 +583,6 @@ void models_reply(unsigned vcpu, const struct pvperf_proto_reply *reply)
 	arm(&mv[vcpu], reply);
 	if (mcfg.compat)
 		mv[vcpu].live = flags & PVPERF_REPLY_MODELS_LIVE;
-	mv[vcpu].data_slow = mcfg.compat && !mv[vcpu].live;
 	fast_update_ok(vcpu, &mv[vcpu]);
 	if (mcfg.compat && (flags & PVPERF_REPLY_MODELS_COLD)) {
 		g_mutex_lock(&ll_lock);
@@ -879,7 +877,7 @@ mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr,
 					!vaddr_is_kernel(site));
 	uint64_t block = m->last_dblock;
 
-	if (__builtin_expect(m->data_slow || m->refault_site || size == 16 ||
+	if (__builtin_expect(ignored(m) || m->refault_site || size == 16 ||
 			     (store && m->load_site == site) ||
 			     (m->armed & (1ull << ctr)) ||
 			     vaddr >> m->d1.line_bits != block ||
