@@ -18,6 +18,11 @@ pytestmark = pytest.mark.vm
 N_LOOP = 100000
 N_MUX = 50000000        # ~50 ms: many 4 ms multiplexing rotations
 N_PAGES = 3000
+# Long enough (~100 ms of guest time) that CFS must preempt it for its
+# competitor: a task woken from sleep is placed up to half a scheduling
+# latency (6 ms at smp 2) behind the queue, so a short loop can run out
+# its credit and end without a switch.
+N_SWITCH = 50_000_000
 K_EXTRA = 12345
 
 SCRIPT = f"""
@@ -33,7 +38,7 @@ sec repeat;  for i in 1 2 3; do perf stat -x, -e instructions:u ./pages {N_PAGES
 sec inherit; perf stat -x, -e instructions:u ./forker {N_LOOP} 2>&1
              perf stat -x, --no-inherit -e instructions:u ./forker {N_LOOP} 2>&1
              perf stat -x, -e instructions:u ./forker {N_LOOP + K_EXTRA} 2>&1
-sec switch;  taskset -c 0 ./loop 3000000000 & until pidof loop > /dev/null; do :; done; usleep 100000; taskset -c 0 perf stat -x, -e instructions:u,context-switches ./loop {N_LOOP * 30} 2>&1; kill %1
+sec switch;  taskset -c 0 ./loop 3000000000 & until pidof loop > /dev/null; do :; done; usleep 100000; taskset -c 0 perf stat -x, -e instructions:u,context-switches ./loop {N_SWITCH} 2>&1; kill %1
 sec group;   perf stat -x, -e '{{instructions:u,instructions:k,instructions}}' ./pages 500 2>&1
 sec raw;     perf stat -x, -e r00c0:u,cpu/instructions/u,cpu/event=0xc4/u ./loop 1000 2>&1
 sec raw2;    perf stat -x, -e r00c0:u,cpu/instructions/u,cpu/event=0xc4/u ./loop 2000 2>&1
@@ -124,10 +129,10 @@ def test_inherit_counts_the_forked_child_too(guest):
 def test_per_task_count_follows_the_task_across_switches(guest):
     """A competing loop pinned to the same CPU forces context switches
     (waited for until it runs: once, at smp 2, the measured loop ended
-    before its competitor had started and saw no switch)."""
+    before its competitor had started and saw no switch; once a 3 M
+    iteration loop, ~6 ms, ended inside its wake-up credit)."""
     (_, value, _), (_, switches, _) = counts(guest["switch"])
-    assert value == valgrind_irefs([str(PROGRAMS / "loop"),
-                                    str(N_LOOP * 30)])
+    assert value == valgrind_irefs([str(PROGRAMS / "loop"), str(N_SWITCH)])
     assert switches and switches > 0
 
 
