@@ -163,7 +163,7 @@ def compare_perfmap(share: Path) -> None:
             try:
                 meta = prof_resolve.resolve(rec, cfg.image, share)["meta"]
             finally:
-                prof.cleanup_workdir(rec)
+                prof.remove_workdir(rec.workdir)
         c = meta["perfmap_comparison"]
         lead = f"{name:<10} {meta['rmap_flushes_in_window']:>7} " \
                f"{c['code_cache_samples']:>8}"
