@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <glib.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "cachesim.h"
 
@@ -113,18 +112,29 @@ void cache_destroy(struct cache *c)
 	c->blocks = NULL;
 }
 
-/* The block is not its set's most recent: find it, make it so. */
+/*
+ * The block is not its set's most recent: find it, make it so.  One pass
+ * that shifts as it searches: each way takes the block before it until
+ * the block itself is met (a hit: it goes first) or the set ends (a
+ * miss: the least recent falls out): no second pass and no library call
+ * (memmove) for a few words.  It measured no faster on bench_models'
+ * memory workload (D1 and LL misses on every eighth access), within the
+ * few per cent that code layout alone moves it.
+ */
 bool cache_ref_set(uint64_t *set, unsigned assoc, uint64_t block)
 {
-	unsigned i;
-	bool miss;
+	uint64_t carry = set[0];
 
-	for (i = 1; i < assoc && set[i] != block; i++)
-		;
-	miss = i == assoc;
-	/* Ways 0..i-1 move down one (a miss drops the least recent), and
-	 * the block becomes the most recent. */
-	memmove(&set[1], &set[0], (miss ? i - 1 : i) * sizeof(*set));
+	for (unsigned i = 1; i < assoc; i++) {
+		uint64_t here = set[i];
+
+		set[i] = carry;
+		if (here == block) {
+			set[0] = block;
+			return false;
+		}
+		carry = here;
+	}
 	set[0] = block;
-	return miss;
+	return true;
 }

@@ -115,6 +115,22 @@
  *                   where they run, by an inline add (FS_COND), in code
  *                   the models ignore too (outside any live event: the
  *                   service counts between an event's enable and disable).
+ *   one-block loops a TB whose last instruction is a direct conditional
+ *                   branch to its own start (loop_branch) needs neither
+ *                   FS_EXPECT nor the clearing stores: its start's one
+ *                   condition is that the pending branch is not its own
+ *                   site, as its branch stores it.  The branch's
+ *                   callback, when it is not steady, tags the site
+ *                   (PENDING_UNSTEADY), and so does every loss of the
+ *                   steady marks (fast_unsteady); the start's callback
+ *                   resolves tagged sites like others.  A skipped start
+ *                   leaves the site in place until the branch stores it
+ *                   again; an instruction that faults in between restarts
+ *                   in another TB, whose start must not see it
+ *                   (models_fault clears it; an exception the guest does
+ *                   not report, a #DE say, leaves it: one branch then
+ *                   resolves as not taken).  A dec/jnz loop: five
+ *                   inline operations a block instead of eight.
  * While the fast paths must not be taken (compat with no live event; a
  * slot on cycles or conditional branches, which needs every TB start or
  * branch), the mirrors and steady slots are emptied and not refilled
@@ -155,6 +171,9 @@ enum {
 	/* FS_I1 + I1 sets: [iTLB sets] each set's MRU page (fs_itlb) */
 };
 #define FS_HANDLED	1	/* FS_EXPECT: this TB start already ran */
+/* A pending branch (struct pvperf_score.branch, an 8-aligned site) with
+ * this bit must be resolved even by a one-block loop's start. */
+#define PENDING_UNSTEADY	1ull
 
 struct model_vcpu {
 	struct cache i1, d1, itlb, dtlb;
@@ -191,11 +210,6 @@ struct model_vcpu {
 	 * runs in unwatched code too: perf's own before it execs the task) */
 	bool watched[2];
 	uint64_t epoch;		/* compat: the cold epoch it last reset at */
-	/* The last memory-access kind seen and its size shift: QEMU's
-	 * accessor is a call into the emulator, and a loop's accesses
-	 * are mostly of one kind. */
-	qemu_plugin_meminfo_t info;
-	unsigned info_shift;
 	/* The D1 block of the last data access, if it lay wholly in it
 	 * (CACHE_EMPTY if none): that block is then the most recent of its
 	 * D1 set and its page of its dTLB set, so an access within it again
@@ -228,6 +242,9 @@ struct tb_site {
 	bool runtime;		/* read rip: runtime code addresses */
 	bool regs;		/* registered with R_REGS for captures */
 	bool fast;		/* behind conditions (fast paths) */
+	/* A one-block loop: its last instruction, a direct conditional
+	 * branch to its start (see "Fast paths"); else NULL. */
+	struct branch_site *loop;
 };
 
 /* A conditional or indirect branch (stored in the scoreboard). */
@@ -243,6 +260,20 @@ struct fetch_site {
 	uint32_t len;
 	bool kernel;
 	bool regs;		/* registered with R_REGS for captures */
+};
+
+/*
+ * An instruction that accesses memory (the memory callbacks' udata).
+ * kind[store]: the access kind QEMU passed last (low 32 bits, plus 1 so
+ * that 0 means "not seen yet") and its size shift (bits 32..39), in one
+ * word so that a vCPU never reads one without the other.  An
+ * instruction's kind is fixed (QEMU passes it as a constant of the
+ * generated code), so the fast path compares it and never calls QEMU's
+ * accessor, and a call-free fast path saves no registers.
+ */
+struct mem_site {
+	uint64_t vaddr;		/* translated address */
+	uint64_t kind[2];	/* [store], atomic */
 };
 
 /* Where and on what a model event happened (the overflow's ip, addr). */
@@ -292,11 +323,22 @@ static void fast_empty_mirrors(uint64_t *fs)
 		fs[FS_I1 + i] = CACHE_EMPTY;
 }
 
-/* The history broke (or the predictor was reset): no branch is steady. */
-static void fast_unsteady(uint64_t *fs, struct model_vcpu *m)
+/*
+ * The history broke (or the predictor was reset, or a fetch made another
+ * block the most recent of a set): no branch is steady.  A one-block
+ * loop's branch stored as pending (see "Fast paths") is tagged, so that
+ * its block's start runs its callback again.
+ */
+static void fast_unsteady(unsigned vcpu, uint64_t *fs, struct model_vcpu *m)
 {
+	struct pvperf_score *s;
+
 	if (!m->n_steady)
 		return;
+	s = score_of(vcpu);
+	for (unsigned h = 0; h < 2; h++)
+		if (s->branch[h])
+			s->branch[h] |= PENDING_UNSTEADY;
 	if (m->n_steady > STEADY_LIST)
 		memset(&fs[FS_STEADY], 0, STEADY_SLOTS * sizeof(uint64_t));
 	else
@@ -306,9 +348,9 @@ static void fast_unsteady(uint64_t *fs, struct model_vcpu *m)
 }
 
 /* Every condition fires until slow paths learn the state again. */
-static void fast_forget(uint64_t *fs, struct model_vcpu *m)
+static void fast_forget(unsigned vcpu, uint64_t *fs, struct model_vcpu *m)
 {
-	fast_unsteady(fs, m);
+	fast_unsteady(vcpu, fs, m);
 	fast_empty_mirrors(fs);
 	fs[FS_EXPECT] = 0;
 }
@@ -346,7 +388,7 @@ static void fast_update_ok(unsigned vcpu, struct model_vcpu *m)
 		  !(m->armed & cond_bits);
 
 	if (!ok && m->fast_ok)
-		fast_forget(fast_of(vcpu), m);
+		fast_forget(vcpu, fast_of(vcpu), m);
 	m->fast_ok = ok;
 }
 
@@ -518,7 +560,7 @@ static void fetch(unsigned vcpu, struct model_vcpu *m, uint64_t addr,
 	 * no longer be one (see fast_steady). */
 	if (m->n_steady && ((mode_tlb() && !cache_is_mru(&m->itlb, addr, len)) ||
 			    (mode_cache() && !cache_is_mru(&m->i1, addr, len))))
-		fast_unsteady(all, m);
+		fast_unsteady(vcpu, all, m);
 	if (mode_tlb()) {
 		if (cache_ref(&m->itlb, addr, len))
 			bump(m, PVPERF_M_ITLB_MISS, kernel, at);
@@ -614,7 +656,7 @@ cold_start(unsigned vcpu, struct model_vcpu *m, uint64_t epoch)
 {
 	uint64_t *fs = fast_of(vcpu);
 
-	fast_unsteady(fs, m);
+	fast_unsteady(vcpu, fs, m);
 	fast_empty_mirrors(fs);
 	m->last_dblock = CACHE_EMPTY;
 	m->epoch = epoch;
@@ -669,7 +711,7 @@ static uint64_t resolve_branch(unsigned vcpu, struct model_vcpu *m,
 		if (miss)
 			bump(m, PVPERF_M_COND_MISS, kernel, at);
 		if (!taken)
-			fast_unsteady(fs, m);
+			fast_unsteady(vcpu, fs, m);
 		else if (m->fast_ok && !delta &&
 			 bpred_taken_is_steady(&m->bp, pc))
 			return pc;
@@ -691,8 +733,11 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 	uint64_t delta = 0, rip, steady = 0;
 
 	/* Several conditions of one fast TB start may fire: the first does
-	 * it all (the TB's inline store clears the mark after them). */
-	if (t->fast) {
+	 * it all (the TB's inline store clears the mark after them).  A
+	 * one-block loop's start has one condition and no inline store. */
+	if (t->loop) {
+		fs[FS_EXPECT] = 0;
+	} else if (t->fast) {
 		if (fs[FS_EXPECT] == FS_HANDLED)
 			return;
 		fs[FS_EXPECT] = FS_HANDLED;
@@ -713,7 +758,8 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 	m->watched[!t->kernel] = true;
 	if (*pending) {
 		steady = resolve_branch(vcpu, m,
-			(const struct branch_site *)(uintptr_t)*pending,
+			(const struct branch_site *)(uintptr_t)
+				(*pending & ~PENDING_UNSTEADY),
 			m->delta[!t->kernel], t->vaddr + delta, t->kernel,
 			t->regs);
 		*pending = 0;
@@ -779,14 +825,10 @@ dtlb_miss(struct model_vcpu *m, bool store, bool kernel, struct event_at at)
 	     kernel, at);
 }
 
-static inline unsigned access_size(struct model_vcpu *m,
-				   qemu_plugin_meminfo_t info)
+static inline uint64_t mem_kind_key(qemu_plugin_meminfo_t info)
 {
-	if (__builtin_expect(info != m->info, 0)) {
-		m->info = info;
-		m->info_shift = qemu_plugin_mem_size_shift(info);
-	}
-	return 1u << m->info_shift;
+	_Static_assert(sizeof(info) == sizeof(uint32_t), "meminfo is 32 bits");
+	return (uint64_t)info + 1;
 }
 
 /*
@@ -858,25 +900,42 @@ mem_access_full(unsigned vcpu, uint64_t site, uint64_t vaddr, unsigned size,
 		d1_miss(m, vaddr, size, store, kernel, at);
 }
 
+/* The first access of an instruction of this kind: learn its size. */
+static void __attribute__((noinline))
+mem_access_new_kind(unsigned vcpu, qemu_plugin_meminfo_t info,
+		    uint64_t vaddr, struct mem_site *ms, bool store, bool regs)
+{
+	unsigned shift = qemu_plugin_mem_size_shift(info);
+
+	__atomic_store_n(&ms->kind[store],
+			 (uint64_t)shift << 32 | mem_kind_key(info),
+			 __ATOMIC_RELAXED);
+	mem_access_full(vcpu, ms->vaddr, vaddr, 1u << shift, store, regs);
+}
+
 /*
  * A data access; store and regs are constants of each callback below,
  * into which it is inlined.  The common case, a plain access within the
  * last one's D1 block with no slot on it, only books it (a few stores);
- * anything else goes to mem_access_full, in tail position, so that the
- * common case saves no registers.
+ * anything else goes to mem_access_full, in tail position, and the
+ * common case calls nothing, so it saves no registers.
  */
 static inline __attribute__((always_inline)) void
 mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr,
 	      void *udata, bool store, bool regs)
 {
+	struct mem_site *ms = udata;
+	uint64_t kind = __atomic_load_n(&ms->kind[store], __ATOMIC_RELAXED);
 	struct model_vcpu *m = &mv[vcpu];
-	uint64_t site = (uintptr_t)udata;
-	unsigned size = access_size(m, info);
+	uint64_t site = ms->vaddr;
+	unsigned size = 1u << (kind >> 32);
 	unsigned ctr = PVPERF_CTR_MODEL(store ? PVPERF_M_D1_WRITE :
 					PVPERF_M_D1_READ,
 					!vaddr_is_kernel(site));
 	uint64_t block = m->last_dblock;
 
+	if (__builtin_expect((uint32_t)kind != (uint32_t)mem_kind_key(info), 0))
+		return mem_access_new_kind(vcpu, info, vaddr, ms, store, regs);
 	if (__builtin_expect(ignored(m) || m->refault_site || size == 16 ||
 			     (store && m->load_site == site) ||
 			     (m->armed & (1ull << ctr)) ||
@@ -911,14 +970,19 @@ static void cr3_exec(unsigned vcpu, void *udata)
 	cache_reset(&mv[vcpu].dtlb);
 	mv[vcpu].last_dblock = CACHE_EMPTY;
 	fast_empty_mirrors(fast_of(vcpu));
-	fast_unsteady(fast_of(vcpu), &mv[vcpu]);
+	fast_unsteady(vcpu, fast_of(vcpu), &mv[vcpu]);
 }
 
 /* A steady branch turned out not to be (its condition fired): the TB it
- * is taken to must not skip its callback. */
+ * is taken to must not skip its callback, a one-block loop's included
+ * (its site was just stored as pending). */
 static void branch_unsteady_exec(unsigned vcpu, void *udata)
 {
+	const struct branch_site *b = udata;
+
 	fast_of(vcpu)[FS_EXPECT] = 0;
+	score_of(vcpu)->branch[!vaddr_is_kernel(b->vaddr)] =
+		(uintptr_t)b | PENDING_UNSTEADY;
 }
 
 /* ---- translation ---- */
@@ -975,6 +1039,14 @@ static void register_tb_start(struct qemu_plugin_insn *insn,
 						QEMU_PLUGIN_CB_NO_REGS, t);
 		return;
 	}
+	/* A one-block loop: entered by its own steady branch, its site is
+	 * still the pending one, untagged; nothing to clear after. */
+	if (t->loop) {
+		qemu_plugin_register_vcpu_insn_exec_cond_cb(insn, tb_start_exec,
+			QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_NE,
+			score_branch(t->kernel), (uintptr_t)t->loop, t);
+		return;
+	}
 	/* Not entered by a steady branch's taken edge (whose target's line
 	 * and page are the most recent: no fetch conditions then), or not
 	 * the most recent line and page. */
@@ -996,11 +1068,44 @@ static void register_tb_start(struct qemu_plugin_insn *insn,
  * conditional one also counted here, and, if direct in a fast TB, handed
  * over as steady (FS_EXPECT: its taken target) unless its condition says
  * otherwise. */
-static void register_branch(struct qemu_plugin_insn *insn, uint64_t vaddr,
-			    uint32_t len, uint8_t cls, bool kernel, bool fast)
+/* A direct conditional branch's taken target, if it has one. */
+static bool cond_target(struct qemu_plugin_insn *insn, uint64_t vaddr,
+			uint64_t *target)
 {
-	struct branch_site *b = arena_alloc(sizeof(*b));
 	uint8_t bytes[X86_MAX_INSN_LEN];
+
+	return classify_cond_target(bytes,
+		qemu_plugin_insn_data(insn, bytes, sizeof(bytes)), vaddr,
+		target);
+}
+
+/* The site of a fast TB's last instruction if the TB is a one-block loop
+ * (that instruction a direct conditional branch to the TB's start). */
+static struct branch_site *loop_branch(struct qemu_plugin_tb *tb, size_t n,
+				       const uint8_t *cls, uint64_t tb_vaddr)
+{
+	struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, n - 1);
+	uint64_t vaddr = qemu_plugin_insn_vaddr(insn), target;
+	struct branch_site *b;
+
+	if (!(cls[n - 1] & CLS_COND) || !cond_target(insn, vaddr, &target) ||
+	    target != tb_vaddr)
+		return NULL;
+	b = arena_alloc(sizeof(*b));
+	*b = (struct branch_site){ vaddr, qemu_plugin_insn_size(insn), true };
+	return b;
+}
+
+/* A conditional or indirect branch: its site for the next TB start; a
+ * conditional one also counted here, and, if direct in a fast TB, handed
+ * over as steady (FS_EXPECT: its taken target) unless its condition says
+ * otherwise.  A one-block loop's branch (loop: its site) hands over by
+ * its site alone, which its TB's start compares. */
+static void register_branch(struct qemu_plugin_insn *insn, uint64_t vaddr,
+			    uint32_t len, uint8_t cls, bool kernel, bool fast,
+			    struct branch_site *loop)
+{
+	struct branch_site *b = loop ? loop : arena_alloc(sizeof(*b));
 	uint64_t target;
 
 	*b = (struct branch_site){ vaddr, len, cls & CLS_COND };
@@ -1011,16 +1116,15 @@ static void register_branch(struct qemu_plugin_insn *insn, uint64_t vaddr,
 		return;
 	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
 		QEMU_PLUGIN_INLINE_ADD_U64, fs_entry(FS_COND + !kernel), 1);
-	if (!fast || !classify_cond_target(bytes,
-			qemu_plugin_insn_data(insn, bytes, sizeof(bytes)),
-			vaddr, &target))
+	if (!fast || !cond_target(insn, vaddr, &target))
 		return;
-	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
-		QEMU_PLUGIN_INLINE_STORE_U64, fs_entry(FS_EXPECT), target);
+	if (!loop)
+		qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
+			QEMU_PLUGIN_INLINE_STORE_U64, fs_entry(FS_EXPECT),
+			target);
 	qemu_plugin_register_vcpu_insn_exec_cond_cb(insn, branch_unsteady_exec,
 		QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_NE,
-		fs_entry(FS_STEADY + (vaddr & (STEADY_SLOTS - 1))), vaddr,
-		NULL);
+		fs_entry(FS_STEADY + (vaddr & (STEADY_SLOTS - 1))), vaddr, b);
 }
 
 void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
@@ -1044,7 +1148,11 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 			       .regs = regs };
 	/* Fast paths compare translated addresses and call back without
 	 * registers: not while sampling needs either. */
-	t->fast = !t->runtime && !regs;
+	t->fast = !t->runtime && !regs &&
+		  one_block(t->vaddr, qemu_plugin_insn_size(
+				qemu_plugin_tb_get_insn(tb, 0)), cache, tlb);
+	if (t->fast && bpred)
+		t->loop = loop_branch(tb, n, cls, t->vaddr);
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		uint64_t vaddr = qemu_plugin_insn_vaddr(insn);
@@ -1053,7 +1161,6 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 
 		if (i == 0) {
 			t->len = len;
-			t->fast &= one_block(vaddr, len, cache, tlb);
 			register_tb_start(insn, t, cache, bpred, tlb);
 		} else if (fetches &&
 			   !(first == prev_last_line && last == first)) {
@@ -1072,23 +1179,33 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, cr3_exec,
 				QEMU_PLUGIN_CB_NO_REGS, NULL);
 		if (fetches) {
+			struct mem_site *ms = arena_alloc(sizeof(*ms));
+
+			*ms = (struct mem_site){ .vaddr = vaddr };
 			/* Loads and stores apart: which one is known here. */
 			qemu_plugin_register_vcpu_mem_cb(insn,
 				regs ? mem_read_regs : mem_read, cb_regs,
-				QEMU_PLUGIN_MEM_R, (void *)(uintptr_t)vaddr);
+				QEMU_PLUGIN_MEM_R, ms);
 			qemu_plugin_register_vcpu_mem_cb(insn,
 				regs ? mem_write_regs : mem_write, cb_regs,
-				QEMU_PLUGIN_MEM_W, (void *)(uintptr_t)vaddr);
+				QEMU_PLUGIN_MEM_W, ms);
 		}
 		if (bpred && (cls[i] & (CLS_COND | CLS_INDIRECT)))
 			register_branch(insn, vaddr, len, cls[i], kernel,
-					t->fast);
+					t->fast, i + 1 == n ? t->loop : NULL);
 	}
 }
 
 void models_fault(unsigned vcpu, uint64_t ip)
 {
 	struct model_vcpu *m = &mv[vcpu];
+
+	/* No branch is pending at a fault: a TB's start, whose callback
+	 * takes the pending one, comes before its instructions.  But a
+	 * one-block loop's start skipped on entry leaves its branch's site
+	 * in place (see "Fast paths"), and the instruction that faulted
+	 * restarts in another TB, whose start must not resolve it. */
+	score_of(vcpu)->branch[!vaddr_is_kernel(ip)] = 0;
 
 	/* Sites are translated addresses: a page multiple from ip at most. */
 	if (m->load_site && !((m->load_site ^ ip) & (GUEST_PAGE_SIZE - 1)))
@@ -1107,7 +1224,7 @@ void models_flush(void)
 		/* a mode switch may bring in a dTLB or I1 that saw none of
 		 * the code since */
 		mv[i].last_dblock = CACHE_EMPTY;
-		fast_unsteady(fast_of(i), &mv[i]);
+		fast_unsteady(i, fast_of(i), &mv[i]);
 	}
 }
 
