@@ -265,7 +265,7 @@ struct fetch_site {
 /*
  * An instruction that accesses memory (the memory callbacks' udata).
  * kind[store]: the access kind QEMU passed last, plus 1 so that 0 means
- * "not seen yet" (bits 0..32, MEM_KIND_KEY), and its size shift (bits
+ * "not seen yet" (bits 0..32, ACCESS_KIND_KEY), and its size shift (bits
  * 40..47), in one word so that a vCPU never reads one without the other.  An
  * instruction's kind is fixed (QEMU passes it as a constant of the
  * generated code), so the fast path compares it and never calls QEMU's
@@ -825,8 +825,8 @@ dtlb_miss(struct model_vcpu *m, bool store, bool kernel, struct event_at at)
 	     kernel, at);
 }
 
-#define MEM_KIND_KEY	((1ull << 33) - 1)
-#define MEM_KIND_SHIFT	40
+#define ACCESS_KIND_KEY	((1ull << 33) - 1)
+#define ACCESS_KIND_SHIFT	40
 
 static inline uint64_t mem_kind_key(qemu_plugin_meminfo_t info)
 {
@@ -911,7 +911,7 @@ mem_access_new_kind(unsigned vcpu, qemu_plugin_meminfo_t info,
 	unsigned shift = qemu_plugin_mem_size_shift(info);
 
 	__atomic_store_n(&ms->kind[store],
-			 (uint64_t)shift << MEM_KIND_SHIFT | mem_kind_key(info),
+			 (uint64_t)shift << ACCESS_KIND_SHIFT | mem_kind_key(info),
 			 __ATOMIC_RELAXED);
 	mem_access_full(vcpu, ms->vaddr, vaddr, 1u << shift, store, regs);
 }
@@ -931,13 +931,13 @@ mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr,
 	uint64_t kind = __atomic_load_n(&ms->kind[store], __ATOMIC_RELAXED);
 	struct model_vcpu *m = &mv[vcpu];
 	uint64_t site = ms->vaddr;
-	unsigned size = 1u << (kind >> MEM_KIND_SHIFT);
+	unsigned size = 1u << (kind >> ACCESS_KIND_SHIFT);
 	unsigned ctr = PVPERF_CTR_MODEL(store ? PVPERF_M_D1_WRITE :
 					PVPERF_M_D1_READ,
 					!vaddr_is_kernel(site));
 	uint64_t block = m->last_dblock;
 
-	if (__builtin_expect((kind & MEM_KIND_KEY) != mem_kind_key(info), 0))
+	if (__builtin_expect((kind & ACCESS_KIND_KEY) != mem_kind_key(info), 0))
 		return mem_access_new_kind(vcpu, info, vaddr, ms, store, regs);
 	if (__builtin_expect(ignored(m) || m->refault_site || size == 16 ||
 			     (store && m->load_site == site) ||
