@@ -126,10 +126,11 @@
  *                   resolves tagged sites like others.  A skipped start
  *                   leaves the site in place until the branch stores it
  *                   again; an instruction that faults in between restarts
- *                   in another TB, whose start must not see it
+ *                   in another TB, whose start must not resolve it again
  *                   (models_fault clears it; an exception the guest does
- *                   not report, a #DE say, leaves it: one branch then
- *                   resolves as not taken).  A dec/jnz loop: five
+ *                   not report, a #DE say, leaves it, resolved once more
+ *                   as taken: no change unless kernel branches moved the
+ *                   history in between).  A dec/jnz loop: five
  *                   inline operations a block instead of eight.
  * While the fast paths must not be taken (compat with no live event; a
  * slot on cycles or conditional branches, which needs every TB start or
@@ -1203,7 +1204,10 @@ void models_fault(unsigned vcpu, uint64_t ip)
 	 * takes the pending one, comes before its instructions.  But a
 	 * one-block loop's start skipped on entry leaves its branch's site
 	 * in place (see "Fast paths"), and the instruction that faulted
-	 * restarts in another TB, whose start must not resolve it. */
+	 * restarts in another TB, whose start would resolve it again, as
+	 * taken (not at its fall-through).  With the history as it was that
+	 * changes nothing, but the kernel's own branches (outside compat)
+	 * may have moved it since. */
 	score_of(vcpu)->branch[!vaddr_is_kernel(ip)] = 0;
 
 	/* Sites are translated addresses: a page multiple from ip at most. */
