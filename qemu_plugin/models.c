@@ -266,11 +266,13 @@ struct fetch_site {
 /*
  * An instruction that accesses memory (the memory callbacks' udata).
  * kind[store]: the access kind QEMU passed last, plus 1 so that 0 means
- * "not seen yet" (bits 0..32, ACCESS_KIND_KEY), and its size shift (bits
- * 40..47), in one word so that a vCPU never reads one without the other.  An
- * instruction's kind is fixed (QEMU passes it as a constant of the
- * generated code), so the fast path compares it and never calls QEMU's
- * accessor, and a call-free fast path saves no registers.
+ * "not seen yet" (bits 0..32, ACCESS_KIND_KEY), and its size shift
+ * (bits 40..47), in one word so that a vCPU never reads one without the
+ * other.  An instruction's kind is nearly always fixed (QEMU passes it
+ * as a constant of the generated code; accesses made by helpers, an FPU
+ * state save say, may vary, and each change takes the full path), so
+ * the fast path compares it and never calls QEMU's accessor, and a
+ * call-free fast path saves fewer registers.
  */
 struct mem_site {
 	uint64_t vaddr;		/* translated address */
@@ -922,7 +924,7 @@ mem_access_new_kind(unsigned vcpu, qemu_plugin_meminfo_t info,
  * into which it is inlined.  The common case, a plain access within the
  * last one's D1 block with no slot on it, only books it (a few stores);
  * anything else goes to mem_access_full, in tail position, and the
- * common case calls nothing, so it saves no registers.
+ * common case calls nothing (gcc 12 then saves two registers, not four).
  */
 static inline __attribute__((always_inline)) void
 mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr,
