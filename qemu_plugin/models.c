@@ -332,12 +332,15 @@ static void fast_empty_mirrors(uint64_t *fs)
  * loop's branch stored as pending (see "Fast paths") is tagged, so that
  * its block's start runs its callback again.
  */
-static void fast_unsteady(unsigned vcpu, uint64_t *fs, struct model_vcpu *m)
+static void fast_unsteady(unsigned vcpu)
 {
+	struct model_vcpu *m = &mv[vcpu];
+	uint64_t *fs;
 	struct pvperf_score *s;
 
 	if (!m->n_steady)
 		return;
+	fs = fast_of(vcpu);
 	s = score_of(vcpu);
 	for (unsigned h = 0; h < 2; h++)
 		if (s->branch[h])
@@ -351,9 +354,11 @@ static void fast_unsteady(unsigned vcpu, uint64_t *fs, struct model_vcpu *m)
 }
 
 /* Every condition fires until slow paths learn the state again. */
-static void fast_forget(unsigned vcpu, uint64_t *fs, struct model_vcpu *m)
+static void fast_forget(unsigned vcpu)
 {
-	fast_unsteady(vcpu, fs, m);
+	uint64_t *fs = fast_of(vcpu);
+
+	fast_unsteady(vcpu);
 	fast_empty_mirrors(fs);
 	fs[FS_EXPECT] = 0;
 }
@@ -391,7 +396,7 @@ static void fast_update_ok(unsigned vcpu, struct model_vcpu *m)
 		  !(m->armed & cond_bits);
 
 	if (!ok && m->fast_ok)
-		fast_forget(vcpu, fast_of(vcpu), m);
+		fast_forget(vcpu);
 	m->fast_ok = ok;
 }
 
@@ -556,14 +561,13 @@ static void fetch(unsigned vcpu, struct model_vcpu *m, uint64_t addr,
 		  unsigned len, bool kernel, bool regs)
 {
 	struct event_at at = { vcpu, addr, addr, regs };
-	uint64_t *all = fast_of(vcpu);
-	uint64_t *fs = m->fast_ok ? all : NULL;	/* mirrors kept */
+	uint64_t *fs = m->fast_ok ? fast_of(vcpu) : NULL;	/* mirrors kept */
 
 	/* A new most recent block in a set: a steady branch's target may
 	 * no longer be one (see fast_steady). */
 	if (m->n_steady && ((mode_tlb() && !cache_is_mru(&m->itlb, addr, len)) ||
 			    (mode_cache() && !cache_is_mru(&m->i1, addr, len))))
-		fast_unsteady(vcpu, all, m);
+		fast_unsteady(vcpu);
 	if (mode_tlb()) {
 		if (cache_ref(&m->itlb, addr, len))
 			bump(m, PVPERF_M_ITLB_MISS, kernel, at);
@@ -659,7 +663,7 @@ cold_start(unsigned vcpu, struct model_vcpu *m, uint64_t epoch)
 {
 	uint64_t *fs = fast_of(vcpu);
 
-	fast_unsteady(vcpu, fs, m);
+	fast_unsteady(vcpu);
 	fast_empty_mirrors(fs);
 	m->last_dblock = CACHE_EMPTY;
 	m->epoch = epoch;
@@ -705,7 +709,6 @@ static uint64_t resolve_branch(unsigned vcpu, struct model_vcpu *m,
 	if (b->conditional) {
 		unsigned c = PVPERF_CTR_MODEL(PVPERF_M_COND, !kernel);
 		bool taken = next != pc + b->len;
-		uint64_t *fs = fast_of(vcpu);
 
 		/* Counted where it ran, by generated code (FS_COND). */
 		if (__builtin_expect(m->armed & (1ull << c), 0))
@@ -714,7 +717,7 @@ static uint64_t resolve_branch(unsigned vcpu, struct model_vcpu *m,
 		if (miss)
 			bump(m, PVPERF_M_COND_MISS, kernel, at);
 		if (!taken)
-			fast_unsteady(vcpu, fs, m);
+			fast_unsteady(vcpu);
 		else if (m->fast_ok && !delta &&
 			 bpred_taken_is_steady(&m->bp, pc))
 			return pc;
@@ -976,7 +979,7 @@ static void cr3_exec(unsigned vcpu, void *udata)
 	cache_reset(&mv[vcpu].dtlb);
 	mv[vcpu].last_dblock = CACHE_EMPTY;
 	fast_empty_mirrors(fast_of(vcpu));
-	fast_unsteady(vcpu, fast_of(vcpu), &mv[vcpu]);
+	fast_unsteady(vcpu);
 }
 
 /* A steady branch turned out not to be (its condition fired): the TB it
@@ -1229,7 +1232,7 @@ void models_flush(void)
 		/* a mode switch may bring in a dTLB or I1 that saw none of
 		 * the code since */
 		mv[i].last_dblock = CACHE_EMPTY;
-		fast_unsteady(i, fast_of(i), &mv[i]);
+		fast_unsteady(i);
 	}
 }
 
