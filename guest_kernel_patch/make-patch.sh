@@ -98,7 +98,7 @@ diffs() {
 	events_mk_diff
 	printf '%s' "$pvperf_mk" | newfile arch/x86/events/pvperf/Makefile
 	newfile arch/x86/events/pvperf/pvperf_pmu.c < pvperf_pmu.c
-	newfile arch/x86/include/asm/pvperf_abi.h < pvperf_abi.h
+	newfile arch/x86/include/asm/pvperf_abi.h < ../contracts/pvperf_abi.h
 }
 
 body=$(diffs; echo x)

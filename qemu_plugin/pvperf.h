@@ -2,7 +2,7 @@
 /*
  * pvperf.h - the state every unit of the pvperf TCG plugin shares: options,
  * per-vCPU state, the scoreboard that inline ops write, logging.  Not an
- * ABI (the ABIs are guest_kernel_patch/pvperf_abi.h and pvperf_proto.h).
+ * ABI (the contracts are in ../contracts/).
  *
  * Units, each with its own header, and who uses whom (never upwards):
  *

@@ -9,7 +9,7 @@ from pyhost.pmu import abi
 
 from conftest import REPO
 
-HEADER = REPO / "guest_kernel_patch" / "pvperf_abi.h"
+HEADER = REPO / "contracts" / "pvperf_abi.h"
 
 # Header macro -> abi attribute
 CONSTANTS = {

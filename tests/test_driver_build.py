@@ -148,7 +148,7 @@ def test_patch_carries_the_module_source_verbatim():
     assert files["arch/x86/events/pvperf/pvperf_pmu.c"] == \
         (GKP / "pvperf_pmu.c").read_text()
     assert files["arch/x86/include/asm/pvperf_abi.h"] == \
-        (GKP / "pvperf_abi.h").read_text()
+        (REPO / "contracts" / "pvperf_abi.h").read_text()
     assert "obj-$(CONFIG_PVPERF_PMU)" in files["arch/x86/events/pvperf/Makefile"]
 
 

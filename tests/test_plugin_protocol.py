@@ -1,4 +1,4 @@
-"""qemu_plugin/pvperf_proto.h and pyhost/plugin_protocol.py agree."""
+"""contracts/pvperf_proto.h and pyhost/plugin_protocol.py agree."""
 import re
 import subprocess
 
@@ -8,7 +8,7 @@ from pyhost.pmu import plugin_protocol as proto
 
 from conftest import REPO
 
-HEADER = REPO / "qemu_plugin" / "pvperf_proto.h"
+HEADER = REPO / "contracts" / "pvperf_proto.h"
 
 
 def defines():
@@ -71,7 +71,7 @@ def c_values(tmp_path, *exprs: str) -> list[int]:
                    "int main(void){"
                    + "".join(f'printf("%zu\\n", (size_t)({e}));' for e in exprs)
                    + "return 0;}\n")
-    subprocess.run(["gcc", "-I", REPO / "guest_kernel_patch",
+    subprocess.run(["gcc", "-I", REPO / "contracts",
                     "-o", tmp_path / "values", src], check=True)
     out = subprocess.run([tmp_path / "values"], capture_output=True,
                          text=True, check=True).stdout.split()

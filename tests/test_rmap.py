@@ -17,7 +17,7 @@ import pytest
 from pyhost.profile import rmap
 
 REPO = Path(__file__).resolve().parent.parent
-HEADER = REPO / "qemu_plugin" / "rmap_format.h"
+HEADER = REPO / "contracts" / "rmap_format.h"
 PLUGIN = REPO / "qemu_plugin" / "pvperf-rmap.so"
 HOST = 0x7F0000000000       # a code-cache address
 

@@ -84,7 +84,7 @@ def twin(tmp_path_factory):
     """hct_gen.h compiled for the host."""
     d = tmp_path_factory.mktemp("twin")
     (d / "twin.c").write_text(TWIN_MAIN)
-    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-I", str(GKP),
+    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-I", str(REPO / "contracts"),
                     "-o", str(d / "twin"), str(d / "twin.c")], check=True)
     return d / "twin"
 

@@ -52,7 +52,8 @@ REQUIRED = (
 # qemu -kernel boots an ELF kernel through its PVH entry note only.
 PVH = ("PVH", "pvh_start_xen", "qemu -kernel boots a vmlinux by PVH")
 BUILTIN_DRIVER = ("PVPERF_PMU", "pvperf_init")
-DRIVER_SOURCES = ("Kbuild", "pvperf_pmu.c", "pvperf_abi.h")
+DRIVER_SOURCES = ("Kbuild", "pvperf_pmu.c")
+ABI_HEADER = REPO / "contracts" / "pvperf_abi.h"
 GUEST_DRIVER_PATH = "lib/modules/pvperf/pvperf.ko"   # images/default/init
 
 _BZIMAGE_MAGIC_AT = (0x202, b"HdrS")
@@ -231,6 +232,7 @@ def driver_cache_key(build_dir: Path, release: str) -> str:
     h.update((build_dir / ".config").read_bytes())
     for name in DRIVER_SOURCES:
         h.update((REPO / "guest_kernel_patch" / name).read_bytes())
+    h.update(ABI_HEADER.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -246,7 +248,7 @@ def build_driver(build_dir: Path, release: str) -> Path:
     (src / "include" / "asm").mkdir(parents=True)
     for name in DRIVER_SOURCES:
         shutil.copy(REPO / "guest_kernel_patch" / name, src / name)
-    (src / "include" / "asm" / "pvperf_abi.h").symlink_to("../../pvperf_abi.h")
+    shutil.copy(ABI_HEADER, src / "include" / "asm" / "pvperf_abi.h")
     # modules_prepare: a tree built with `make vmlinux` lacks what
     # external modules link with (scripts/module.lds); quick when done.
     for target in (["modules_prepare"],

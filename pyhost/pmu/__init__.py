@@ -1,7 +1,7 @@
 """The paravirtual PMU, host side: ABI mirror, PMU model, hypercall service.
 
-  abi              Python mirror of guest_kernel_patch/pvperf_abi.h
-  plugin_protocol  Python mirror of qemu_plugin/pvperf_proto.h
+  abi              Python mirror of contracts/pvperf_abi.h
+  plugin_protocol  Python mirror of contracts/pvperf_proto.h
   guestmem         bounds-checked access to guest RAM (the shared file)
   events           the event table: every event the host counts, once
                    (retirement, cache and branch-predictor models)

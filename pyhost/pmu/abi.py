@@ -1,4 +1,4 @@
-"""Python mirror of guest_kernel_patch/pvperf_abi.h (the guest<->host ABI).
+"""Python mirror of contracts/pvperf_abi.h (the guest<->host ABI).
 
 The C header is the definition; tests/test_abi.py parses it and checks every
 constant and struct layout here against it.  Hypercall and operation numbers

@@ -1,4 +1,4 @@
-"""Python mirror of qemu_plugin/pvperf_proto.h (plugin <-> service).
+"""Python mirror of contracts/pvperf_proto.h (plugin <-> service).
 
 One SOCK_SEQPACKET connection per vCPU.  The plugin sends one
 ``HcallMessage`` per hypercall, carrying that vCPU's raw counters exact at the

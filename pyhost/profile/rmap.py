@@ -24,7 +24,7 @@ Two recordings of one QEMU run are joined here:
   header's flags have no JITDUMP_FLAGS_ARCH_TIMESTAMP), the clock of
   ``perf record -k mono``.
 * The records of ``qemu_plugin/pvperf-rmap.so`` (format defined once in
-  ``qemu_plugin/rmap_format.h``; the struct formats below mirror it and
+  ``contracts/rmap_format.h``; the struct formats below mirror it and
   tests/test_rmap.py compares them with the header): per translation the
   guest instruction sizes and bytes, kernel/user, the translating vCPU's
   CR3, its thread and time; code-cache flushes; each vCPU's host thread;
@@ -94,7 +94,7 @@ from pathlib import Path
 
 from ..pmu.abi import KERNEL_HALF_START
 
-# -- the plugin's records (qemu_plugin/rmap_format.h) ----------------------------
+# -- the plugin's records (contracts/rmap_format.h) ----------------------------
 
 MAGIC = b"PVRMAP\0\0"
 VERSION = 3

@@ -1,1 +1,1 @@
-../../pvperf_abi.h
+../../../contracts/pvperf_abi.h
