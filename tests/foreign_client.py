@@ -1,5 +1,5 @@
 """A foreign local user's client: what another account on the host can do
-to a running pvperf's channels.  Stdlib only: tests/test_channels.py runs
+to a running pvperf's channels.  Stdlib only: tests/vm/test_channels.py runs
 it with the system python3 as user `nobody` (as_nobody() below).
 
   probe TARGETS_JSON   try every target once; print one JSON list of

@@ -3,7 +3,7 @@ must answer to each call.
 
 The guest module pvperf_hctest (mode=fuzz) and this file generate the same
 sequence of hypercalls from the same seed (xorshift64*, four draws per
-call); tests/test_robustness.py checks the two generators against each
+call); tests/vm/test_robustness.py checks the two generators against each
 other on the host (gcc) and compares the module's per-kind histograms of
 ->ret, and a hash of every (kind, ret), with ``predict()``.
 

@@ -19,7 +19,7 @@ clock.  After every step the invariants the ABI promises are checked:
 * the service's state bounded (events, rings, rate-limiter keys, linger
   keys, per-op statistics).
 
-Run by tests/test_fuzz.py (short run, regression inputs) and
+Run by tests/plugin/test_fuzz.py (short run, regression inputs) and
 scripts/fuzz.sh (long run):  python tests/fuzz/hostfuzz.py [libFuzzer args]
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@
  * raised at any of them lands in leaf(), one frame deeper, with rsp 8
  * lower.  No frame pointers, with unwind tables: perf's --call-graph dwarf
  * unwinds a sample in step() to main_sp only from step()'s own rsp
- * (tests/test_sample_regs.py).
+ * (tests/vm/test_sample_regs.py).
  */
 #include "freestanding.h"
 

@@ -1,7 +1,7 @@
 /*
  * calltree N: an ordinary -O2 C program (libc, dynamically linked) with a
  * known call tree, for comparing callchain shares with callgrind's
- * inclusive costs (tests/test_callgraph.py):
+ * inclusive costs (tests/vm/test_callgraph.py):
  *
  *     main -> work_a -> work_b
  *     main -> work_c

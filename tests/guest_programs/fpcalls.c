@@ -7,7 +7,7 @@
  * is the function's own frame and the caller is the real one (leaf ->
  * step, step -> main_sp); at the push, the mov and the ret it is still or
  * again the caller's frame, so the walk skips one (leaf -> main_sp, step
- * -> _start).  tests/test_sample_regs.py checks every sample against
+ * -> _start).  tests/vm/test_sample_regs.py checks every sample against
  * that, which holds only if rbp is the sampled instruction's own.
  */
 #include "freestanding.h"

@@ -1,6 +1,6 @@
 /*
  * memwalk MODE N: memory and branch patterns for the cache and
- * branch-predictor models, compared with cachegrind (tests/test_models.py).
+ * branch-predictor models, compared with cachegrind (tests/vm/test_models.py).
  *
  *   0 stream   read, then write, 4 MiB sequentially, N passes
  *   1 stride   read every 4160th byte (a page and a line) N times round

@@ -8,7 +8,7 @@
  * linked PIE: its instructions are split between the program (fill, cmp)
  * and libc.so.6 (qsort), the libc's text is mapped at a different address
  * in every process (ASLR), and two concurrent runs share the physical
- * pages of both (tests/test_multiprocess.py).
+ * pages of both (tests/vm/test_multiprocess.py).
  */
 #include <stdint.h>
 #include <stdio.h>

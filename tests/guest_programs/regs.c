@@ -3,7 +3,7 @@
  * to their own number (mov $1..$6, %r12; dec; jnz).  A sample taken at
  * `mov $k, %r12` with the registers of that instruction (just before it
  * ran) must show r12 == k - 1 (k == 1: 6, or 0 on the first iteration);
- * at dec and jnz, r12 == 6.  tests/test_sample_regs.py reads the loop's
+ * at dec and jnz, r12 == 6.  tests/vm/test_sample_regs.py reads the loop's
  * addresses with nm (regs_loop, regs_end) and checks every sample.
  */
 #include "freestanding.h"

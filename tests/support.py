@@ -1,0 +1,176 @@
+"""What the tests share: paths, running pvperf and the guest, and the
+independent references (valgrind, cachegrind) the tests compare against.
+Test modules import it by name (tests/ is on sys.path: conftest.py lives
+there); conftest.py keeps only pytest's hooks.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PROGRAMS = REPO / "tests" / "guest_programs"
+# GLIBC_TUNABLES that make libc take the same copy paths in the guest and
+# under valgrind (no rep movsb, no non-temporal stores; see
+# test_multiprocess.py's docstring): for references of dynamic programs.
+TUNABLES = ("glibc.cpu.x86_rep_movsb_threshold=0x10000000:"
+            "glibc.cpu.x86_non_temporal_threshold=0x10000000")
+
+
+def sections(text: str) -> dict[str, list[str]]:
+    """Split guest output into sections: a line '=== name' starts one.
+
+    VM tests run many commands in one boot (booting is the expensive part)
+    and mark each command's output this way."""
+    out, cur = {}, None
+    for line in text.splitlines():
+        if line.startswith("=== "):
+            cur = out.setdefault(line[4:].strip(), [])
+        elif cur is not None:
+            cur.append(line)
+    return out
+
+
+def pvperf_cmd() -> list[str]:
+    exe = REPO / ".venv" / "bin" / "pvperf"
+    return [str(exe)] if exe.exists() else ["python3", "-m", "pyhost.cli"]
+
+
+def run_pvperf(args, cwd=None, timeout=300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(pvperf_cmd() + list(args), cwd=cwd, timeout=timeout,
+                          capture_output=True, text=True, **kw)
+
+
+def leftovers() -> list[str]:
+    """pvperf files in /dev/shm, /tmp and $XDG_RUNTIME_DIR (run
+    directories), and QEMU processes we started."""
+    found = [str(p) for p in Path("/dev/shm").glob("pvperf-*")]
+    found += [str(p) for p in Path("/tmp").glob("pvperf-*")]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        found += [str(p) for p in
+                  Path(os.environ["XDG_RUNTIME_DIR"]).glob("pvperf-*")]
+    ps = subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*org.pvperf"],
+                        capture_output=True, text=True)
+    found += [f"qemu pid {p}" for p in ps.stdout.split() if _orphaned(p)]
+    return found
+
+
+def _orphaned(pid: str) -> bool:
+    """A QEMU whose pvperf parent is gone (a live run's QEMU is not a
+    leftover, e.g. another test session on the same machine)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ppid = stat.rsplit(")", 1)[1].split()[1]
+        parent = Path(f"/proc/{ppid}/cmdline").read_bytes()
+    except (OSError, IndexError):
+        return False             # already gone
+    return b"pvperf" not in parent
+
+
+def valgrind_irefs(argv: list[str]) -> int:
+    """valgrind's instruction count (Ir) for a host run of argv.
+
+    If the program forks, valgrind prints one total per process and a
+    child's total includes the parent's instructions before the fork (the
+    tool's state is copied); this returns the first process's (the
+    parent's, the lowest pid) total only."""
+    out = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
+                          "--cachegrind-out-file=/dev/null", *argv],
+                         capture_output=True, text=True, check=True).stderr
+    refs = sorted((int(line.split("==")[1]),
+                   int(line.split(":")[1].strip().replace(",", "")))
+                  for line in out.splitlines() if "I   refs:" in line)
+    assert refs, f"no I refs in valgrind output:\n{out}"
+    return refs[0][1]
+
+
+def sigint_default() -> None:
+    """A Popen preexec_fn: start pvperf as a shell starts a foreground job.
+    A job started with `&` (a CI runner under nohup, say) inherits SIGINT
+    ignored, and Python then leaves it ignored: Ctrl-C could not reach
+    pvperf's clean-up (SIGTERM does either way: test_channels.py)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def run_guest_script(script: str, smp: int, timeout: int,
+                     options: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """Boot the default image at ``smp`` vCPUs with the test programs
+    (built first) shared as the working directory, run the shell script
+    there and return its output's sections; the script must end with a
+    section named 'end', so that a run cut short fails here.  ``options``
+    go to `pvperf run` (model geometries, say)."""
+    subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
+    r = run_pvperf(["run", "--smp", str(smp), "--share", str(PROGRAMS),
+                    *options, "--", "sh", "-c", script], timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    s = sections(r.stdout)
+    assert "end" in s, r.stdout[-3000:] + r.stderr
+    return s
+
+
+def cachegrind(geometry: tuple[str, str, str], argv: list[str],
+               out: Path, env: dict[str, str] | None = None
+               ) -> dict[str, int]:
+    """cachegrind's totals (its summary line) for a host run of argv.
+
+    With --vex-guest-chase=no: by default valgrind's front end follows
+    branches into one superblock and merges two conditional branches to
+    the same target (`test %r12,%r12; je L; test %rbp,%rbp; je L`, in
+    libc's msort) into one guarded exit, which cachegrind then counts
+    (and predicts) as one branch.  Without chasing it sees every
+    conditional branch the CPU executes (qs: Bc 6,106,738 against
+    5,329,463); the freestanding programs give the same counts either
+    way."""
+    i1, d1, ll = geometry
+    subprocess.run(["valgrind", "--tool=cachegrind", "--vex-guest-chase=no",
+                    "--cache-sim=yes", "--branch-sim=yes", f"--I1={i1}", f"--D1={d1}",
+                    f"--LL={ll}", f"--cachegrind-out-file={out}", *argv],
+                   capture_output=True, check=True, env=env)
+    lines = out.read_text().splitlines()
+    names = next(l for l in lines if l.startswith("events:")).split()[1:]
+    values = next(l for l in lines if l.startswith("summary:")).split()[1:]
+    return dict(zip(names, map(int, values)))
+
+
+def rss_kib(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+    return int(m.group(1)) if m else None
+
+
+class RssSampler(threading.Thread):
+    """The resident memory of a process (pvperf: its service, QMP client
+    and launcher) every ``period`` seconds until it exits."""
+
+    def __init__(self, pid: int, period: float = 0.25):
+        super().__init__(daemon=True)
+        self.pid, self.period, self.samples = pid, period, []
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        while (kib := rss_kib(self.pid)) is not None:
+            self.samples.append((time.monotonic() - t0, kib))
+            time.sleep(self.period)
+
+    def growth_kib(self, after: float) -> tuple[int, int, int]:
+        """(at ``after`` of the run's duration, peak since, last)."""
+        end = self.samples[-1][0]
+        later = [k for t, k in self.samples if t >= after * end]
+        return later[0], max(later), later[-1]
+
+
+def perf_count(lines: list[str], event: str) -> str | None:
+    """The value field of `perf stat -x,` for event (a number or <...>)."""
+    for line in lines:
+        f = line.split(",")
+        if len(f) > 2 and f[2] == event:
+            return f[0]
+    return None

@@ -1,0 +1,310 @@
+"""pyhost.rmap: the jitdump and plugin-record parsers, their join, lookups
+by time across code-cache flushes, the CR3 timeline; and pvperf-rmap.so
+with QEMU's -jitdump in a real qemu-system-x86_64 (firmware only, no guest
+image)."""
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pyhost.profile import rmap
+
+REPO = Path(__file__).resolve().parents[3]
+HEADER = REPO / "contracts" / "rmap_format.h"
+PLUGIN = REPO / "qemu_plugin" / "pvperf-rmap.so"
+HOST = 0x7F0000000000       # a code-cache address
+
+
+# -- synthetic files ----------------------------------------------------------
+
+def file_header(flags=0, max_vcpus=1) -> bytes:
+    return rmap.FILE_HEADER.pack(rmap.MAGIC, rmap.VERSION, 32, flags,
+                                 max_vcpus, 0)
+
+
+def padded(rtype, t, body) -> bytes:
+    size = (rmap.REC_HEADER.size + len(body) + 7) & ~7
+    rec = rmap.REC_HEADER.pack(rtype, 0, size, t) + body
+    return rec + b"\0" * (size - len(rec))
+
+
+def tb_record(t, tid, guestpc, sizes, cr3=0x1000, kernel=False) -> bytes:
+    code = bytes(range(sum(sizes)))
+    flags = (rmap.TB_KERNEL if kernel else 0) | \
+        (rmap.TB_CR3_VALID if cr3 is not None else 0)
+    body = rmap.TB_BODY.pack(guestpc, cr3 or 0, tid, len(sizes), len(code),
+                             flags) + bytes(sizes) + code
+    return padded(rmap.REC_TB, t, body)
+
+
+def flush_record(t) -> bytes:
+    return padded(rmap.REC_FLUSH, t, b"")
+
+
+def vcpu_record(t, vcpu, tid) -> bytes:
+    return padded(rmap.REC_VCPU, t, rmap.VCPU_BODY.pack(vcpu, tid))
+
+
+def cr3_record(t, vcpu, cr3, tgid=None, comm=b"") -> bytes:
+    body = rmap.CR3_BODY.pack(cr3, 0xFFFFFFFF81000000, vcpu,
+                              rmap.NO_PID if tgid is None else tgid, comm)
+    return padded(rmap.REC_CR3, t, body)
+
+
+def jit_header(pid=4242, flags=0) -> bytes:
+    return rmap.JIT_HEADER.pack(rmap.JIT_MAGIC, rmap.JIT_VERSION,
+                                rmap.JIT_HEADER.size, 62, 0, pid, 1, flags)
+
+
+def jit_load(t, tid, start, size, guestpc, name=None) -> bytes:
+    name = (name or f"guest-{guestpc:#x}").encode() + b"\0"
+    code = b"\xcc" * size
+    body = rmap.JIT_CODE_LOAD_BODY.pack(4242, tid, start, start, size, 0) + \
+        name + code
+    return rmap.JIT_PREFIX.pack(rmap.JIT_CODE_LOAD,
+                                rmap.JIT_PREFIX.size + len(body), t) + body
+
+
+def jit_debug_info(t, start) -> bytes:
+    # QEMU's system-mode JIT_CODE_DEBUG_INFO: only the trailing entry
+    body = struct.pack("<QQ", start, 1) + struct.pack("<Qii", start, 0, 0) \
+        + b"\0"
+    return rmap.JIT_PREFIX.pack(2, rmap.JIT_PREFIX.size + len(body), t) + body
+
+
+def build(jit_records, plugin_records, flags=0):
+    return rmap.parse(jit_header() + b"".join(jit_records),
+                      file_header(flags) + b"".join(plugin_records))
+
+
+# -- formats ------------------------------------------------------------------
+
+def test_struct_sizes_match_header():
+    text = HEADER.read_text()
+    sizes = dict(re.findall(r"sizeof\(struct (\w+)\) == (\d+)", text))
+    assert int(sizes["rmap_file_header"]) == rmap.FILE_HEADER.size
+    assert int(sizes["rmap_rec_header"]) == rmap.REC_HEADER.size
+    assert int(sizes["rmap_tb"]) == rmap.TB_BODY.size
+    assert int(sizes["rmap_vcpu"]) == rmap.VCPU_BODY.size
+    assert int(sizes["rmap_cr3"]) == rmap.CR3_BODY.size
+    consts = dict(re.findall(r"#define (RMAP_\w+)\s+(0x[0-9a-f]+|\d+)\b",
+                             text))
+    for name, value in (("RMAP_REC_TB", rmap.REC_TB),
+                        ("RMAP_REC_FLUSH", rmap.REC_FLUSH),
+                        ("RMAP_REC_VCPU", rmap.REC_VCPU),
+                        ("RMAP_REC_CR3", rmap.REC_CR3),
+                        ("RMAP_FILE_TASKS", rmap.FILE_TASKS),
+                        ("RMAP_TB_KERNEL", rmap.TB_KERNEL),
+                        ("RMAP_TB_CR3_VALID", rmap.TB_CR3_VALID),
+                        ("RMAP_COMM_LEN", rmap.COMM_LEN),
+                        ("RMAP_VERSION", rmap.VERSION)):
+        assert int(consts[name], 0) == value, name
+
+
+def test_jitdump_loads_and_names():
+    data = jit_header() + jit_debug_info(10, HOST) + \
+        jit_load(11, 7, HOST, 0x40, 0xFFFFFFFF81000010) + \
+        jit_load(12, 7, HOST + 0x80, 0x20, 0, name="tcg-prologue-buffer")
+    j = rmap.parse_jitdump(data)
+    assert j.pid == 4242 and not j.truncated
+    a, b = j.loads
+    assert (a.time_ns, a.tid, a.host_start, a.host_size, a.guestpc) == \
+        (11, 7, HOST, 0x40, 0xFFFFFFFF81000010)
+    assert b.guestpc is None and b.name == "tcg-prologue-buffer"
+
+
+def test_jitdump_refuses_arch_timestamps_and_other_magic():
+    with pytest.raises(rmap.RmapFormatError):
+        rmap.parse_jitdump(jit_header(flags=rmap.JITDUMP_FLAGS_ARCH_TIMESTAMP))
+    with pytest.raises(rmap.RmapFormatError):
+        rmap.parse_jitdump(b"X" * 64)
+
+
+def test_truncated_files_keep_whole_records():
+    data = jit_header() + jit_load(1, 7, HOST, 0x40, 0x401000)
+    j = rmap.parse_jitdump(data + jit_load(2, 7, HOST + 64, 8, 0x402000)[:30])
+    assert j.truncated and len(j.loads) == 1
+    recs = file_header() + tb_record(1, 7, 0x401000, [1])
+    r = rmap.parse_records(recs + tb_record(2, 7, 0x402000, [1])[:20])
+    assert r.truncated and len(r.tbs) == 1
+
+
+def test_other_version_is_refused():
+    data = bytearray(file_header())
+    data[8:12] = (2).to_bytes(4, "little")
+    with pytest.raises(rmap.RmapFormatError):
+        rmap.parse_records(bytes(data))
+
+
+# -- the join -----------------------------------------------------------------
+
+def test_load_pairs_with_its_threads_last_record():
+    # threads 7 and 8 translate at the same time; 7 retried 0x401000
+    # (tb_gen_code restart: tb_trans ran twice, the last one counts)
+    m = build([jit_load(30, 7, HOST, 0x40, 0x401000),
+               jit_load(31, 8, HOST + 0x100, 0x40, 0x401000)],
+              [tb_record(10, 7, 0x401000, [4, 4]),
+               tb_record(20, 7, 0x401000, [4]),
+               tb_record(25, 8, 0x401000, [1, 2, 3], cr3=0x2000)])
+    a = m.hostpc_to_translation(HOST, 100)
+    b = m.hostpc_to_translation(HOST + 0x100, 100)
+    assert a.insn_sizes == [4] and a.cr3 == 0x1000
+    assert b.insn_sizes == [1, 2, 3] and b.cr3 == 0x2000
+    assert m.n_unmatched == 0
+
+
+def test_load_without_its_record_is_unmatched():
+    # the thread's last record is for another vaddr (records lost)
+    m = build([jit_load(30, 7, HOST, 0x40, 0x402000)],
+              [tb_record(10, 7, 0x401000, [4])])
+    tr = m.hostpc_to_translation(HOST, 100)
+    assert m.n_unmatched == 1 and not tr.matched and tr.guestpc == 0x402000
+
+
+def test_extent_runs_to_the_next_tb_and_is_capped():
+    m = build([jit_load(1, 7, HOST, 0x40, 0x401000),
+               jit_load(2, 7, HOST + 0x100, 0x20, 0x402000)],
+              [tb_record(1, 7, 0x401000, [1]),
+               tb_record(2, 7, 0x402000, [1])])
+    # slow paths after the exact range still belong to the TB
+    assert m.hostpc_to_translation(HOST + 0xFF, 9).guestpc == 0x401000
+    assert m.hostpc_to_translation(HOST + 0x100, 9).guestpc == 0x402000
+    assert m.hostpc_to_translation(HOST - 1, 9) is None
+    assert m.hostpc_to_translation(HOST + 0x100 + rmap.MAX_TB_HOST, 9) \
+        is None
+
+
+def test_flush_lets_host_addresses_be_reused():
+    m = build([jit_load(10, 7, HOST, 0x40, 0x401000),
+               jit_load(30, 7, HOST, 0x40, 0xFFFFFFFF81000000)],
+              [tb_record(9, 7, 0x401000, [1]), flush_record(20),
+               tb_record(29, 7, 0xFFFFFFFF81000000, [1], kernel=True)])
+    assert m.generations == [0, 1]
+    assert m.hostpc_to_translation(HOST + 8, 15).guestpc == 0x401000
+    assert m.hostpc_to_translation(HOST + 8, 35).kernel
+    # after the flush, before the new code: nothing lives there
+    assert m.hostpc_to_translation(HOST + 8, 25) is None
+    assert m.generation_at(19) == 0 and m.generation_at(20) == 1
+
+
+def test_discarded_translation_at_the_same_start():
+    # tb_gen_code lost the race to link a TB and rolled its allocation
+    # back: the next translation reuses the start in the same generation
+    m = build([jit_load(10, 7, HOST, 0x40, 0x401000),
+               jit_load(20, 7, HOST, 0x30, 0x405000)],
+              [tb_record(9, 7, 0x401000, [1]),
+               tb_record(19, 7, 0x405000, [1])])
+    assert m.hostpc_to_translation(HOST, 15).guestpc == 0x401000
+    assert m.hostpc_to_translation(HOST, 25).guestpc == 0x405000
+
+
+def test_address_space_timeline():
+    m = build([], [vcpu_record(1, 0, 100), vcpu_record(1, 1, 101),
+                   cr3_record(10, 0, 0x5000, 7, b"big"),
+                   cr3_record(20, 1, 0x6000, 8, b"small"),
+                   cr3_record(30, 0, 0x6000, 8, b"small"),
+                   cr3_record(40, 0, 0x2a10000)], flags=rmap.FILE_TASKS)
+    s = m.spaces
+    assert s.names_tasks and s.n_events == 4
+    assert s.sample_space(100, 9) is None
+    assert s.sample_space(100, 25).comm == "big"
+    assert s.sample_space(101, 25).tgid == 8
+    assert s.sample_space(100, 35).cr3 == 0x6000
+    assert s.sample_space(100, 45).tgid is None
+    assert s.sample_space(999, 25) is None          # not a vCPU thread
+
+
+def test_round_robin_thread_names_no_vcpu():
+    m = build([], [vcpu_record(1, 0, 100), vcpu_record(1, 1, 100),
+                   cr3_record(10, 0, 0x5000, 7)])
+    assert m.spaces.tid_to_vcpu(100) is None
+
+
+def test_translation_cr3_falls_back_to_the_timeline():
+    m = build([jit_load(30, 100, HOST, 0x40, 0x401000)],
+              [vcpu_record(1, 0, 100), cr3_record(10, 0, 0x5000, 7),
+               tb_record(29, 100, 0x401000, [1], cr3=None)])
+    tr = m.hostpc_to_translation(HOST, 40)
+    assert tr.cr3 is None and m.spaces.translation_cr3(tr) == 0x5000
+
+
+def test_perfmap_lookup_is_timeless():
+    pm = rmap.PerfMap.parse(
+        f"{HOST - 0x100:x} 2d tcg-prologue-buffer\n"
+        f"{HOST:x} 10 guest-0x401000\n{HOST + 0x10:x} 8 guest-0x401004\n"
+        f"{HOST:x} 20 guest-0x999000\n")
+    # HOST was written twice (a flush in between): the last line wins
+    assert pm.hostpc_to_guestpc(HOST + 4) == 0x999000
+    assert pm.hostpc_to_guestpc(HOST + 0x12) == 0x401004
+    assert pm.hostpc_to_guestpc(HOST + 0x18) is None
+    assert pm.hostpc_to_guestpc(HOST - 0x100) is None
+
+
+# -- the plugin and -jitdump in a real qemu-system-x86_64 ----------------------
+
+def run_firmware(tmp_path: Path, seconds: float, *opts: str,
+                 sig=signal.SIGTERM) -> subprocess.CompletedProcess:
+    """Run QEMU's firmware (it loops looking for a boot device) with
+    -jitdump (written into tmp_path) and the plugin for `seconds`."""
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("qemu-system-x86_64 missing (run scripts/setup.sh)")
+    if not PLUGIN.exists():
+        pytest.skip(f"{PLUGIN} not built (make -C qemu_plugin "
+                    "pvperf-rmap.so)")
+    argv = ["qemu-system-x86_64", "-display", "none", "-nodefaults",
+            "-machine", "pc", "-accel", "tcg", "-m", "128", "-jitdump",
+            "-plugin", ",".join([str(PLUGIN), *opts])]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        out_text, err_text = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(sig)
+        out_text, err_text = proc.communicate(timeout=30)
+    return subprocess.CompletedProcess(argv, proc.returncode, out_text,
+                                       err_text)
+
+
+def test_plugin_and_jitdump_in_real_qemu(tmp_path):
+    out = tmp_path / "fw.rmap"
+    t0 = time.monotonic_ns()
+    r = run_firmware(tmp_path, 2.0, f"out={out}", "verbose=on")
+    t1 = time.monotonic_ns()
+    assert "0 write errors" in r.stderr, r.stderr
+    (jit,) = tmp_path.glob("jit-*.dump")
+    m = rmap.read(jit, out)
+    trs = m.translations()
+    assert len(trs) > 100 and m.n_unmatched == 0 and not m.truncated
+    assert m.spaces.vcpu_tids and m.generations == [0]
+    # both clocks are CLOCK_MONOTONIC: the run lies inside [t0, t1]
+    assert all(t0 < t.time_ns < t1 for t in trs)
+    # the plugin sees a TB while it is translated, QEMU reports it after
+    # its host code exists: well under a millisecond later
+    by_tid = rmap.records_by_tid(rmap.read_records(out).tbs)
+    gaps = sorted(load.time_ns - rmap.match_record(load, by_tid).time_ns
+                  for load in rmap.parse_jitdump(jit.read_bytes()).loads)
+    assert gaps[0] >= 0 and gaps[len(gaps) // 2] < 1_000_000, gaps[-10:]
+    # independent reference: the x86 reset vector at 0xfffffff0 holds the
+    # firmware's far jump, ljmp $0xf000,$0xe05b (SeaBIOS)
+    reset = [t for t in trs if t.guestpc == 0xFFFFFFF0]
+    assert reset and reset[0].code == bytes.fromhex("ea5be000f0")
+    assert reset[0].insn_sizes == [5] and not reset[0].kernel
+    # distinct TBs, distinct host code; real-mode code has cr3 0
+    assert len({t.host_start for t in trs}) == len(trs)
+    assert {t.cr3 for t in trs} == {0}
+
+
+@pytest.mark.parametrize("opt, word", [("bogus=1", "bogus"),
+                                       ("task=1:2:3", "task"),
+                                       ("task=0x1:2:3:4:5:zz", "task")])
+def test_plugin_rejects_bad_options(tmp_path, opt, word):
+    r = run_firmware(tmp_path, 20.0, f"out={tmp_path / 'x'}", opt,
+                     sig=signal.SIGKILL)
+    assert r.returncode != 0 and word in r.stderr, r.stderr

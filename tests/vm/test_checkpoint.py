@@ -1,0 +1,203 @@
+"""Checkpoints (issue 15, item 5): `pvperf run --checkpoint DIR
+--checkpoint-after S` saves a guest in the middle of `perf stat` and
+`perf record`, `pvperf restore DIR` resumes it, and the counts and
+samples that come out span both runs exactly.
+
+References are independent of pvperf: the loop's instruction count is
+valgrind's at a small N (as many digits) plus the loop's two
+instructions per extra iteration (loop.c); hotcold's per-function shares are callgrind's (its
+shares do not depend on N: a constant per iteration).
+
+Corrupted and mismatched checkpoints are refused in one line, before
+QEMU starts (no QEMU output, no leftovers); and the plugin refuses a bad
+state file on its own too (it must, whoever hands it one).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from support import PROGRAMS, REPO, leftovers, perf_count, run_pvperf, \
+    sections, valgrind_irefs
+from test_sampling import callgrind_shares, report_shares
+
+pytestmark = pytest.mark.vm
+
+N_LOOP = 4_000_000_000          # 8 G instructions: seconds under TCG
+N_HOTCOLD = 1_000_000           # 6 G instructions, ~60,000 samples
+PERIOD = 100003
+AFTER_S = 5.0                   # into the command: both still run
+
+# Both workloads at once (two processes), their output after both ended,
+# so that every line comes from the restored guest.
+SCRIPT = f"""
+perf record -q -e instructions:u -c {PERIOD} -o /tmp/hc.data \
+    ./hotcold {N_HOTCOLD} > /tmp/rec.txt 2>&1 &
+perf stat -x, -e instructions:u -o /tmp/stat.txt ./loop {N_LOOP}
+wait
+echo "=== stat"; cat /tmp/stat.txt
+echo "=== record"; cat /tmp/rec.txt
+perf report -i /tmp/hc.data --stdio --sort sym 2>&1 | grep '%'
+echo "=== end"
+"""
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["smp1", "smp2"])
+def checkpoint(request, tmp_path_factory):
+    """(checkpoint directory, the taking run, the restoring run)."""
+    subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
+    d = tmp_path_factory.mktemp(f"ck{request.param}") / "ck"
+    taken = run_pvperf(["run", "--smp", str(request.param), "--share",
+                        str(PROGRAMS), "--checkpoint", str(d),
+                        "--checkpoint-after", str(AFTER_S), "--",
+                        "sh", "-c", SCRIPT], timeout=600)
+    assert taken.returncode == 0, taken.stdout[-2000:] + taken.stderr
+    restored = run_pvperf(["restore", str(d)], timeout=900)
+    assert restored.returncode == 0, restored.stdout[-2000:] + restored.stderr
+    return d, taken, restored
+
+
+def test_checkpoint_taken_mid_command(checkpoint):
+    """The taking run stops with the checkpoint, both perf events open
+    and counting (the sampling one already sampled), nothing printed."""
+    d, taken, _ = checkpoint
+    assert "checkpoint of the guest" in taken.stderr, taken.stderr
+    assert "=== stat" not in taken.stdout
+    state = json.loads((d / "pmu.json").read_text())
+    events = state["events"]
+    assert any(e["total"] > 0 or e["start"] is not None
+               for e in events if not e["period"]), events
+    assert any(e["period"] and e["overflows"] > 0 for e in events), events
+    assert sorted((d / n).name for n in d.iterdir()) == sorted(
+        ["manifest.json", "vmstate", "plugin.state", "pmu.json",
+         "initrd-overlay"])
+
+
+def test_count_across_checkpoint_equals_valgrind(checkpoint):
+    _, _, restored = checkpoint
+    s = sections(restored.stdout)
+    assert "end" in s, restored.stdout[-2000:] + restored.stderr
+    # As many digits (zero-padded): parsing the argument costs per digit.
+    small = str(1000).zfill(len(str(N_LOOP)))
+    want = valgrind_irefs([str(PROGRAMS / "loop"), small]) + \
+        2 * (N_LOOP - int(small))
+    assert int(perf_count(s["stat"], "instructions:u")) == want, s["stat"]
+
+
+def test_sampling_across_checkpoint_matches_callgrind(checkpoint):
+    _, _, restored = checkpoint
+    s = sections(restored.stdout)
+    got = report_shares(s["record"])
+    want = callgrind_shares([str(PROGRAMS / "hotcold"), "20000"])
+    for fn in ("hot", "cold"):
+        assert abs(got.get(fn, 0.0) - want[fn]) <= 1.0, (fn, got, want)
+    samples = sum(1 for _ in s["record"])
+    assert samples, s["record"]
+
+
+def test_no_leftovers_after_restore(checkpoint):
+    assert leftovers() == []
+
+
+# -- refusals: each one line, before QEMU starts ----------------------------
+
+def _copy(checkpoint, tmp_path):
+    d = tmp_path / "ck"
+    shutil.copytree(checkpoint[0], d)
+    return d
+
+
+def _refused(d, needle: str) -> None:
+    r = run_pvperf(["restore", str(d)], timeout=120)
+    assert r.returncode == 125, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert r.stdout == ""           # the guest never ran
+    assert leftovers() == []
+
+
+def _rehash(d, name: str) -> None:
+    """Make the manifest vouch for ``name`` as it is now: what a careless
+    edit or a bug that wrote a bad state would leave."""
+    import hashlib
+    m = json.loads((d / "manifest.json").read_text())
+    m["sha256"][name] = hashlib.sha256((d / name).read_bytes()).hexdigest()
+    (d / "manifest.json").write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("name", ["vmstate", "plugin.state", "pmu.json"])
+def test_corrupted_file_refused(checkpoint, tmp_path, name):
+    d = _copy(checkpoint, tmp_path)
+    raw = bytearray((d / name).read_bytes())
+    raw[len(raw) // 2] ^= 0x40
+    (d / name).write_bytes(bytes(raw))
+    _refused(d, f"{name} does not match its SHA-256")
+
+
+def test_unfinished_checkpoint_refused(checkpoint, tmp_path):
+    d = _copy(checkpoint, tmp_path)
+    (d / "manifest.json").unlink()
+    _refused(d, "no manifest.json")
+
+
+def test_other_format_version_refused(checkpoint, tmp_path):
+    d = _copy(checkpoint, tmp_path)
+    m = json.loads((d / "manifest.json").read_text())
+    m["version"] = 99
+    (d / "manifest.json").write_text(json.dumps(m))
+    _refused(d, "checkpoint format 99")
+
+
+def test_other_qemu_refused(checkpoint, tmp_path):
+    d = _copy(checkpoint, tmp_path)
+    m = json.loads((d / "manifest.json").read_text())
+    m["qemu"] = "QEMU emulator version 9.2.0"
+    (d / "manifest.json").write_text(json.dumps(m))
+    _refused(d, "taken under 'QEMU emulator version 9.2.0'")
+
+
+def test_bad_plugin_state_refused(checkpoint, tmp_path):
+    """A plugin state whose hash matches but whose contents are wrong
+    (a slot count of 9) is refused as the plugin would refuse it."""
+    d = _copy(checkpoint, tmp_path)
+    raw = bytearray((d / "plugin.state").read_bytes())
+    off = 24 + 36 * 8 + 8 + 4            # vCPU 0's n_slots
+    raw[off:off + 4] = (9).to_bytes(4, "little")
+    (d / "plugin.state").write_bytes(bytes(raw))
+    _rehash(d, "plugin.state")
+    _refused(d, "bad vCPU flags or slot count")
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda s: s["events"][0].update(running_on=7), "is not an integer"),
+    (lambda s: s["events"][0].update(attr="00"), "bad attr"),
+    (lambda s: s["events"][0].update(guest_event_gpa=1 << 40), "event 0"),
+    (lambda s: s["rings"][0].update(gpa=3), "sample ring"),
+    (lambda s: s.update(version=2), "PMU state version 2"),
+])
+def test_bad_pmu_state_refused(checkpoint, tmp_path, edit, needle):
+    d = _copy(checkpoint, tmp_path)
+    state = json.loads((d / "pmu.json").read_text())
+    edit(state)
+    (d / "pmu.json").write_text(json.dumps(state))
+    _rehash(d, "pmu.json")
+    _refused(d, needle)
+
+
+def test_plugin_refuses_bad_state_itself(checkpoint, tmp_path):
+    """Whoever hands the plugin a state file: a bad one stops QEMU at
+    install with the reason, before any guest code."""
+    raw = bytearray((checkpoint[0] / "plugin.state").read_bytes())
+    raw[4:8] = (7).to_bytes(4, "little")         # version
+    bad = tmp_path / "bad.state"
+    bad.write_bytes(bytes(raw))
+    plugin = REPO / "qemu_plugin" / "pvperf.so"
+    r = subprocess.run(["qemu-system-x86_64", "-nodefaults", "-display",
+                        "none", "-machine", "pc,accel=tcg", "-S",
+                        "-plugin", f"{plugin},state_in={bad}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "state version differs" in r.stderr, r.stderr

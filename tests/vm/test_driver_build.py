@@ -1,0 +1,198 @@
+"""The guest driver (guest_kernel_patch/): the module builds clean against
+the Debian headers, carries the right metadata and exactly one doorbell,
+and the in-tree patch is generated from the same source, applies to
+linux-source-6.1 and compiles.
+
+The first run downloads the headers (14 MB) and linux-source-6.1 (140 MB,
+unpacked once into ~/.cache/pvperf/linux-source); both need apt lists
+(`apt-get update`).  One VM test boots the guest without the TCG plugin to
+check the driver's no-host path.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from support import REPO, run_pvperf
+
+GKP = REPO / "guest_kernel_patch"
+KO = GKP / "pvperf.ko"
+PATCH = GKP / "0001-x86-events-pvperf-paravirtual-PMU.patch"
+DOORBELL = "c7 00 50 56 50 46"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pvperf"
+
+
+def run(cmd, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          **kw)
+
+
+@pytest.fixture(scope="module")
+def kver() -> str:
+    r = run([GKP / "fetch-kbuild.sh", "--kver"])
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def kdir(kver) -> Path:
+    r = run([GKP / "fetch-kbuild.sh"])
+    assert r.returncode == 0, r.stderr
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def build(kdir) -> subprocess.CompletedProcess:
+    """One W=1 build (warnings are errors) after a clean."""
+    assert run(["make", "-C", GKP, "clean"]).returncode == 0
+    r = run(["make", "-C", GKP, "W=1"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def test_module_builds_without_warnings(build):
+    assert KO.is_file()
+    assert "warning:" not in build.stdout + build.stderr
+
+
+def modinfo(ko: Path) -> dict[str, str]:
+    """modinfo's fields; read from the .modinfo section if kmod is absent."""
+    if shutil.which("modinfo"):
+        out = run(["modinfo", ko]).stdout
+        return {k.strip(): v.strip() for k, _, v in
+                (line.partition(":") for line in out.splitlines())}
+    raw = subprocess.run(["objcopy", "-O", "binary", "--only-section=.modinfo",
+                          ko, "/dev/stdout"], capture_output=True,
+                         check=True).stdout
+    return dict(f.decode().partition("=")[::2] for f in raw.split(b"\0") if f)
+
+
+def test_modinfo_license_and_vermagic(build, kver):
+    info = modinfo(KO)
+    assert info["license"] == "GPL"
+    assert info["vermagic"].split()[0] == kver
+    assert info["name"] == "pvperf"
+
+
+def objdump_functions(ko: Path) -> dict[str, str]:
+    """Disassembly of every function in the module, by name."""
+    out = run(["objdump", "-d", ko]).stdout
+    funcs, name = {}, None
+    for line in out.splitlines():
+        m = re.match(r"^[0-9a-f]+ <([^>]+)>:$", line)
+        if m:
+            name = m.group(1)
+            funcs[name] = ""
+        elif name:
+            funcs[name] += line + "\n"
+    return funcs
+
+
+def test_doorbell_once_in_pvperf_hypercall(build):
+    """Every hypercall goes through pvperf_hypercall(): one doorbell store,
+    `movl $0x46505650,(%rax)`, and none anywhere else."""
+    funcs = objdump_functions(KO)
+    where = {f: body.count(DOORBELL) for f, body in funcs.items()
+             if DOORBELL in body}
+    assert where == {"pvperf_hypercall": 1}
+    line = next(l for l in funcs["pvperf_hypercall"].splitlines()
+                if DOORBELL in l)
+    assert re.search(r"movl\s+\$0x46505650,\(%rax\)", line), line
+    text = run(["objdump", "-d", "-j", ".text", KO]).stdout
+    assert text.count(DOORBELL) == 1, "the doorbell is not in .text"
+
+
+def test_per_cpu_data_only_in_data_percpu(build):
+    """The 6.1 module loader relocates only .data..percpu; any other per-CPU
+    section (DEFINE_PER_CPU_READ_MOSTLY's ..read_mostly) is ordinary module
+    memory and per_cpu() on it writes far outside (seen as an Oops)."""
+    out = run(["readelf", "-SW", KO]).stdout
+    names = re.findall(r"\]\s+(\.data\.\.percpu\S*)", out)
+    assert names == [".data..percpu"], names
+
+
+def test_patch_is_generated_from_module_source():
+    r = run([GKP / "make-patch.sh"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == PATCH.read_text(), \
+        "stale patch: run `make -C guest_kernel_patch patch`"
+
+
+def new_files(patch_text: str) -> dict[str, str]:
+    """The content of each file the patch creates."""
+    files, path, body = {}, None, None
+    for line in patch_text.splitlines(keepends=True):
+        if line.startswith("diff --git "):
+            if path is not None and body is not None:
+                files[path] = "".join(body)
+            path, body = line.split()[3][2:], None
+        elif line.startswith("new file mode"):
+            body = []
+        elif body is not None and line.startswith("+") \
+                and not line.startswith("+++ "):
+            body.append(line[1:])
+        elif line.startswith("-- \n"):
+            break
+    if path is not None and body is not None:
+        files[path] = "".join(body)
+    return files
+
+
+def test_patch_carries_the_module_source_verbatim():
+    files = new_files(PATCH.read_text())
+    assert files["arch/x86/events/pvperf/pvperf_pmu.c"] == \
+        (GKP / "pvperf_pmu.c").read_text()
+    assert files["arch/x86/include/asm/pvperf_abi.h"] == \
+        (REPO / "contracts" / "pvperf_abi.h").read_text()
+    assert "obj-$(CONFIG_PVPERF_PMU)" in files["arch/x86/events/pvperf/Makefile"]
+
+
+def test_patch_applies_to_linux_source():
+    r = run([GKP / "check-patch.sh", PATCH])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "offset" not in r.stdout and "fuzz" not in r.stdout, r.stdout
+
+
+def test_patched_files_compile_in_tree_layout(kdir):
+    """Build the patch's files as a module with the in-tree include layout
+    (<asm/pvperf_abi.h> from arch/x86/include) and its own Makefile."""
+    work = CACHE / "test-intree-build"
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        for rel, text in new_files(PATCH.read_text()).items():
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            (work / rel).write_text(text)
+        src = work / "arch/x86/events/pvperf"
+        # The in-tree Makefile, plus what the arch Makefile would provide.
+        (src / "Kbuild").write_text(
+            "CONFIG_PVPERF_PMU := m\n"
+            f"ccflags-y := -I{work / 'arch/x86/include'}\n"
+            + (src / "Makefile").read_text())
+        r = run(["make", "-C", kdir, f"M={src}", "KCFLAGS=-Werror",
+                 "modules"])
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert (src / "pvperf.ko").is_file()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.vm
+def test_without_host_prints_one_line_and_does_not_register(build):
+    """No plugin: the doorbell is a plain store, PROBE reads -ENOSYS, the
+    driver says so and refuses to load; nothing WARNs, no "cpu" PMU."""
+    r = run_pvperf(["run", "--no-pmu", "--", "sh", "-c",
+                    "insmod /lib/modules/pvperf/pvperf.ko; echo insmod=$?; "
+                    "dmesg; echo __DEVICES__; ls -1 /sys/bus/event_source/devices"])
+    assert r.returncode == 0, r.stderr
+    log, _, devices = r.stdout.partition("__DEVICES__\n")
+    assert ("pvperf: no paravirtual PMU host interface (ret=-38), "
+            "not registering") in log
+    assert "insmod=0" not in log
+    for bad in ("cut here", "WARNING:", "BUG:", "Oops"):
+        assert bad not in log, log
+    assert "software" in devices.split() and "cpu" not in devices.split()

@@ -1,0 +1,127 @@
+"""The event table is defined once (pyhost/pmu/events.py): the guest
+driver advertises exactly its events (it asks the host, PVPERF_OP_EVENTS),
+docs/events.md documents exactly them, and in a booted guest every event the sysfs ``cpu`` PMU and
+``perf list`` show is one the host counts."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pyhost.pmu.events import PERF_TYPE_RAW, default_events, sysfs_listing
+from pyhost.pmu.model import Pmu, PmuError
+from pyhost.pmu import abi
+
+from support import REPO, run_pvperf, sections
+
+DRIVER = REPO / "guest_kernel_patch" / "pvperf_pmu.c"
+DOC = REPO / "docs" / "events.md"
+
+
+def host_table() -> dict[str, int]:
+    """name -> the x86 raw encoding (event | umask << 8) the host counts."""
+    return {ev.name: ev.raw_configs[0] for ev in default_events()}
+
+
+def sysfs_encoding(text: str) -> int:
+    """A sysfs events/ string like "event=0x3c,umask=0x01" -> 0x013c."""
+    fields = dict(kv.split("=") for kv in text.strip().split(","))
+    assert set(fields) <= {"event", "umask"}, text
+    return int(fields.get("event", "0"), 16) | \
+        int(fields.get("umask", "0"), 16) << 8
+
+
+def host_counts(name: str, encoding: int) -> bool:
+    """Whether the host's PMU model accepts the raw encoding, as the
+    guest's perf sends it for cpu/NAME/."""
+    attr = abi.GuestPerfAttr(PERF_TYPE_RAW, encoding, 0, 0, 0, 0, 0, 0, 0)
+    try:
+        return Pmu().lookup(attr).name == name
+    except PmuError:
+        return False
+
+
+def test_driver_has_no_event_table_of_its_own():
+    """The driver's events/ come from the host (PVPERF_OP_EVENTS): no
+    event name or encoding is written into its source."""
+    src = DRIVER.read_text()
+    assert "PMU_EVENT_ATTR_STRING" not in src
+    assert not re.search(r'"[^"\n]*event=0x', src)
+    for name in host_table():
+        assert f'"{name}"' not in src, name
+
+
+def test_sysfs_listing_is_the_host_table():
+    """What PVPERF_OP_EVENTS answers, parsed as sysfs strings are."""
+    text = sysfs_listing(default_events())
+    assert text.endswith("\n")
+    pairs = [line.split("=", 1) for line in text.splitlines()]
+    assert {n: sysfs_encoding(t) for n, t in pairs} == host_table()
+
+
+def test_every_host_event_is_reachable_by_its_encoding():
+    for name, encoding in host_table().items():
+        assert host_counts(name, encoding), name
+
+
+def test_docs_list_exactly_the_host_table():
+    rows = re.findall(r"^\| ([\w-]+) \| `[\w-]+` \| `r([0-9a-f]{4})` \|",
+                      DOC.read_text(), re.M)
+    assert {name: int(raw, 16) for name, raw in rows} == host_table()
+
+
+def test_pvperf_events_prints_the_table():
+    r = run_pvperf(["events"])
+    assert r.returncode == 0, r.stderr
+    for ev in default_events():
+        kind = "Hardware cache event" if ev.cache_config is not None \
+            else "Hardware event"
+        assert re.search(rf"^\s+{re.escape(ev.name)}\s+\[{kind}, "
+                         rf"r{ev.raw_configs[0]:04x}\]", r.stdout, re.M), \
+            ev.name
+
+
+# perf's generic hardware event names (tools/perf/util/parse-events.c
+# event_symbols_hw) -> PERF_TYPE_HARDWARE config.
+PERF_HW_NAMES = {"cpu-cycles": 0, "cycles": 0, "instructions": 1,
+                 "cache-references": 2, "cache-misses": 3,
+                 "branch-instructions": 4, "branches": 4,
+                 "branch-misses": 5, "bus-cycles": 6,
+                 "stalled-cycles-frontend": 7, "idle-cycles-frontend": 7,
+                 "stalled-cycles-backend": 8, "idle-cycles-backend": 8,
+                 "ref-cycles": 9}
+
+GUEST_SCRIPT = r"""
+echo '=== sysfs'
+for f in /sys/bus/event_source/devices/cpu/events/*; do
+  echo "${f##*/} $(cat $f)"
+done
+echo '=== perf-list'
+perf list hw 2>&1
+echo '=== end'
+"""
+
+
+@pytest.mark.vm
+def test_guest_advertises_only_events_the_host_counts():
+    """Boot a guest with the driver: every event its sysfs cpu PMU lists
+    and every hardware event `perf list` shows is in the host's table."""
+    r = run_pvperf(["run", "--", "sh", "-c", GUEST_SCRIPT], timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    s = sections(r.stdout)
+    assert "end" in s, r.stdout[-2000:] + r.stderr
+    sysfs = dict(line.split(None, 1) for line in s["sysfs"] if line.strip())
+    assert sysfs, "the guest has no cpu PMU events (driver not loaded?)"
+    for name, text in sysfs.items():
+        assert host_counts(name, sysfs_encoding(text)), \
+            f"the guest advertises {name} ({text.strip()}), which the " \
+            "host does not count"
+    assert {n: sysfs_encoding(t) for n, t in sysfs.items()} == host_table()
+    hw_configs = {ev.hw_config for ev in default_events()}
+    listed = [m for line in s["perf-list"]
+              for m in re.findall(r"^\s+(.+?)\s+\[Hardware event\]", line)]
+    assert listed, "\n".join(s["perf-list"])
+    for entry in listed:
+        for name in (n.strip() for n in entry.split(" OR ")):
+            assert PERF_HW_NAMES.get(name) in hw_configs, \
+                f"perf list shows {name}, which the host does not count"

@@ -1,0 +1,400 @@
+"""Issue 4: perf record / report / annotate / top in the guest, hardware
+events through the paravirtual PMU, with exact sample IPs.
+
+References are independent of pvperf: valgrind (callgrind) gives each
+function's and each instruction's exact execution count on the host,
+``nm`` gives the addresses of the loop under test.  One guest boot per
+configuration runs every perf command; each test checks its section of
+the output.
+"""
+from __future__ import annotations
+
+import collections
+import re
+import subprocess
+
+import pytest
+
+from support import PROGRAMS, run_guest_script
+
+pytestmark = pytest.mark.vm
+
+N_HOTCOLD = 2000            # 12 M instructions
+PERIOD = 100003
+# Prime, not a multiple of the 5-insn loop, and large enough that the
+# kernel never throttles (at most 400 samples per 4 ms tick; TCG runs this
+# loop at up to ~3e9 instructions/s: <= 120 per tick).
+PRECISE_PERIOD = 100003
+N_TIGHT = 20000000          # 100 M instructions -> ~1,000 samples
+N_FREQ = 400000             # 2.4 G instructions: -F is time-based; about
+                            # 2,000 samples keep 3 points > 3 sigma
+# perf annotate: precise samples of hotcold at a prime period.  The kernel
+# throttles an event at perf_event_max_sample_rate (100,000/s: 400 samples
+# per 4 ms tick); TCG runs hot()'s loop at up to ~3e9 instructions per
+# second of guest time, so a period of 10007 gets throttled and 100003
+# (<= ~33,000 samples/s) does not.  N_ANNOTATE * 4808 / 100003: about 4,800
+# samples in hot(), enough that +-2 points on a 33% share is > 3 sigma
+# even for random (binomial) sampling; counter-based sampling at a prime
+# period is far more even than that.
+ANNOTATE_PERIOD = 100003
+N_ANNOTATE = 100000         # 600 M instructions
+# perf top: system-wide, refreshed every second while hotcold runs in the
+# background (killed afterwards).  hotcold starts a second earlier, so perf
+# top finds its maps in /proc at start-up (its own mmap record can be
+# dropped as too old while perf top is busy: the samples then showed as
+# raw addresses), and the events are :u, so perf top never has to load
+# kallsyms under TCG (seen taking over 12 s on a slow host: no samples).  perf top itself needs the first 2-5
+# seconds under TCG (its first kernel sample makes it load kallsyms; the
+# samples queued meanwhile are dropped as too old).  With a fixed prime
+# period (buffered samples) the guest then delivers 10,000-15,000
+# samples/s: the last (decayed) table holds > 10,000 samples of hotcold.
+# The default frequency mode (4000 Hz asked) gets ~1,300/s; when the
+# driver's SET_PERIOD fails (test_frequency_mode_periods_are_accepted) it
+# got none for 5 s, once for all of 15 s.
+TOP_SECONDS = 12
+TOPFREQ_SECONDS = 15
+TOP_PERIOD = 100003
+
+SCRIPT = f"""
+sec() {{ echo "=== $1"; }}
+D=/tmp/s; mkdir -p $D
+sec dmesg;   dmesg | grep 'pvperf:'
+sec report
+perf record -q -e instructions:u -c {PERIOD} -o $D/hc.data ./hotcold {N_HOTCOLD} 2>&1
+perf report -i $D/hc.data --stdio --sort sym 2>&1 | grep '%'
+sec unbuffered
+echo 0 > /sys/module/pvperf/parameters/buffered
+perf record -q -e instructions:u -c {PERIOD} -o $D/hc2.data ./hotcold {N_HOTCOLD} 2>&1
+perf report -i $D/hc2.data --stdio --sort sym 2>&1 | grep '%'
+echo 1 > /sys/module/pvperf/parameters/buffered
+sec precise
+perf record -q -e instructions:upp -c {PRECISE_PERIOD} -o $D/t.data ./tight {N_TIGHT} 2>&1
+perf script -i $D/t.data -F ip 2>&1
+sec callchain
+perf record -q -g -e instructions:u -c {PERIOD} -o $D/g.data ./hotcold 3000 2>&1
+perf script -i $D/g.data -F ip,sym 2>&1 | head -2000
+sec freq
+perf record -q -e instructions:u -F 4000 -o $D/f.data ./hotcold {N_FREQ} 2>&1
+perf report -i $D/f.data --stdio --sort sym 2>&1 | grep -E '%|Samples'
+sec freqperiods
+perf script -i $D/f.data -F period 2>&1 | sort -u | wc -l
+sec pinned
+taskset -c $(( $(nproc) - 1 )) perf record -q --sample-cpu -e instructions:u -c {PERIOD} -o $D/c.data ./hotcold 500 2>&1
+echo "pinned to $(( $(nproc) - 1 ))"
+perf script -i $D/c.data -F cpu 2>&1 | sort | uniq -c
+sec annotate
+perf record -q -e instructions:upp -c {ANNOTATE_PERIOD} -o $D/a.data ./hotcold {N_ANNOTATE} 2>&1
+echo "throttled: $(perf report -D -i $D/a.data 2>&1 | grep -c 'PERF_RECORD_THROTTLE')"
+perf annotate -i $D/a.data --stdio hot 2>&1
+# perf top reads keys from stdin: on /dev/null (EOF at once) it shows
+# its key help over and over; a FIFO we hold open for writing never
+# becomes readable.  No tty needed; SIGINT ends it (exit status 0).
+mkfifo $D/nokeys; exec 3<>$D/nokeys
+sec top
+./hotcold 1000000000 & pid=$!; sleep 1
+timeout -s INT {TOP_SECONDS} perf top --stdio -e instructions:u -c {TOP_PERIOD} -d 1 -E 10 -n <&3 2>&1
+echo "top exit $?"
+kill $pid; wait $pid
+sec topfreq
+./hotcold 1000000000 & pid=$!; sleep 1
+timeout -s INT {TOPFREQ_SECONDS} perf top --stdio -e instructions:u -d 1 -E 10 -n <&3 2>&1
+echo "top exit $?"
+kill $pid; wait $pid
+exec 3>&-
+sec periodfail
+dmesg | grep 'SET_PERIOD.*failed' ; true
+sec nmi
+dmesg | grep -i -E 'unknown reason|dazed|uhhuh' ; true
+sec end
+"""
+
+
+def callgrind_shares(argv: list[str]) -> dict[str, float]:
+    """Exact per-function instruction shares (percent) from callgrind,
+    functions named through nm (the freestanding binary has no debug
+    names valgrind resolves)."""
+    out = PROGRAMS / ".callgrind.out"
+    try:
+        subprocess.run(["valgrind", "--tool=callgrind",
+                        f"--callgrind-out-file={out}", *argv],
+                       capture_output=True, check=True)
+        text = subprocess.run(["callgrind_annotate", str(out)],
+                              capture_output=True, text=True,
+                              check=True).stdout
+    finally:
+        out.unlink(missing_ok=True)
+    syms = symbols(argv[0])
+    shares = {}
+    for m in re.finditer(r"^\s*([\d,]+) \(\s*([\d.]+)%\)\s+\?\?\?:0x([0-9a-f]+)",
+                         text, re.M):
+        shares[syms.get(int(m.group(3), 16), m.group(3))] = float(m.group(2))
+    return shares
+
+
+def callgrind_instruction_counts(argv: list[str]) -> dict[int, int]:
+    """How many times each instruction address executed (callgrind with
+    --dump-instr=yes; the cost line after a ``calls=`` line is the
+    call's inclusive cost and is skipped)."""
+    out = PROGRAMS / ".callgrind-instr.out"
+    try:
+        subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=yes",
+                        "--compress-pos=no", "--compress-strings=no",
+                        f"--callgrind-out-file={out}", *argv],
+                       capture_output=True, check=True)
+        text = out.read_text()
+    finally:
+        out.unlink(missing_ok=True)
+    assert re.search(r"^positions: instr line$", text, re.M), text[:500]
+    counts: collections.Counter = collections.Counter()
+    after_call = False
+    for line in text.splitlines():
+        if line.startswith("calls="):
+            after_call = True
+            continue
+        m = re.fullmatch(r"0x([0-9a-f]+) \d+ (\d+)", line)
+        if m and not after_call:
+            counts[int(m.group(1), 16)] += int(m.group(2))
+        after_call = False
+    return dict(counts)
+
+
+def function_range(path: str, name: str) -> tuple[int, int]:
+    """[start, end) of a function from nm's sorted text symbols."""
+    addrs = sorted(symbols(path))
+    start = {n: a for a, n in symbols(path).items()}[name]
+    return start, next(a for a in addrs if a > start)
+
+
+def annotate_lines(lines: list[str]) -> tuple[int, dict[int, tuple[float, str]]]:
+    """(samples, {address: (percent, instruction)}) from ``perf annotate
+    --stdio`` of one symbol.  Instruction lines look like
+    ``   33.29 :   401054: dec    %rdx``; source and label lines have
+    no address after the colon and are skipped."""
+    samples, rows = None, {}
+    for line in lines:
+        m = re.search(r"Disassembly of \S+ for \S+ \((\d+) samples", line)
+        if m:
+            samples = int(m.group(1))
+            continue
+        m = re.fullmatch(r"\s*([\d.]+)\s*:\s+([0-9a-f]+):\s*(.*?)\s*", line)
+        if m:
+            rows[int(m.group(2), 16)] = (float(m.group(1)), m.group(3))
+    assert samples is not None, "\n".join(lines[:40])
+    return samples, rows
+
+
+def top_tables(lines: list[str]) -> list[tuple[int, list]]:
+    """Every refresh of ``perf top --stdio -n`` as (irqs/sec, rows), a row
+    being (percent, samples, "." or "k", symbol).  A refresh starts with
+    the ``PerfTop: N irqs/sec ...`` header (after ESC[H ESC[2J)."""
+    tables: list[tuple[int, list]] = []
+    for line in lines:
+        m = re.search(r"PerfTop:\s+(\d+) irqs/sec", line)
+        if m:
+            tables.append((int(m.group(1)), []))
+            continue
+        m = re.match(r"\s*([\d.]+)%\s+(\d+)\s+\S+\s+\[([.k])\]\s+(\S+)", line)
+        if m and tables:
+            tables[-1][1].append((float(m.group(1)), int(m.group(2)),
+                                  m.group(3), m.group(4)))
+    return tables
+
+
+def top_exit(lines: list[str]) -> str:
+    return next((l for l in lines if l.startswith("top exit")), "no exit line")
+
+
+def symbols(path: str) -> dict[int, str]:
+    out = subprocess.run(["nm", path], capture_output=True, text=True,
+                         check=True).stdout
+    return {int(a, 16): n for a, _, n in (l.split() for l in out.splitlines()
+                                          if len(l.split()) == 3)}
+
+
+def report_shares(lines: list[str]) -> dict[str, float]:
+    shares = {}
+    for line in lines:
+        m = re.match(r"\s*([\d.]+)%\s+\[\.\]\s+(\S+)", line)
+        if m:
+            shares[m.group(2)] = float(m.group(1))
+    return shares
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["smp1", "smp2"])
+def guest(request):
+    s = run_guest_script(SCRIPT, request.param, timeout=900)
+    s["smp"] = request.param
+    return s
+
+
+def test_driver_samples(guest):
+    assert any("sampling with exact IPs" in l for l in guest["dmesg"]), \
+        guest["dmesg"]
+
+
+@pytest.mark.parametrize("section,tolerance", [
+    ("report", 1.0), ("unbuffered", 1.0),
+    # -F: perf adjusts the period as it goes, from time, so the number of
+    # samples depends on TCG's speed; N_FREQ makes about 2,000 of them
+    # (sigma of a share about 0.9 points).
+    ("freq", 3.0)])
+def test_function_shares_match_valgrind(guest, section, tolerance):
+    ref = callgrind_shares([str(PROGRAMS / "hotcold"), str(N_HOTCOLD)])
+    got = report_shares(guest[section])
+    for fn in ("hot", "cold"):
+        assert abs(got.get(fn, 0.0) - ref[fn]) <= tolerance, (fn, got, ref)
+
+
+def test_frequency_mode_periods_reach_the_host(guest):
+    """perf's period adjustments (-F) reach the host: the samples carry
+    many different periods, not just the initial one."""
+    assert int(guest["freqperiods"][-1].strip()) >= 5, guest["freqperiods"]
+
+
+def test_precise_samples_spread_evenly_over_the_loop(guest):
+    syms = {n: a for a, n in symbols(str(PROGRAMS / "tight")).items()}
+    lo, hi = syms["tight_loop"], syms["tight_end"]
+    ips = [int(l.strip(), 16) for l in guest["precise"]
+           if re.fullmatch(r"\s*[0-9a-f]+\s*", l)]
+    inside = collections.Counter(ip for ip in ips if lo <= ip < hi)
+    assert len(inside) == 5, inside          # add, xor, inc, dec, jnz
+    total = sum(inside.values())
+    # 100 M instructions / PRECISE_PERIOD: about 1,000, none throttled.
+    assert total >= 0.95 * len(ips) and total > 900, (total, len(ips))
+    for ip, n in inside.items():
+        assert abs(100.0 * n / total - 20.0) <= 2.0, (hex(ip), inside)
+
+
+def test_callchain_names_hot_callers(guest):
+    text = "\n".join(guest["callchain"])
+    # Each sample: frames "ip sym"; samples in hot() must show main_sp as
+    # a caller.  The chain is walked from the registers at the NMI, which
+    # the service raises before the overflowing vCPU goes on (synchronous
+    # delivery), so it lands at the next TB boundary, in the same frame.
+    blocks = [b for b in re.split(r"\n\s*\n", text) if b.strip()]
+    hot = [b for b in blocks if re.search(r"^\s*[0-9a-f]+ hot\b", b, re.M)]
+    assert hot, text[:2000]
+    with_caller = [b for b in hot if re.search(r"\bmain_sp\b", b)]
+    assert len(with_caller) >= 0.95 * len(hot), (len(with_caller),
+                                                 len(hot), hot[:3])
+
+
+def test_samples_on_the_pinned_cpu(guest):
+    lines = guest["pinned"]
+    cpu = int(next(l for l in lines if l.startswith("pinned to")).split()[-1])
+    rows = [re.fullmatch(r"\s*(\d+)\s+\[(\d+)\]\s*", l) for l in lines]
+    rows = [m.groups() for m in rows if m]
+    assert rows and all(int(c) == cpu for _, c in rows), lines
+
+
+def test_no_unknown_nmi(guest):
+    assert guest["nmi"] == [], guest["nmi"]
+
+
+@pytest.fixture(scope="module")
+def hot_reference():
+    """valgrind's per-instruction execution counts of one hot() call,
+    with hot()'s address range and the addresses of its inner loop."""
+    prog = str(PROGRAMS / "hotcold")
+    lo, hi = function_range(prog, "hot")
+    calls = 50
+    counts = callgrind_instruction_counts([prog, str(calls)])
+    per_call = {a: n / calls for a, n in counts.items() if lo <= a < hi}
+    # The inner loop, from the counts alone: the instructions run 1600
+    # times per call (hotcold.c), everything else in hot() once.
+    loop = sorted(a for a, n in per_call.items() if n > 1)
+    assert len(loop) == 3 and all(per_call[a] == 1600 for a in loop), per_call
+    return lo, hi, per_call, loop
+
+
+def test_annotate_matches_instruction_counts(guest, hot_reference):
+    """perf annotate --stdio of hot() (precise samples at a prime period):
+    the add/dec/jnz loop gets what valgrind's per-instruction counts
+    predict (1600 of hot()'s ~4808 instructions per call each, 33.3%),
+    within 2 points; the rest of hot() stays near its ~0.2%."""
+    lo, hi, per_call, loop = hot_reference
+    lines = guest["annotate"]
+    throttled = [l for l in lines if l.startswith("throttled:")]
+    assert throttled == ["throttled: 0"], lines[:20]
+    samples, rows = annotate_lines(lines)
+    # every instruction of hot() that ran is listed, at its address
+    assert set(per_call) <= set(rows), (sorted(map(hex, per_call)),
+                                         sorted(map(hex, rows)))
+    assert all(lo <= a < hi for a in rows), sorted(map(hex, rows))
+    assert [rows[a][1].split()[0] for a in loop] == ["add", "dec", "jne"], \
+        [rows[a] for a in loop]
+    total = sum(per_call.values())
+    # precise counter-based samples: one per ANNOTATE_PERIOD instructions
+    expected = N_ANNOTATE * total / ANNOTATE_PERIOD
+    assert abs(samples - expected) <= 0.02 * expected, (samples, expected)
+    for a in loop:
+        want = 100.0 * per_call[a] / total
+        assert abs(rows[a][0] - want) <= 2.0, (hex(a), rows[a], want, rows)
+    others = sum(p for a, (p, _) in rows.items() if a not in loop)
+    want_others = 100.0 * sum(n for a, n in per_call.items()
+                              if a not in loop) / total
+    assert others <= want_others + 1.0, (others, want_others, rows)
+    assert abs(sum(p for p, _ in rows.values()) - 100.0) <= 0.5, rows
+
+
+@pytest.fixture(scope="module")
+def hotcold_shares():
+    return callgrind_shares([str(PROGRAMS / "hotcold"), str(N_HOTCOLD)])
+
+
+def test_top_shows_hot_first(guest, hotcold_shares):
+    """perf top --stdio (system-wide, fixed prime period) while hotcold
+    runs: hot is the top user symbol and hot/(hot+cold) matches valgrind's
+    share within 2 points.  perf top counts every process, so only the
+    ratio of the two is compared, not hot's own percentage.  Its last
+    table holds > 10,000 samples (decayed by 7/8 a refresh): a binomial
+    sigma of 0.4 points; three runs gave 80.02, 79.94, 79.89 (valgrind
+    79.9).  On a loaded host the guest runs slower per refresh and the
+    table holds fewer (4,564 once): at least 3,000, a sigma of 0.73
+    points, keeps the 2-point window above 2.7 sigma."""
+    lines = guest["top"]
+    assert top_exit(lines) == "top exit 0", lines[-40:]
+    tables = [rows for _irqs, rows in top_tables(lines) if rows]
+    assert tables, "\n".join(lines[-60:])
+    last = tables[-1]
+    user = [r for r in last if r[2] == "."]
+    assert user and user[0][3] == "hot", last
+    got = {r[3]: r for r in user}
+    assert "cold" in got, last
+    n = got["hot"][1] + got["cold"][1]
+    assert n >= 3000, last
+    share = 100.0 * got["hot"][0] / (got["hot"][0] + got["cold"][0])
+    ref = hotcold_shares
+    want = 100.0 * ref["hot"] / (ref["hot"] + ref["cold"])
+    assert abs(share - want) <= 2.0, (share, want, last)
+
+
+def test_top_frequency_mode(guest, hotcold_shares):
+    """perf top in its default mode (frequency 4000 Hz, system-wide):
+    samples keep arriving at the end (the last 3 refreshes), hot leads,
+    and hot/(hot+cold) matches valgrind within 3 points (>= 2,000 samples:
+    binomial sigma <= 0.9 points; runs here: 5,300-6,600 samples, 79.7 to
+    80.6%)."""
+    lines = guest["topfreq"]
+    assert top_exit(lines) == "top exit 0", lines[-40:]
+    tables = top_tables(lines)
+    rates = [irqs for irqs, _rows in tables]
+    assert len(rates) >= 5 and all(r > 0 for r in rates[-3:]), rates
+    user = [r for r in tables[-1][1] if r[2] == "."]
+    assert user and user[0][3] == "hot", tables[-1]
+    got = {r[3]: r for r in user}
+    assert "cold" in got, tables[-1]
+    assert got["hot"][1] + got["cold"][1] >= 2000, (rates, tables[-1])
+    share = 100.0 * got["hot"][0] / (got["hot"][0] + got["cold"][0])
+    ref = hotcold_shares
+    want = 100.0 * ref["hot"] / (ref["hot"] + ref["cold"])
+    assert abs(share - want) <= 3.0, (share, want, tables[-1])
+
+
+def test_frequency_mode_periods_are_accepted(guest):
+    """Every period the driver sends in frequency mode is accepted (dmesg
+    after the record -F and both perf top runs).  Seen failing: about ten
+    SET_PERIOD calls with periods of 9e18 to 1.1e19 (>= 2^63, refused by
+    the host) within 10 ms of the events starting, after which perf top
+    showed no samples for 5 s to more than 10 s."""
+    assert guest["periodfail"] == [], guest["periodfail"]
