@@ -481,8 +481,20 @@ def _interrupted() -> None:
     sys.exit(EXIT_INTERRUPTED)
 
 
+def debug_requested(argv: list[str]) -> bool:
+    """Was pvperf's own --debug given?  Only the options before the
+    subcommand are pvperf's (click parses them so): a `--debug` further
+    on belongs to the subcommand or to the guest command."""
+    for arg in argv:
+        if arg == "--debug":
+            return True
+        if arg == "--" or not arg.startswith("-"):
+            return False
+    return False
+
+
 def main(argv=None) -> None:
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    debug = debug_requested(argv if argv is not None else sys.argv[1:])
     try:
         cli.main(args=argv, prog_name="pvperf", standalone_mode=False)
     except click.exceptions.Abort:
