@@ -43,6 +43,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ProfileError
 from ..pmu.abi import KERNEL_HALF_START
 from . import rmap as rmap_mod
 from .hostperf import EVENT, SAMPLE_FREQ, Frame, PerfSample, perf_lost, \
@@ -229,11 +230,28 @@ def build_resolver(rec: Recording, image, modsyms: str, share: Path,
                    ) -> Resolver:
     maps, comms = parse_snapshots(snapshots)
     return Resolver(
-        rmap=rmap_mod.read(rec.jitdump_path, rec.rmap_path),
+        rmap=read_reverse_map(rec),
         kernel=kernel_symbols(image.system_map.read_text(), modsyms),
         user=GuestUserSymbols(image.root, share, maps, extra_elves),
         host=HostSymbols(), code_cache=code_cache_ranges(rec.qemu_maps),
         comms=comms)
+
+
+def read_reverse_map(rec: Recording) -> rmap_mod.ReverseMap:
+    """The recording's jitdump joined with the plugin's records; a file
+    that is missing or of another format is a ProfileError."""
+    try:
+        return rmap_mod.read(rec.jitdump_path, rec.rmap_path)
+    except rmap_mod.RmapFormatError as e:
+        raise ProfileError("reading the reverse map", str(e),
+                           "rebuild the plugin (`make -C qemu_plugin`) so "
+                           "that it writes the records pyhost reads, and "
+                           "use a QEMU that writes jitdump v1", exc=e) from e
+    except OSError as e:
+        raise ProfileError("reading the reverse map",
+                           f"{e.filename}: {e.strerror}",
+                           "profile again; QEMU or the rmap plugin did not "
+                           "write it", exc=e) from e
 
 
 def command_elves(command: str, share: Path, image_root: Path) -> list[Path]:
