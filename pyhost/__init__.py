@@ -19,6 +19,7 @@ by tests/test_layering.py), and nothing imports in a circle:
   pmu/       the paravirtual PMU: ABI and protocol mirrors, guest RAM,
              event table, PMU model, sampling, NMI injection, hypercall
              backend, plugin service
+  guest_contract  the names pyhost and the image's /init agree on
   paths      where pvperf's files and cache are
   errors     the exception hierarchy (one root: PvperfError)
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from conftest import REPO
 
 PYHOST = REPO / "pyhost"
-LAYERS = {"errors": 0, "paths": 0, "digest": 0, "pmu": 1, "vm": 2, "image": 3,
+LAYERS = {"errors": 0, "paths": 0, "digest": 0, "guest_contract": 0,
+          "pmu": 1, "vm": 2, "image": 3,
           "profile": 4, "results": 4, "sweep": 5, "cli": 6}
 MAX_LINES = 600
 

@@ -30,6 +30,7 @@ import click
 
 # parse_mem: re-exported (the tests check it through the CLI module).
 from .options import ensure_image, make_config, parse_mem, vm_options  # noqa: F401
+from .. import guest_contract as guest
 from ..errors import GuestTimeoutError, PvperfError
 from ..image import build as image_build
 from ..image import recipe as image_recipe
@@ -180,7 +181,7 @@ def run(command, json_out, checkpoint_dir, checkpoint_after, **opts) -> None:
     if checkpoint_dir is not None and json_out is not None:
         raise click.UsageError("--json cannot span a checkpoint: give it "
                                "to `pvperf restore` instead")
-    config = make_config("run", shlex.join(command),
+    config = make_config(guest.RUN, shlex.join(command),
                          staged=checkpoint_dir is not None, **opts)
     if checkpoint_dir is not None:
         sys.exit(run_to_checkpoint(config, checkpoint_dir, checkpoint_after))
@@ -242,7 +243,7 @@ def stat(command, events, json_out, **opts) -> None:
     """Run `perf stat [-e EVENTS] -- COMMAND` in the guest (as `run`
     does) and exit with COMMAND's status; --json writes the counts."""
     argv = ["perf", "stat"] + (["-e", ",".join(events)] if events else [])
-    config = make_config("run", shlex.join(argv + ["--", *command]), **opts)
+    config = make_config(guest.RUN, shlex.join(argv + ["--", *command]), **opts)
     sys.exit(run_and_record(config, json_out))
 
 
@@ -315,7 +316,7 @@ def compare(base: str, new: str, threshold: str) -> None:
 @vm_options()
 def shell(**opts) -> None:
     """Boot the image (--image) and open an interactive shell (Ctrl-] quits)."""
-    config = make_config("shell", "", **opts)
+    config = make_config(guest.SHELL, "", **opts)
     sys.exit(run_async(run_shell(config)))
 
 
@@ -345,7 +346,7 @@ def profile(command, output, tb_size, perfmap, **opts) -> None:
     from ..profile import resolve as prof_resolve
     from ..profile import session as prof_session
     prof_record.preflight()
-    config = make_config("run", shlex.join(command), no_pmu=True, **opts)
+    config = make_config(guest.RUN, shlex.join(command), no_pmu=True, **opts)
     output.mkdir(parents=True, exist_ok=True)
     rec = run_async(prof_record.record(config, output.resolve(),
                                        tb_size_mb=tb_size,

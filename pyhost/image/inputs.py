@@ -14,7 +14,8 @@ Inputs (all of them go into the input hash; any change rebuilds):
       version, architecture) of their dependency closure (packages.py);
     * every file of the recipe directory ``images/<name>/``;
     * the SHA-256 of the guest PMU driver ``pvperf.ko`` (if any);
-    * the SHA-256 of the builder's sources (this package).
+    * the SHA-256 of the builder's sources (this package, and the names
+      it shares with /init: guest_contract.py).
 
 ``base_hash`` leaves the driver out: when only the driver changed, the
 cached kernel, System.map and tree are reused.
@@ -27,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import guest_contract
 from ..digest import sha256_file
 from ..errors import ImageError
 from ..paths import DRIVER_KO_PATH
@@ -42,9 +44,11 @@ DEFAULT_DRIVER = object()
 
 
 def builder_hash() -> str:
-    """SHA-256 over the builder's sources (every module of this package)."""
+    """SHA-256 over the builder's sources (every module of this package,
+    and the guest contract: where the tree puts what /init looks for)."""
     h = hashlib.sha256()
-    for p in sorted(Path(__file__).parent.glob("*.py")):
+    sources = sorted(Path(__file__).parent.glob("*.py"))
+    for p in sources + [Path(guest_contract.__file__)]:
         h.update(p.name.encode() + b"\0" + sha256_file(p).encode())
     return h.hexdigest()
 

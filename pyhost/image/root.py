@@ -10,14 +10,17 @@ import stat
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .. import guest_contract as guest
 from ..errors import ImageError
+from ..guest_contract import in_root
 from . import packages
 from .host import run
 from .inputs import Inputs
 from .modules import ModuleDB, modname
 
-GUEST_DRIVER_PATH = "lib/modules/pvperf/pvperf.ko"
-GUEST_MODULE_LIST = "etc/pvperf/modules.load"
+# In the root tree: where /init finds them (guest_contract.py).
+GUEST_DRIVER_PATH = in_root(guest.DRIVER_PATH)
+GUEST_MODULE_LIST = in_root(guest.MODULE_LIST)
 
 
 def _busybox_applets(busybox: Path) -> list[str]:
@@ -51,7 +54,7 @@ def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
     recipe = inputs.recipe
     for d in ("bin", "sbin", "usr/bin", "usr/sbin", "lib", "lib64", "etc",
               "etc/pvperf", "proc", "sys", "dev", "tmp", "run", "root",
-              "mnt/host", f"lib/modules/{kver}"):
+              in_root(guest.SHARE_MOUNT), f"lib/modules/{kver}"):
         (root / d).mkdir(parents=True, exist_ok=True)
     os.chmod(root / "tmp", 0o1777)
     os.chmod(root / "root", 0o700)

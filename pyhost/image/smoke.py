@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import ImageError, PvperfError
+from ..guest_contract import RUN
 from ..vm.launcher import VMConfig, run_command
 
 LOADER = "/lib64/ld-linux-x86-64.so.2"
@@ -64,7 +65,7 @@ def smoke_boot(vmlinux: Path, initramfs: Path,
     """Boot the image once; returns (kallsyms text, perf version line).
     ``tools``: guest paths of dynamically linked recipe tools whose
     libraries must all load.  Raises ImageError."""
-    config = VMConfig(image=_Boot(vmlinux, initramfs), mode="run",
+    config = VMConfig(image=_Boot(vmlinux, initramfs), guest_action=RUN,
                       command=smoke_command(tools), mem_mb=SMOKE_MEM_MB,
                       pmu=False, timeout=timeout, boot_timeout=timeout,
                       kernel_args=("nokaslr",))

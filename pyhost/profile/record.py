@@ -36,9 +36,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import SetupError, VMError
+from ..guest_contract import SHARE_MOUNT
 from ..paths import RMAP_PLUGIN_PATH
 from ..vm import channels
-from ..vm.launcher import GUEST_SHARE, VM, VMConfig
+from ..vm.launcher import VM, VMConfig
 from ..vm.qemu import qemu_escape
 from . import hostperf, kernel_layout
 
@@ -225,7 +226,7 @@ async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
     sweep_workdirs(share)
     workdir = share / f"{GUEST_WORKDIR}-{os.getpid()}-{os.urandom(3).hex()}"
     workdir.mkdir()
-    guest_dir = f"{GUEST_SHARE}/{workdir.name}"
+    guest_dir = f"{SHARE_MOUNT}/{workdir.name}"
     wrapped = replace(config, command=guest_wrapper(config.command,
                                                     guest_dir))
     perf_data = outdir / "perf.data"
