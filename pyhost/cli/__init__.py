@@ -150,7 +150,7 @@ def run_and_record(config: VMConfig, json_out: Path | None) -> int:
         events, command=config.command, exit_status=status,
         deterministic=config.deterministic, model=model,
         vm={"smp": config.smp, "mem_mb": config.mem_mb},
-        qemu=find_qemu(config.qemu), image=image_meta),
+        qemu=find_qemu(config.qemu, config.arch), image=image_meta),
         json_out)
     click.echo(f"pvperf: {len(events)} counts written to {json_out}",
                err=True)

@@ -25,7 +25,8 @@ GUEST_MODULE_LIST = in_root(guest.MODULE_LIST)
 
 def _busybox_applets(busybox: Path) -> list[str]:
     """Applet paths (relative, e.g. 'bin/sh') from ``busybox --list-full``
-    (the static busybox is an x86_64 binary like the host)."""
+    (run on the host: the static busybox is built for the guest's
+    architecture, which is the host's, pyhost/arch/)."""
     out = run([str(busybox), "--list-full"], "cannot list busybox applets",
               "delete the busybox-static .deb from the cache and retry")
     applets = [a.strip() for a in out.stdout.splitlines() if a.strip()]
@@ -142,7 +143,7 @@ def install_programs(root: Path, inputs: Inputs) -> None:
     name), their libraries and the dynamic loader at the paths ldd
     printed, unless the image's packages already brought that library,
     at that path or its /usr twin (the host is /usr-merged, so ldd's
-    /lib/x86_64-linux-gnu may be the package's /usr/lib/x86_64-linux-gnu;
+    /lib/<triplet> may be the package's /usr/lib/<triplet>;
     one copy, the package's, keeps e.g. libssl and libcrypto of one
     version)."""
     for guest, host in inputs.programs():

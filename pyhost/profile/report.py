@@ -29,6 +29,8 @@ import html
 import json
 from collections import Counter, defaultdict
 
+from ..arch import host
+
 SPACES = ("emulator", "guest-kernel", "guest-user")
 
 
@@ -250,9 +252,9 @@ def perf_map(session: dict) -> str:
 # -- annotation -------------------------------------------------------------------
 
 def _disasm(code: bytes, address: int):
-    import capstone
-    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-    return list(md.disasm(code, address))
+    """Guest and emulator code alike: the guest runs the host's
+    architecture (pyhost/arch/)."""
+    return list(host().disassembler().disasm(code, address))
 
 
 def annotate_guest(session: dict) -> str:

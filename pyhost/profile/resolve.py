@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ProfileError
-from ..pmu.abi import KERNEL_HALF_START
 from . import rmap as rmap_mod
 from .hostperf import EVENT, SAMPLE_FREQ, Frame, PerfSample, perf_lost, \
     perf_script
@@ -300,7 +299,7 @@ def resolve(rec: Recording, image, share: Path) -> dict:
     meta = {"event": EVENT, "frequency_hz": SAMPLE_FREQ,
             "duration_s": t1 - t0, "samples": len(samples),
             "lost_samples": perf_lost(rec.perf_data),
-            "vcpus": rec.smp, "target": f"qemu-system-x86_64 pid "
+            "vcpus": rec.smp, "target": f"{resolver.rmap.arch.qemu} pid "
             f"{rec.qemu_pid}", "command": rec.command,
             "exit_status": rec.status, "qemu_pid": rec.qemu_pid,
             "maps_snapshots": len(snapshots),
@@ -405,7 +404,7 @@ def compare_perfmap(r: Resolver, perfmap_path: Path, samples: list[dict]
 
 
 def perfmap_symbol(r: Resolver, vaddr: int) -> tuple[str, str] | None:
-    if vaddr >= KERNEL_HALF_START:
+    if r.rmap.arch.is_kernel(vaddr):
         sym = r.kernel.lookup(vaddr)
         return ("guest-kernel", sym.name) if sym else None
     found = r.user.guestpc_to_symbol(vaddr, b"", None)

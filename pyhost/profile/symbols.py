@@ -17,7 +17,7 @@
                 TB translated in one process to where another process has
                 the same code (same file offset, or the same bytes at the
                 same page offset)
-  emulator      qemu-system-x86_64 and its libraries: .symtab if present,
+  emulator      the QEMU system emulator and its libraries: .symtab if present,
                 else .dynsym.  Debian strips QEMU and ships no dbgsym in
                 the default archive: .dynsym names ~10k exported functions;
                 static functions get ``<dso>!fn@0xADDR``, their start taken

@@ -53,7 +53,7 @@ from ..pmu import abi, snapshot
 from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
 from . import qmp
-from .launcher import FIRMWARE, MIN_MEM_MB, POWEROFF_TIMEOUT, VM, Runstate, \
+from .launcher import MIN_MEM_MB, POWEROFF_TIMEOUT, VM, Runstate, \
     VMConfig
 from .qemu import find_qemu, version_line
 
@@ -101,7 +101,7 @@ def qemu_identity(config: VMConfig) -> str:
     """The first line of `qemu --version`: a checkpoint resumes only
     under the QEMU that took it (machine types and device state change
     between versions)."""
-    return version_line(find_qemu(config.qemu))
+    return version_line(find_qemu(config.qemu, config.arch))
 
 
 def prepare(directory: Path, config: VMConfig) -> None:
@@ -216,7 +216,7 @@ def _write(directory: Path, config: VMConfig, pmu_state: dict,
         "created": datetime.datetime.now(datetime.timezone.utc)
         .isoformat(timespec="seconds"),
         "after_s": after, "qemu": qemu_identity(config),
-        "firmware": FIRMWARE,
+        "firmware": config.arch.firmware,
         "vm": {**{k: getattr(config, _config_field(k)) for k in VM_FIELDS},
                "share": str(config.share) if config.share else None,
                "kernel_args": list(config.kernel_args),
@@ -271,10 +271,10 @@ def load(directory: Path, timeout: float | None = None,
         raise CheckpointError(what, f"taken under {manifest['qemu']!r}, "
                               f"this is {have!r}",
                               "resume it with the QEMU that took it")
-    if manifest.get("firmware") != FIRMWARE:
+    if manifest.get("firmware") != config.arch.firmware:
         raise CheckpointError(what, f"taken with firmware "
                               f"{manifest.get('firmware')!r}, pvperf now "
-                              f"boots {FIRMWARE!r}",
+                              f"boots {config.arch.firmware!r}",
                               "resume it with the pvperf that took it")
     if config.share is not None and not config.share.is_dir():
         raise CheckpointError(what, f"the share {config.share} is gone",

@@ -1,4 +1,7 @@
-"""The VM launcher: qemu-system-x86_64 under TCG, driven to a result.
+"""The VM launcher: QEMU's system emulator under TCG, driven to a result.
+
+The machine, CPU, firmware and serial console are the architecture's
+(``VMConfig.arch``, pyhost/arch/); the rest is the same everywhere.
 
 What it sets up, and how each piece is cleaned up:
 
@@ -42,6 +45,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .. import guest_contract as guest
+from ..arch import Arch, host
 from ..errors import GuestPanicError, GuestStatusError, GuestTimeoutError, \
     SetupError, VMError
 from ..paths import PLUGIN_PATH
@@ -53,7 +57,7 @@ from ..pmu.service import PluginService
 from ..pmu import snapshot
 from . import channels, determinism, qmp
 from .console import Console
-from .qemu import QEMU, check_qemu_for_plugin, find_qemu, \
+from .qemu import check_qemu_for_plugin, find_qemu, \
     qemu_escape, set_pdeathsig
 
 log = logging.getLogger("pvperf.vm")
@@ -64,16 +68,6 @@ BOOT_TIMEOUT = 60.0
 PLUGIN_CONNECT_TIMEOUT = 10.0
 POWEROFF_TIMEOUT = 15.0
 MIN_MEM_MB = 64
-# qboot (QEMU's minimal firmware, in qemu-system-data next to SeaBIOS):
-# it hands -kernel over without SeaBIOS's POST, 0.25 s sooner under TCG.
-FIRMWARE = "qboot.rom"
-# The guest kernel's own memcpy/memset/clear_page instead of `rep movsb` /
-# `rep stosb` (ERMS, FSRM), which TCG runs one byte per iteration: 0.55 s
-# less to boot (most of it unpacking the 40 MB initramfs), and every page
-# the guest clears or copies later is cheaper too.  The kernel's view
-# only: user code's CPUID, hence libc's choices and every `:u` count
-# (the tests' valgrind references), is unchanged.
-KERNEL_CPU_ARGS = ("clearcpuid=erms,fsrm",)
 
 
 def check_mem(mem_mb: int) -> None:
@@ -93,7 +87,7 @@ def preflight(config: "VMConfig") -> None:
     check_mem(config.mem_mb)
     if config.deterministic:
         determinism.check(config.smp)
-    qemu = find_qemu(config.qemu)
+    qemu = find_qemu(config.qemu, config.arch)
     if config.pmu:
         check_qemu_for_plugin(qemu)
         if not PLUGIN_PATH.exists():
@@ -162,7 +156,8 @@ class VMConfig:
     incoming: Path | None = None
     state_in: Path | None = None
     pmu_state: dict | None = None
-    qemu: str = QEMU
+    arch: Arch = field(default_factory=host)
+    qemu: str | None = None            # the QEMU binary (None: the arch's)
 
 
 def sweep_stale_shm() -> list[str]:
@@ -211,17 +206,18 @@ class VM:
 
     def qemu_argv(self) -> list[str]:
         c = self.config
+        arch = c.arch
         # cryptomgr.notests: the crypto self-tests make the boot wait
         # ~0.3 s (for initramfs unpacking, via request_module) and test
-        # nothing a profiling VM relies on.  KERNEL_CPU_ARGS: below.
-        append = ["console=ttyS0", "quiet", "panic=-1", "cryptomgr.notests",
-                  *KERNEL_CPU_ARGS,
+        # nothing a profiling VM relies on.
+        append = [f"console={arch.console}", "quiet", "panic=-1",
+                  "cryptomgr.notests", *arch.kernel_args,
                   guest.kernel_arg(guest.ACTION_KEY, c.guest_action),
                   *c.kernel_args]
-        argv = [find_qemu(c.qemu), "-nodefaults", "-no-user-config",
-                "-bios", FIRMWARE,
-                "-machine", "pc,accel=tcg,memory-backend=ram",
-                "-cpu", "max", "-smp", str(c.smp), "-m", f"{c.mem_mb}M",
+        argv = [find_qemu(c.qemu, arch), "-nodefaults", "-no-user-config",
+                "-bios", arch.firmware,
+                "-machine", f"{arch.machine},accel=tcg,memory-backend=ram",
+                "-cpu", arch.cpu, "-smp", str(c.smp), "-m", f"{c.mem_mb}M",
                 "-object", f"memory-backend-file,id=ram,size={c.mem_mb}M,"
                            f"mem-path={self.ram_path},share=on",
                 "-display", "none", "-serial", "stdio", "-no-reboot",
