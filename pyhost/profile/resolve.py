@@ -15,7 +15,8 @@ resolve: each sample's leaf IP: in QEMU's code cache (the anonymous
          where that process's executable mappings hold the TB's bytes at
          the same page offset.  Then guest kernel or user symbol, the user
          one from the running process's mappings, checked by code bytes.
-         Accounting (seed 003's CPU switch vs domain switch): "guest"
+         Accounting, in two views because the emulator's work for guest
+         code can be charged to either (CPU switch vs domain switch): "guest"
          counts code-cache samples only; "guest+emulator" also gives each
          emulator sample to the guest function whose TB called it, found
          as the innermost code-cache frame of the sample's DWARF-unwound
