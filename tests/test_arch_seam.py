@@ -90,3 +90,14 @@ def test_the_image_takes_console_node_and_loader_from_the_arch(tmp_path):
     assert f"dev/{arch.host().console}" not in nodes
     assert smoke.smoke_command(["/usr/bin/x"], other).startswith(
         "/lib/ld-other.so.1 --list /usr/bin/x")
+
+
+def test_each_architecture_has_its_recipe():
+    """images/<default_recipe>/ exists and installs that architecture's
+    Debian kernel (linux-image-<debian_arch>)."""
+    import json
+    from pyhost.paths import RECIPES_DIR
+    for a in arch.ARCHES.values():
+        recipe = json.loads((RECIPES_DIR / a.default_recipe /
+                             "recipe.json").read_text())
+        assert recipe["kernel"]["package"] == f"linux-image-{a.debian_arch}"
