@@ -19,6 +19,11 @@ by tests/test_layering.py), and nothing imports in a circle:
   pmu/       the paravirtual PMU: ABI and protocol mirrors, guest RAM,
              event table, PMU model, sampling, NMI injection, hypercall
              backend, plugin service
+  arch/      what differs per guest architecture (x86 only for now):
+             QEMU machine, console, boot kernel, disassembler; shared
+             code takes an Arch and names no architecture
+  guest_contract  the names pyhost and the image's /init agree on
+  elf        in-memory ELF files (pyelftools)
   paths      where pvperf's files and cache are
   errors     the exception hierarchy (one root: PvperfError)
 

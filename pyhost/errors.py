@@ -8,6 +8,7 @@
      |    +-- GuestTimeoutError the guest did not answer in time
      |    +-- GuestStatusError  the guest finished without reporting a status
      +-- ServiceError           the paravirtual PMU service failed
+     +-- ProfileError           reading back a host profile's data failed
 
 Every error carries three parts so the CLI can print one line,
 "pvperf: <what failed>: <cause> — <what to do>", and an optional wrapped
@@ -64,3 +65,8 @@ class GuestStatusError(VMError):
 
 class ServiceError(PvperfError):
     """The paravirtual PMU service failed."""
+
+
+class ProfileError(PvperfError):
+    """A recorded profile's data (perf.data, reverse map, jitdump) could
+    not be read back."""

@@ -12,7 +12,7 @@ A result file is JSON, schema 1 (``SCHEMA``; a reader refuses others):
   deterministic   whether it ran with --deterministic
   model           the PMU models' options: pmu, I1, D1, LL (size,ways,line),
                   cachegrind_compat; vm: smp, mem_mb
-  qemu            `qemu-system-x86_64 --version`'s first line
+  qemu            the first line of the QEMU binary's `--version`
   image           name, kernel, id (the image's input hash), packages
   pvperf          revision (git commit, "+dirty" with local changes)
   created         UTC time the file was written (never compared)

@@ -30,6 +30,7 @@ import click
 
 # parse_mem: re-exported (the tests check it through the CLI module).
 from .options import ensure_image, make_config, parse_mem, vm_options  # noqa: F401
+from .. import guest_contract as guest
 from ..errors import GuestTimeoutError, PvperfError
 from ..image import build as image_build
 from ..image import recipe as image_recipe
@@ -149,7 +150,7 @@ def run_and_record(config: VMConfig, json_out: Path | None) -> int:
         events, command=config.command, exit_status=status,
         deterministic=config.deterministic, model=model,
         vm={"smp": config.smp, "mem_mb": config.mem_mb},
-        qemu=find_qemu(config.qemu), image=image_meta),
+        qemu=find_qemu(config.qemu, config.arch), image=image_meta),
         json_out)
     click.echo(f"pvperf: {len(events)} counts written to {json_out}",
                err=True)
@@ -180,7 +181,7 @@ def run(command, json_out, checkpoint_dir, checkpoint_after, **opts) -> None:
     if checkpoint_dir is not None and json_out is not None:
         raise click.UsageError("--json cannot span a checkpoint: give it "
                                "to `pvperf restore` instead")
-    config = make_config("run", shlex.join(command),
+    config = make_config(guest.RUN, shlex.join(command),
                          staged=checkpoint_dir is not None, **opts)
     if checkpoint_dir is not None:
         sys.exit(run_to_checkpoint(config, checkpoint_dir, checkpoint_after))
@@ -242,7 +243,7 @@ def stat(command, events, json_out, **opts) -> None:
     """Run `perf stat [-e EVENTS] -- COMMAND` in the guest (as `run`
     does) and exit with COMMAND's status; --json writes the counts."""
     argv = ["perf", "stat"] + (["-e", ",".join(events)] if events else [])
-    config = make_config("run", shlex.join(argv + ["--", *command]), **opts)
+    config = make_config(guest.RUN, shlex.join(argv + ["--", *command]), **opts)
     sys.exit(run_and_record(config, json_out))
 
 
@@ -315,7 +316,7 @@ def compare(base: str, new: str, threshold: str) -> None:
 @vm_options()
 def shell(**opts) -> None:
     """Boot the image (--image) and open an interactive shell (Ctrl-] quits)."""
-    config = make_config("shell", "", **opts)
+    config = make_config(guest.SHELL, "", **opts)
     sys.exit(run_async(run_shell(config)))
 
 
@@ -345,7 +346,7 @@ def profile(command, output, tb_size, perfmap, **opts) -> None:
     from ..profile import resolve as prof_resolve
     from ..profile import session as prof_session
     prof_record.preflight()
-    config = make_config("run", shlex.join(command), no_pmu=True, **opts)
+    config = make_config(guest.RUN, shlex.join(command), no_pmu=True, **opts)
     output.mkdir(parents=True, exist_ok=True)
     rec = run_async(prof_record.record(config, output.resolve(),
                                        tb_size_mb=tb_size,
@@ -481,8 +482,20 @@ def _interrupted() -> None:
     sys.exit(EXIT_INTERRUPTED)
 
 
+def debug_requested(argv: list[str]) -> bool:
+    """Was pvperf's own --debug given?  Only the options before the
+    subcommand are pvperf's (click parses them so): a `--debug` further
+    on belongs to the subcommand or to the guest command."""
+    for arg in argv:
+        if arg == "--debug":
+            return True
+        if arg == "--" or not arg.startswith("-"):
+            return False
+    return False
+
+
 def main(argv=None) -> None:
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    debug = debug_requested(argv if argv is not None else sys.argv[1:])
     try:
         cli.main(args=argv, prog_name="pvperf", standalone_mode=False)
     except click.exceptions.Abort:

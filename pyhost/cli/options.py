@@ -12,14 +12,14 @@ from pathlib import Path
 import click
 
 from ..errors import PvperfError
+from ..guest_contract import SHARE_MOUNT
 from ..image import build as image_build
 from ..image import recipe as image_recipe
 from ..image import stage
 from ..image import userkernel
 from ..pmu import abi, geometry
 from ..vm import determinism
-from ..vm.launcher import GUEST_SHARE, MIN_MEM_MB, VMConfig, check_mem, \
-    preflight
+from ..vm.launcher import MIN_MEM_MB, VMConfig, check_mem, preflight
 
 SIZE_RE = re.compile(r"^(\d+)([MmGg]?)$")
 
@@ -75,7 +75,7 @@ def vm_options(pmu_switch: bool = True):
         click.option("--share", type=click.Path(exists=True, file_okay=False,
                                                 path_type=Path),
                      default=None, help="host directory mounted read-write "
-                     f"at {GUEST_SHARE} [default: current directory]"),
+                     f"at {SHARE_MOUNT} [default: current directory]"),
         click.option("--timeout", type=click.FloatRange(min=0.1),
                      default=None, help="stop the guest after S seconds"),
         click.option("--console", "echo_console", is_flag=True,
@@ -148,7 +148,7 @@ def ensure_image(name: str = "default"):
     return image_build.build_image(name)
 
 
-def make_config(mode: str, command: str, smp: int, mem: int,
+def make_config(guest_action: str, command: str, smp: int, mem: int,
                 share: Path | None, timeout: float | None,
                 echo_console: bool, image_name: str = "default",
                 no_pmu: bool = False,
@@ -175,7 +175,7 @@ def make_config(mode: str, command: str, smp: int, mem: int,
             determinism.check(smp)
         except PvperfError as e:
             raise click.BadParameter(e.cause, param_hint="'--smp'")
-    config = VMConfig(image=None, mode=mode, command=command, smp=smp,
+    config = VMConfig(image=None, guest_action=guest_action, command=command, smp=smp,
                       mem_mb=mem, share=share,
                       pmu=not no_pmu, timeout=timeout,
                       echo_console=echo_console, plugin_options=models,

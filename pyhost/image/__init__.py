@@ -6,7 +6,8 @@
   packages a recipe's packages with their dependencies (apt's resolver)
   host     host programs for the guest (perf, tools) and their libraries
   inputs   the inputs and their hash (when to rebuild)
-  kernel   bzImage -> vmlinux, PVH entry, .modinfo (pyelftools)
+  kernel   ELF readers (load address, banner, .modinfo); the boot
+           image's ELF kernel and entry through the host's Arch
   userkernel  a kernel the user built (--kernel): checks, driver module
   sysmap   /proc/kallsyms and System.map lines, parsed once
   modules  kernel module dependencies and load order

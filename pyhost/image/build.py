@@ -3,10 +3,11 @@
 An image is four artifacts plus a manifest, cached under
 ``${XDG_CACHE_HOME:-~/.cache}/pvperf/images/<name>/``:
 
-    vmlinux          the ELF kernel, booted through its PVH entry point
-                     (``qemu-system-x86_64 -kernel vmlinux``); extracted from
-                     the bzImage of the Debian kernel package because the
-                     bzImage's own XZ decompressor is slow under TCG
+    vmlinux          the ELF kernel ``qemu -kernel`` boots, made from the
+                     Debian kernel package's by the host's Arch
+                     (pyhost/arch/: on x86, extracted from the bzImage,
+                     whose own XZ decompressor is slow under TCG, and
+                     booted through its PVH entry point)
     initramfs.cpio   an UNCOMPRESSED newc archive (no decompression at boot):
                      busybox, the host's Debian ``perf`` with its shared
                      libraries, the recipe's extra host tools (``objdump``
@@ -49,13 +50,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ..arch import UnbootableKernel, host
 from ..errors import ImageError
 from ..paths import cache_dir
 from . import apt, packages
 from .cpio import write_initramfs
 from .inputs import DEFAULT_DRIVER, Inputs, gather
-from .kernel import extract_vmlinux, first_load_vaddr, kernel_banner, \
-    pvh_entry
+from .kernel import first_load_vaddr, kernel_banner
 from .root import install_driver, populate_root, write_image_json
 from .smoke import smoke_boot
 from .store import BuildLock, GuestImage, image_dir, image_from_dir, \
@@ -160,20 +161,19 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
     vmlinuz = kdir / "boot" / f"vmlinuz-{kver}"
     report(4, f"extracting vmlinux from {vmlinuz.name}")
     try:
-        elf = extract_vmlinux(vmlinuz.read_bytes())
-        entry = pvh_entry(elf)
+        boot = host().boot_kernel(vmlinuz.read_bytes())
+    except UnbootableKernel as e:
+        raise ImageError("cannot use this kernel",
+                         f"{vmlinuz.name} {e.cause}", e.hint) from e
     except (OSError, ValueError) as e:
         raise ImageError("cannot extract vmlinux", str(e),
                          f"delete {kdeb} and retry; report a bug if it "
                          "persists") from e
-    if entry is None:
-        raise ImageError("cannot use this kernel", f"{vmlinuz.name} has no "
-                         "PVH entry point (CONFIG_PVH)",
-                         "choose a kernel built with CONFIG_PVH=y")
+    elf, kernel_manifest = boot.elf, boot.manifest
     (out / "vmlinux").write_bytes(elf)
     banner = kernel_banner(elf)
     load_vaddr = first_load_vaddr(elf)
-    del elf
+    del elf, boot
 
     root = out / "root"
     root.mkdir()
@@ -183,7 +183,7 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
     shutil.rmtree(bbdir)
 
     report(7, "writing initramfs.cpio")
-    write_initramfs(root, out / "initramfs.cpio")
+    write_initramfs(root, out / "initramfs.cpio", host())
     size = (out / "initramfs.cpio").stat().st_size
 
     report(8, "test-booting the image (System.map from /proc/kallsyms)")
@@ -207,7 +207,7 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
         "kernel_version": kver,
         "kernel_banner": banner,
         "kernel_package": kpkg,
-        "pvh_entry": f"{entry:#x}",
+        **kernel_manifest,
         "packages": inputs.data["packages"],
         "added": inputs.recipe.packages,
         "debs": inputs.data["debs"],
@@ -248,7 +248,7 @@ def _update_driver(work: Path, final: Path, inputs: Inputs, old: dict,
     install_driver(out / "root", inputs)
     write_image_json(out / "root", inputs, old["kernel_version"])
     report(7, "writing initramfs.cpio")
-    write_initramfs(out / "root", out / "initramfs.cpio")
+    write_initramfs(out / "root", out / "initramfs.cpio", host())
     size = (out / "initramfs.cpio").stat().st_size
     manifest = dict(old)
     manifest.update({

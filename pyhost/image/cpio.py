@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ..arch import Arch
+
 _NEWC_MAGIC = b"070701"
 _NEWC_HEADER = 110
 _TRAILER = "TRAILER!!!"
@@ -145,14 +147,15 @@ def read_newc(data: bytes) -> list[CpioEntry]:
                                  (f[9], f[10]), body))
 
 
-def write_initramfs(root: Path, out: Path) -> None:
+def write_initramfs(root: Path, out: Path, arch: Arch) -> None:
     """The root tree plus the device nodes the kernel needs before /init
-    mounts devtmpfs (it opens /dev/console for init's stdio)."""
+    mounts devtmpfs (it opens /dev/console for init's stdio; the serial
+    console is the architecture's)."""
     with open(out, "wb", buffering=1 << 20) as f:
         w = CpioWriter(f)
         w.add_tree(root)
         w.add_device("dev/console", 5, 1, 0o600)
         w.add_device("dev/null", 1, 3, 0o666)
-        w.add_device("dev/ttyS0", 4, 64, 0o600)
+        w.add_device(f"dev/{arch.console}", *arch.console_rdev, 0o600)
         w.close()
 

@@ -2,9 +2,10 @@
 
 Inputs (all of them go into the input hash; any change rebuilds):
 
-    * the kernel package that ``linux-image-amd64`` depends on and its
-      candidate version, and the candidate version of busybox-static, as
-      the local apt lists resolve them (``apt-cache``; no network);
+    * the kernel package that the recipe's kernel metapackage depends on
+      and its candidate version, and the candidate version of
+      busybox-static, as the local apt lists resolve them (``apt-cache``;
+      no network);
     * the installed ``linux-perf`` version and the size/mtime of the perf
       binary and of every library ``ldd`` lists for it;
     * likewise for each recipe ``tools`` entry: the installed version of
@@ -14,7 +15,9 @@ Inputs (all of them go into the input hash; any change rebuilds):
       version, architecture) of their dependency closure (packages.py);
     * every file of the recipe directory ``images/<name>/``;
     * the SHA-256 of the guest PMU driver ``pvperf.ko`` (if any);
-    * the SHA-256 of the builder's sources (this package).
+    * the SHA-256 of the builder's sources (this package, the names it
+      shares with /init: guest_contract.py, and what it takes from the
+      architecture: arch/, elf.py).
 
 ``base_hash`` leaves the driver out: when only the driver changed, the
 cached kernel, System.map and tree are reused.
@@ -27,6 +30,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import arch, elf, guest_contract
 from ..digest import sha256_file
 from ..errors import ImageError
 from ..paths import DRIVER_KO_PATH
@@ -42,9 +46,14 @@ DEFAULT_DRIVER = object()
 
 
 def builder_hash() -> str:
-    """SHA-256 over the builder's sources (every module of this package)."""
+    """SHA-256 over the builder's sources: every module of this package,
+    the guest contract (where the tree puts what /init looks for) and the
+    architecture's description (the boot kernel, the console node)."""
     h = hashlib.sha256()
-    for p in sorted(Path(__file__).parent.glob("*.py")):
+    sources = sorted(Path(__file__).parent.glob("*.py")) + \
+        sorted(Path(arch.__file__).parent.glob("*.py")) + \
+        [Path(guest_contract.__file__), Path(elf.__file__)]
+    for p in sources:
         h.update(p.name.encode() + b"\0" + sha256_file(p).encode())
     return h.hexdigest()
 

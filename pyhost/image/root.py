@@ -10,19 +10,23 @@ import stat
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .. import guest_contract as guest
 from ..errors import ImageError
+from ..guest_contract import in_root
 from . import packages
 from .host import run
 from .inputs import Inputs
 from .modules import ModuleDB, modname
 
-GUEST_DRIVER_PATH = "lib/modules/pvperf/pvperf.ko"
-GUEST_MODULE_LIST = "etc/pvperf/modules.load"
+# In the root tree: where /init finds them (guest_contract.py).
+GUEST_DRIVER_PATH = in_root(guest.DRIVER_PATH)
+GUEST_MODULE_LIST = in_root(guest.MODULE_LIST)
 
 
 def _busybox_applets(busybox: Path) -> list[str]:
     """Applet paths (relative, e.g. 'bin/sh') from ``busybox --list-full``
-    (the static busybox is an x86_64 binary like the host)."""
+    (run on the host: the static busybox is built for the guest's
+    architecture, which is the host's, pyhost/arch/)."""
     out = run([str(busybox), "--list-full"], "cannot list busybox applets",
               "delete the busybox-static .deb from the cache and retry")
     applets = [a.strip() for a in out.stdout.splitlines() if a.strip()]
@@ -51,7 +55,7 @@ def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
     recipe = inputs.recipe
     for d in ("bin", "sbin", "usr/bin", "usr/sbin", "lib", "lib64", "etc",
               "etc/pvperf", "proc", "sys", "dev", "tmp", "run", "root",
-              "mnt/host", f"lib/modules/{kver}"):
+              in_root(guest.SHARE_MOUNT), f"lib/modules/{kver}"):
         (root / d).mkdir(parents=True, exist_ok=True)
     os.chmod(root / "tmp", 0o1777)
     os.chmod(root / "root", 0o700)
@@ -139,7 +143,7 @@ def install_programs(root: Path, inputs: Inputs) -> None:
     name), their libraries and the dynamic loader at the paths ldd
     printed, unless the image's packages already brought that library,
     at that path or its /usr twin (the host is /usr-merged, so ldd's
-    /lib/x86_64-linux-gnu may be the package's /usr/lib/x86_64-linux-gnu;
+    /lib/<triplet> may be the package's /usr/lib/<triplet>;
     one copy, the package's, keeps e.g. libssl and libcrypto of one
     version)."""
     for guest, host in inputs.programs():

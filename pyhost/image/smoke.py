@@ -12,9 +12,9 @@ perf report and perf script (perf 6.1, without libbfd) start
 ``addr2line`` from PATH for source lines and inlined frames of sampled
 user code and write addresses into its stdin; when addr2line is missing
 the child has exited, and perf dies of SIGPIPE (exit 141) after lines like
-``addr2line /lib/x86_64-linux-gnu/libc.so.6: could not read first
-record`` (issue 14).  So an image without a working addr2line is refused
-here, whatever its recipe.
+``addr2line /lib/<triplet>/libc.so.6: could not read first record``.
+So an image without a working addr2line is refused here, whatever its
+recipe.
 """
 from __future__ import annotations
 
@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from ..arch import Arch, host
 from ..errors import ImageError, PvperfError
+from ..guest_contract import RUN
 from ..vm.launcher import VMConfig, run_command
 
-LOADER = "/lib64/ld-linux-x86-64.so.2"
 #: Marks the test command's own complaints on stderr.
 SMOKE_TAG = "pvperf-smoke:"
 HELPER_CHECK = (f"{{ addr2line -f -e /usr/bin/perf 0 >/dev/null || {{ echo "
@@ -48,12 +49,14 @@ class _Boot:
     initramfs: Path
 
 
-def smoke_command(tools: Iterable[str] = ()) -> str:
+def smoke_command(tools: Iterable[str] = (), arch: Arch | None = None
+                  ) -> str:
     """The test boot's command: every dynamically linked tool (guest path)
     must load (the dynamic loader's --list exits non-zero when a library
     is missing), addr2line must run, then /proc/kallsyms, then perf's
     version on stderr."""
-    checks = "".join(f"{LOADER} --list {t} >&2 && " for t in tools)
+    loader = (arch or host()).dynamic_loader
+    checks = "".join(f"{loader} --list {t} >&2 && " for t in tools)
     return (checks + HELPER_CHECK
             + " && cat /proc/kallsyms && perf --version >&2")
 
@@ -64,7 +67,7 @@ def smoke_boot(vmlinux: Path, initramfs: Path,
     """Boot the image once; returns (kallsyms text, perf version line).
     ``tools``: guest paths of dynamically linked recipe tools whose
     libraries must all load.  Raises ImageError."""
-    config = VMConfig(image=_Boot(vmlinux, initramfs), mode="run",
+    config = VMConfig(image=_Boot(vmlinux, initramfs), guest_action=RUN,
                       command=smoke_command(tools), mem_mb=SMOKE_MEM_MB,
                       pmu=False, timeout=timeout, boot_timeout=timeout,
                       kernel_args=("nokaslr",))

@@ -21,11 +21,12 @@ import os
 from pathlib import Path
 
 from ..errors import ImageError
+from ..guest_contract import SHARE_MOUNT, STAGED_STAMP, in_root
 from ..vm.determinism import STAGED_MTIME
 from .cpio import CpioWriter
 
-GUEST_DIR = "mnt/host"
-STAMP = "etc/pvperf/staged"
+GUEST_DIR = in_root(SHARE_MOUNT)
+STAMP = in_root(STAGED_STAMP)
 
 
 def share_bytes(share: Path) -> int:
@@ -51,7 +52,7 @@ def stage_share(share: Path, limit: int) -> bytes:
                          "needs (--share DIR), or raise --mem")
     buf = io.BytesIO()
     cpio = CpioWriter(buf, mtime=STAGED_MTIME)
-    cpio.add_dir("mnt")
+    cpio.add_dir(os.path.dirname(GUEST_DIR))
     cpio.add_dir(GUEST_DIR)
     try:
         cpio.add_tree(share, prefix=GUEST_DIR + "/")

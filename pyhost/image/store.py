@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..arch import host
 from ..paths import RECIPES_DIR, cache_dir
 
 
@@ -48,7 +49,10 @@ def image_dir(name: str = "default") -> Path:
 
 
 def recipe_dir(name: str = "default") -> Path:
-    return RECIPES_DIR / name
+    """images/<name>/; the image named "default" is built from the host
+    architecture's own recipe (Arch.default_recipe)."""
+    return RECIPES_DIR / (host().default_recipe if name == "default"
+                          else name)
 
 
 def user_recipe_path(name: str) -> Path:

@@ -72,8 +72,10 @@ MAX_PERIOD = 1 << 62
 SAMPLE_BUF_MIN = 4096
 SAMPLE_BUF_MAX = 1 << 20
 
-# Kernel-half start on x86_64 (4-level paging): the doorbell must run here,
-# and guest code here is kernel code (counting, profiles).
+# pvperf_abi.h's kernel-half start: the doorbell must run here, and guest
+# code here is kernel code (counting).  The architecture's description
+# (pyhost/arch/) holds it for the rest of pyhost; tests/test_arch_seam.py
+# checks that the two agree.
 KERNEL_HALF_START = 0xFFFF800000000000
 
 HCALL_ALIGN = 64

@@ -1,4 +1,4 @@
-"""The paravirtual perf backend: serves the seed's KVM_PERF_OP hypercalls.
+"""The paravirtual perf backend: serves the guest driver's hypercalls.
 
 The guest is untrusted.  For every hypercall this module reads the guest's
 structures once into private copies (``abi.*.unpack``), validates every

@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import SetupError
+from ..errors import ProfileError, SetupError
 
 EVENT = "cpu-clock"
 SAMPLE_FREQ = 4000
@@ -68,6 +68,13 @@ class PerfSample:
     frames: list[Frame]
 
 
+# perf script prints fields separated by blanks, and comm and sym may
+# hold blanks themselves ("CPU 0/TCG", "operator new(unsigned long)").
+# perf 6.1's script has no field separator (-F picks fields only; the
+# -t/--field-separator of perf report does not exist here) and prints a
+# callchain as one indented "ip sym+off (dso)" line per frame, so the
+# lines are taken apart by their shape: the head line ends in
+# "tid time:", a frame line in "(dso)".
 HEAD_RE = re.compile(r"^\s*(?P<comm>.*?)\s+(?P<tid>\d+)\s+(?P<time>\d+\.\d+):"
                      r"\s+(?P<period>\d+)?")
 FRAME_RE = re.compile(r"^\s+(?P<ip>[0-9a-f]+)\s+(?P<sym>.*?)\s+\((?P<dso>.*)\)$")
@@ -92,9 +99,20 @@ def parse_perf_script(text: str) -> list[PerfSample]:
 
 
 def perf_script(perf_data: Path) -> list[PerfSample]:
-    out = subprocess.run(["perf", "script", "-i", str(perf_data), "-F",
-                          "comm,tid,time,ip,sym,dso"],
-                         capture_output=True, text=True, check=True).stdout
+    """The samples of ``perf_data``; a perf script failure is a
+    ProfileError (one line: perf's last complaint)."""
+    try:
+        out = subprocess.run(["perf", "script", "-i", str(perf_data), "-F",
+                              "comm,tid,time,ip,sym,dso"],
+                             capture_output=True, text=True, check=True
+                             ).stdout
+    except subprocess.CalledProcessError as e:
+        said = (e.stderr or "").strip().splitlines()
+        raise ProfileError(f"reading the samples of {perf_data}",
+                           f"perf script exited with {e.returncode}"
+                           + (f": {said[-1]}" if said else ""),
+                           f"run `perf script -i {perf_data}` to see why",
+                           exc=e) from e
     return parse_perf_script(out)
 
 

@@ -32,13 +32,14 @@ import shlex
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import SetupError, VMError
+from ..guest_contract import SHARE_MOUNT
 from ..paths import RMAP_PLUGIN_PATH
 from ..vm import channels
-from ..vm.launcher import GUEST_SHARE, VM, VMConfig
+from ..vm.launcher import VM, VMConfig
 from ..vm.qemu import qemu_escape
 from . import hostperf, kernel_layout
 
@@ -225,11 +226,12 @@ async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
     sweep_workdirs(share)
     workdir = share / f"{GUEST_WORKDIR}-{os.getpid()}-{os.urandom(3).hex()}"
     workdir.mkdir()
-    guest_dir = f"{GUEST_SHARE}/{workdir.name}"
-    command = config.command
-    config.command = guest_wrapper(command, guest_dir)
+    guest_dir = f"{SHARE_MOUNT}/{workdir.name}"
+    wrapped = replace(config, command=guest_wrapper(config.command,
+                                                    guest_dir))
     perf_data = outdir / "perf.data"
-    perf, vm = None, ProfiledVM(config, outdir, guest_task_layout(config.image),
+    perf, vm = None, ProfiledVM(wrapped, outdir,
+                                guest_task_layout(config.image),
                                 tb_size_mb, perfmap)
     try:
         async with vm:
@@ -255,7 +257,6 @@ async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
         remove_workdir(workdir)
         raise
     finally:
-        config.command = command
         if perf is not None:
             hostperf.stop_record(perf)
         perfmap_path = vm.keep_perfmap()
@@ -263,6 +264,6 @@ async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
                      rmap_path=vm.rmap_path, jitdump_path=vm.jitdump_path,
                      perfmap_path=perfmap_path, qemu_pid=pid,
                      qemu_maps=qemu_maps, window=(t_go, t_done),
-                     status=status, command=command, smp=config.smp,
+                     status=status, command=config.command, smp=config.smp,
                      perf_stderr=perf_err)
 

@@ -4,11 +4,14 @@ Every output is a function of the session alone (record once, render many):
 
   text_report   a perf-like preamble (duration, samples, lost samples,
                 event, vCPUs, target), then the merged top functions of all
-                three spaces, then the two accounting views of seed 003:
-                "guest code only" (CPU switch: only samples in the code
-                cache) and "guest code + emulator work on its behalf"
-                (domain switch: an emulator sample whose unwound host stack
-                reaches a TB counts for that TB's guest function)
+                three spaces, then two accounting views, because the
+                emulator's work for guest code (helpers, the softmmu slow
+                paths) is the guest's cost by one reading and the
+                emulator's by another: "guest code only" (CPU switch:
+                only samples in the code cache) and "guest code +
+                emulator work on its behalf" (domain switch: an emulator
+                sample whose unwound host stack reaches a TB counts for
+                that TB's guest function)
   summary       summary.json: samples_total, samples_code_cache,
                 samples_code_cache_resolved, top [{symbol, space, share}]
                 (share: percent of all samples)
@@ -28,6 +31,8 @@ from __future__ import annotations
 import html
 import json
 from collections import Counter, defaultdict
+
+from ..arch import host
 
 SPACES = ("emulator", "guest-kernel", "guest-user")
 
@@ -250,9 +255,9 @@ def perf_map(session: dict) -> str:
 # -- annotation -------------------------------------------------------------------
 
 def _disasm(code: bytes, address: int):
-    import capstone
-    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-    return list(md.disasm(code, address))
+    """Guest and emulator code alike: the guest runs the host's
+    architecture (pyhost/arch/)."""
+    return list(host().disassembler().disasm(code, address))
 
 
 def annotate_guest(session: dict) -> str:

@@ -15,7 +15,8 @@ resolve: each sample's leaf IP: in QEMU's code cache (the anonymous
          where that process's executable mappings hold the TB's bytes at
          the same page offset.  Then guest kernel or user symbol, the user
          one from the running process's mappings, checked by code bytes.
-         Accounting (seed 003's CPU switch vs domain switch): "guest"
+         Accounting, in two views because the emulator's work for guest
+         code can be charged to either (CPU switch vs domain switch): "guest"
          counts code-cache samples only; "guest+emulator" also gives each
          emulator sample to the guest function whose TB called it, found
          as the innermost code-cache frame of the sample's DWARF-unwound
@@ -43,7 +44,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..pmu.abi import KERNEL_HALF_START
+from ..errors import ProfileError
 from . import rmap as rmap_mod
 from .hostperf import EVENT, SAMPLE_FREQ, Frame, PerfSample, perf_lost, \
     perf_script
@@ -229,11 +230,28 @@ def build_resolver(rec: Recording, image, modsyms: str, share: Path,
                    ) -> Resolver:
     maps, comms = parse_snapshots(snapshots)
     return Resolver(
-        rmap=rmap_mod.read(rec.jitdump_path, rec.rmap_path),
+        rmap=read_reverse_map(rec),
         kernel=kernel_symbols(image.system_map.read_text(), modsyms),
         user=GuestUserSymbols(image.root, share, maps, extra_elves),
         host=HostSymbols(), code_cache=code_cache_ranges(rec.qemu_maps),
         comms=comms)
+
+
+def read_reverse_map(rec: Recording) -> rmap_mod.ReverseMap:
+    """The recording's jitdump joined with the plugin's records; a file
+    that is missing or of another format is a ProfileError."""
+    try:
+        return rmap_mod.read(rec.jitdump_path, rec.rmap_path)
+    except rmap_mod.RmapFormatError as e:
+        raise ProfileError("reading the reverse map", str(e),
+                           "rebuild the plugin (`make -C qemu_plugin`) so "
+                           "that it writes the records pyhost reads, and "
+                           "use a QEMU that writes jitdump v1", exc=e) from e
+    except OSError as e:
+        raise ProfileError("reading the reverse map",
+                           f"{e.filename}: {e.strerror}",
+                           "profile again; QEMU or the rmap plugin did not "
+                           "write it", exc=e) from e
 
 
 def command_elves(command: str, share: Path, image_root: Path) -> list[Path]:
@@ -282,7 +300,7 @@ def resolve(rec: Recording, image, share: Path) -> dict:
     meta = {"event": EVENT, "frequency_hz": SAMPLE_FREQ,
             "duration_s": t1 - t0, "samples": len(samples),
             "lost_samples": perf_lost(rec.perf_data),
-            "vcpus": rec.smp, "target": f"qemu-system-x86_64 pid "
+            "vcpus": rec.smp, "target": f"{resolver.rmap.arch.qemu} pid "
             f"{rec.qemu_pid}", "command": rec.command,
             "exit_status": rec.status, "qemu_pid": rec.qemu_pid,
             "maps_snapshots": len(snapshots),
@@ -387,7 +405,7 @@ def compare_perfmap(r: Resolver, perfmap_path: Path, samples: list[dict]
 
 
 def perfmap_symbol(r: Resolver, vaddr: int) -> tuple[str, str] | None:
-    if vaddr >= KERNEL_HALF_START:
+    if r.rmap.arch.is_kernel(vaddr):
         sym = r.kernel.lookup(vaddr)
         return ("guest-kernel", sym.name) if sym else None
     found = r.user.guestpc_to_symbol(vaddr, b"", None)

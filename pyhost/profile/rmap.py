@@ -3,7 +3,7 @@ and which guest address space a vCPU ran at a given time.
 
 Two recordings of one QEMU run are joined here:
 
-* QEMU's own jitdump (``qemu-system-x86_64 -jitdump`` writes
+* QEMU's own jitdump (``qemu -jitdump`` writes
   ``jit-<qemu pid>.dump`` into its current directory; writer: QEMU 10.0
   tcg/perf.c; format: the Linux perf jitdump specification,
   tools/perf/Documentation/jitdump-specification.txt, structs in
@@ -92,7 +92,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..pmu.abi import KERNEL_HALF_START
+from ..arch import Arch, host
 
 # -- the plugin's records (contracts/rmap_format.h) ----------------------------
 
@@ -319,7 +319,9 @@ def match_record(load: JitLoad, by_tid) -> TbRecord | None:
 class ReverseMap:
     """Every translation of one run, by generation and host start."""
 
-    def __init__(self, jit: JitDump, records: PluginRecords):
+    def __init__(self, jit: JitDump, records: PluginRecords,
+                 arch: Arch | None = None):
+        self.arch = arch or host()
         self.flushes_ns = records.flushes_ns
         self.truncated = jit.truncated or records.truncated
         self.spaces = AddressSpaces(records)
@@ -340,7 +342,7 @@ class ReverseMap:
             host_start=load.host_start, host_size=load.host_size,
             time_ns=load.time_ns, tid=load.tid,
             generation=self.generation_at(load.time_ns), guestpc=guestpc,
-            kernel=rec.kernel if rec else guestpc >= KERNEL_HALF_START,
+            kernel=rec.kernel if rec else self.arch.is_kernel(guestpc),
             insn_sizes=rec.insn_sizes if rec else None,
             code=rec.code if rec else None, cr3=rec.cr3 if rec else None)
 

@@ -17,7 +17,7 @@
                 TB translated in one process to where another process has
                 the same code (same file offset, or the same bytes at the
                 same page offset)
-  emulator      qemu-system-x86_64 and its libraries: .symtab if present,
+  emulator      the QEMU system emulator and its libraries: .symtab if present,
                 else .dynsym.  Debian strips QEMU and ships no dbgsym in
                 the default archive: .dynsym names ~10k exported functions;
                 static functions get ``<dso>!fn@0xADDR``, their start taken
@@ -39,7 +39,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from ..image.sysmap import parse_kallsyms as kallsyms_lines
-from ..vm.launcher import GUEST_SHARE
+from ..guest_contract import SHARE_MOUNT
 from .procmaps import parse_maps
 
 PAGE = 4096
@@ -214,10 +214,10 @@ class GuestUserSymbols:
         self.candidates += [Path(p) for p in extra_elves]
 
     def _host_path(self, guest_path: str) -> Path | None:
-        if self.share is not None and (guest_path == GUEST_SHARE or
+        if self.share is not None and (guest_path == SHARE_MOUNT or
                                        guest_path.startswith(
-                                           GUEST_SHARE + "/")):
-            return self.share / guest_path[len(GUEST_SHARE):].lstrip("/")
+                                           SHARE_MOUNT + "/")):
+            return self.share / guest_path[len(SHARE_MOUNT):].lstrip("/")
         if self.image_root is not None:
             return self.image_root / guest_path.lstrip("/")
         return None

@@ -1,6 +1,6 @@
 """The VM launcher: QEMU under TCG, its QMP client and its serial console.
 
-  qemu      the qemu-system-x86_64 binary: lookup, version, option escaping
+  qemu      the QEMU system emulator: lookup, version, option escaping
   qmp       QMP client helpers (qemu.qmp)
   console   the serial console (pexpect): panic detection, last lines
   channels  private channels to QEMU: socketpairs for QMP and the ports,

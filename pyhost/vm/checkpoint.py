@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from .. import __version__
+from .. import guest_contract as guest
 from ..digest import sha256_file
 from ..errors import VMError
 from ..pmu import plugin_protocol as proto
@@ -52,7 +53,7 @@ from ..pmu import abi, snapshot
 from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
 from . import qmp
-from .launcher import FIRMWARE, MIN_MEM_MB, POWEROFF_TIMEOUT, VM, Runstate, \
+from .launcher import MIN_MEM_MB, POWEROFF_TIMEOUT, VM, Runstate, \
     VMConfig
 from .qemu import find_qemu, version_line
 
@@ -65,10 +66,18 @@ VMSTATE = "vmstate"
 PLUGIN_STATE = "plugin.state"
 PMU_STATE = "pmu.json"
 OVERLAY = "initrd-overlay"
-# The run's configuration a restore rebuilds the machine from.
+# The run's configuration a restore rebuilds the machine from: manifest
+# key -> type.  Each key names the VMConfig field, except "mode", which
+# VERSION 1 manifests use for VMConfig.guest_action.
 VM_FIELDS = {"mode": str, "command": str, "smp": int, "mem_mb": int,
              "pmu": bool, "timing": bool, "deterministic": bool,
              "staged": bool}
+CONFIG_FIELD = {"mode": "guest_action"}
+
+
+def _config_field(key: str) -> str:
+    """The VMConfig field a VM_FIELDS manifest key holds."""
+    return CONFIG_FIELD.get(key, key)
 
 
 # The models' plugin options (cli/options.py make_config).
@@ -92,7 +101,7 @@ def qemu_identity(config: VMConfig) -> str:
     """The first line of `qemu --version`: a checkpoint resumes only
     under the QEMU that took it (machine types and device state change
     between versions)."""
-    return version_line(find_qemu(config.qemu))
+    return version_line(find_qemu(config.qemu, config.arch))
 
 
 def prepare(directory: Path, config: VMConfig) -> None:
@@ -207,8 +216,8 @@ def _write(directory: Path, config: VMConfig, pmu_state: dict,
         "created": datetime.datetime.now(datetime.timezone.utc)
         .isoformat(timespec="seconds"),
         "after_s": after, "qemu": qemu_identity(config),
-        "firmware": FIRMWARE,
-        "vm": {**{k: getattr(config, k) for k in VM_FIELDS},
+        "firmware": config.arch.firmware,
+        "vm": {**{k: getattr(config, _config_field(k)) for k in VM_FIELDS},
                "share": str(config.share) if config.share else None,
                "kernel_args": list(config.kernel_args),
                "plugin_options": dict(config.plugin_options),
@@ -247,7 +256,7 @@ def load(directory: Path, timeout: float | None = None,
         raise CheckpointError(what, str(e), "the checkpoint is damaged: "
                               "take it again") from e
     config = VMConfig(
-        image=image, **{k: vm[k] for k in VM_FIELDS},
+        image=image, **{_config_field(k): vm[k] for k in VM_FIELDS},
         share=Path(vm["share"]) if vm["share"] else None,
         kernel_args=tuple(vm["kernel_args"]),
         plugin_options=dict(vm["plugin_options"]), timeout=timeout,
@@ -262,10 +271,10 @@ def load(directory: Path, timeout: float | None = None,
         raise CheckpointError(what, f"taken under {manifest['qemu']!r}, "
                               f"this is {have!r}",
                               "resume it with the QEMU that took it")
-    if manifest.get("firmware") != FIRMWARE:
+    if manifest.get("firmware") != config.arch.firmware:
         raise CheckpointError(what, f"taken with firmware "
                               f"{manifest.get('firmware')!r}, pvperf now "
-                              f"boots {FIRMWARE!r}",
+                              f"boots {config.arch.firmware!r}",
                               "resume it with the pvperf that took it")
     if config.share is not None and not config.share.is_dir():
         raise CheckpointError(what, f"the share {config.share} is gone",
@@ -306,7 +315,7 @@ def _manifest(directory: Path, what: str) -> dict:
                 for k, v in vm["plugin_options"].items()) and \
             isinstance(vm["vmlinux"], str) and \
             isinstance(vm["initramfs"], str) and vm["pmu"] and \
-            vm["mode"] == "run" and 1 <= vm["smp"] <= 8 and \
+            vm["mode"] == guest.RUN and 1 <= vm["smp"] <= 8 and \
             MIN_MEM_MB <= vm["mem_mb"] <= abi.MAX_RAM_MB and \
             all(_model_option(k) for k in vm["plugin_options"])
     except (ValueError, KeyError, AttributeError, TypeError) as e:

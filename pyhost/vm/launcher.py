@@ -1,4 +1,7 @@
-"""The VM launcher: qemu-system-x86_64 under TCG, driven to a result.
+"""The VM launcher: QEMU's system emulator under TCG, driven to a result.
+
+The machine, CPU, firmware and serial console are the architecture's
+(``VMConfig.arch``, pyhost/arch/); the rest is the same everywhere.
 
 What it sets up, and how each piece is cleaned up:
 
@@ -19,10 +22,10 @@ What it sets up, and how each piece is cleaned up:
               bound to QMP here once QMP is connected (closed before QMP
               goes away).
 
-Control channel (images/README.md): the guest writes ``READY`` and then
-``EXIT <status>`` to the virtio-serial port org.pvperf.control; the
-command's stdout and stderr come over org.pvperf.stdout / .stderr.  The
-console is never parsed for status.
+Control channel (images/README.md; the names: guest_contract.py): the
+guest writes ``READY`` and then ``EXIT <status>`` to the virtio-serial
+port org.pvperf.control; the command's stdout and stderr come over
+org.pvperf.stdout / .stderr.  The console is never parsed for status.
 
 Runstate:  IDLE -> STARTING -> RUNNING -> STOPPING -> IDLE
            (any failure during a session returns to IDLE via STOPPING)
@@ -41,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from .. import guest_contract as guest
+from ..arch import Arch, host
 from ..errors import GuestPanicError, GuestStatusError, GuestTimeoutError, \
     SetupError, VMError
 from ..paths import PLUGIN_PATH
@@ -52,30 +57,17 @@ from ..pmu.service import PluginService
 from ..pmu import snapshot
 from . import channels, determinism, qmp
 from .console import Console
-from .qemu import QEMU, check_qemu_for_plugin, find_qemu, \
+from .qemu import check_qemu_for_plugin, find_qemu, \
     qemu_escape, set_pdeathsig
 
 log = logging.getLogger("pvperf.vm")
 
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "pvperf-"
-PORTS = ("control", "stdout", "stderr")
 BOOT_TIMEOUT = 60.0
 PLUGIN_CONNECT_TIMEOUT = 10.0
 POWEROFF_TIMEOUT = 15.0
-# Where the guest's /init mounts the --share directory (images/default/init).
-GUEST_SHARE = "/mnt/host"
 MIN_MEM_MB = 64
-# qboot (QEMU's minimal firmware, in qemu-system-data next to SeaBIOS):
-# it hands -kernel over without SeaBIOS's POST, 0.25 s sooner under TCG.
-FIRMWARE = "qboot.rom"
-# The guest kernel's own memcpy/memset/clear_page instead of `rep movsb` /
-# `rep stosb` (ERMS, FSRM), which TCG runs one byte per iteration: 0.55 s
-# less to boot (most of it unpacking the 40 MB initramfs), and every page
-# the guest clears or copies later is cheaper too.  The kernel's view
-# only: user code's CPUID, hence libc's choices and every `:u` count
-# (the tests' valgrind references), is unchanged.
-KERNEL_CPU_ARGS = ("clearcpuid=erms,fsrm",)
 
 
 def check_mem(mem_mb: int) -> None:
@@ -95,7 +87,7 @@ def preflight(config: "VMConfig") -> None:
     check_mem(config.mem_mb)
     if config.deterministic:
         determinism.check(config.smp)
-    qemu = find_qemu(config.qemu)
+    qemu = find_qemu(config.qemu, config.arch)
     if config.pmu:
         check_qemu_for_plugin(qemu)
         if not PLUGIN_PATH.exists():
@@ -134,13 +126,15 @@ class BootImage(Protocol):
 @dataclass
 class VMConfig:
     image: BootImage
-    mode: str = "run"                  # "run" or "shell"
-    command: str = ""                  # shell command line (run mode)
+    # What the guest does once booted: guest.RUN (``command``, then power
+    # off) or guest.SHELL (an interactive shell on the console).
+    guest_action: str = guest.RUN
+    command: str = ""                  # shell command line (guest.RUN)
     smp: int = 1
     mem_mb: int = 1024
     share: Path | None = None
     pmu: bool = True
-    timeout: float | None = None       # command timeout (run mode)
+    timeout: float | None = None       # command timeout (guest.RUN)
     boot_timeout: float = BOOT_TIMEOUT
     echo_console: bool = False
     plugin_options: dict[str, str] = field(default_factory=dict)
@@ -162,7 +156,8 @@ class VMConfig:
     incoming: Path | None = None
     state_in: Path | None = None
     pmu_state: dict | None = None
-    qemu: str = QEMU
+    arch: Arch = field(default_factory=host)
+    qemu: str | None = None            # the QEMU binary (None: the arch's)
 
 
 def sweep_stale_shm() -> list[str]:
@@ -211,15 +206,18 @@ class VM:
 
     def qemu_argv(self) -> list[str]:
         c = self.config
+        arch = c.arch
         # cryptomgr.notests: the crypto self-tests make the boot wait
         # ~0.3 s (for initramfs unpacking, via request_module) and test
-        # nothing a profiling VM relies on.  KERNEL_CPU_ARGS: below.
-        append = ["console=ttyS0", "quiet", "panic=-1", "cryptomgr.notests",
-                  *KERNEL_CPU_ARGS, f"pvperf.mode={c.mode}", *c.kernel_args]
-        argv = [find_qemu(c.qemu), "-nodefaults", "-no-user-config",
-                "-bios", FIRMWARE,
-                "-machine", "pc,accel=tcg,memory-backend=ram",
-                "-cpu", "max", "-smp", str(c.smp), "-m", f"{c.mem_mb}M",
+        # nothing a profiling VM relies on.
+        append = [f"console={arch.console}", "quiet", "panic=-1",
+                  "cryptomgr.notests", *arch.kernel_args,
+                  guest.kernel_arg(guest.ACTION_KEY, c.guest_action),
+                  *c.kernel_args]
+        argv = [find_qemu(c.qemu, arch), "-nodefaults", "-no-user-config",
+                "-bios", arch.firmware,
+                "-machine", f"{arch.machine},accel=tcg,memory-backend=ram",
+                "-cpu", arch.cpu, "-smp", str(c.smp), "-m", f"{c.mem_mb}M",
                 "-object", f"memory-backend-file,id=ram,size={c.mem_mb}M,"
                            f"mem-path={self.ram_path},share=on",
                 "-display", "none", "-serial", "stdio", "-no-reboot",
@@ -228,23 +226,23 @@ class VM:
                                else c.image.initramfs)]
         argv += self._chardev("qmp") + ["-mon", "chardev=qmp,mode=control"]
         argv += ["-device", "virtio-serial-pci,id=vser"]
-        for port in PORTS:
+        for port in guest.PORTS:
             argv += self._chardev(port)
             argv += ["-device", f"virtserialport,bus=vser.0,chardev={port},"
-                                f"name=org.pvperf.{port}"]
+                                f"name={guest.port_name(port)}"]
         if c.staged and c.initrd_overlay:
-            append.append("pvperf.staged=1")
+            append.append(guest.kernel_arg(guest.STAGED_KEY, 1))
         if c.share is not None:
-            append.append("pvperf.share=1")
+            append.append(guest.kernel_arg(guest.SHARE_KEY, 1))
             argv += ["-fsdev", f"local,id=host,security_model=none,"
                                f"path={qemu_escape(str(c.share))}",
                      "-device", "virtio-9p-pci,fsdev=host,"
-                                "mount_tag=pvperf-host"]
-        if c.mode == "run":
-            argv += ["-fw_cfg", "name=opt/org.pvperf/cmd,string="
+                                f"mount_tag={guest.SHARE_TAG}"]
+        if c.guest_action == guest.RUN:
+            argv += ["-fw_cfg", f"name={guest.COMMAND_FW_CFG},string="
                      + qemu_escape(c.command)]
         if c.pmu:
-            append.append("pvperf.pmu=1")
+            append.append(guest.kernel_arg(guest.PMU_KEY, 1))
             argv += ["-plugin", self._plugin_arg()]
         if c.deterministic:
             append += determinism.KERNEL_ARGS
@@ -258,7 +256,7 @@ class VM:
 
     def _chardev(self, port: str) -> list[str]:
         if self.channels is None:           # qemu_argv() before start()
-            self.channels = channels.SocketPairs((*PORTS, "qmp"))
+            self.channels = channels.SocketPairs((*guest.PORTS, "qmp"))
         return self.channels.chardev(port)
 
     def _plugin_arg(self) -> str:
@@ -323,7 +321,7 @@ class VM:
         self.channels.spawned()
         if self.service is not None:
             self.service.allow_peer(self.console.child.pid)
-        if c.mode == "run":
+        if c.guest_action == guest.RUN:
             self._tasks.append(asyncio.create_task(self.console.watch()))
         self.qmp = await self._connect_qmp()
         if self.nmi is not None:
@@ -334,7 +332,7 @@ class VM:
         self._unlink_ram()
         if self.service is not None:
             await self._wait_plugin_connected()
-        for port in PORTS:
+        for port in guest.PORTS:
             self._ports[port] = await asyncio.open_unix_connection(
                 sock=self.channels.ours(port))
         if c.incoming is not None:
@@ -342,7 +340,7 @@ class VM:
         if c.deterministic or c.incoming is not None:
             # Held (-S) until now, so the guest finds every port open
             # instead of seeing the host connect at a host-timed moment.
-            await qmp.wait_connected(self.qmp, PORTS)
+            await qmp.wait_connected(self.qmp, guest.PORTS)
             await qmp.cont(self.qmp)
 
     def _restore_pmu(self, state: dict) -> None:
@@ -440,7 +438,7 @@ class VM:
     async def wait_ready(self) -> None:
         """Wait for READY on the control port (boot finished)."""
         line = await self._control_line(self.config.boot_timeout, "boot")
-        if line != "READY":
+        if line != guest.READY:
             raise GuestStatusError("guest boot", f"unexpected control "
                                    f"message {line!r}",
                                    "the image's /init is out of date: "
@@ -452,7 +450,7 @@ class VM:
         """Wait for ``EXIT <status>``, then for QEMU to power off."""
         line = await self._control_line(timeout, "command")
         parts = line.split()
-        if len(parts) != 2 or parts[0] != "EXIT" or not parts[1].isdigit():
+        if len(parts) != 2 or parts[0] != guest.EXIT or not parts[1].isdigit():
             raise GuestStatusError("guest command", f"bad status {line!r}",
                                    "VM did not return status")
         self.status = int(parts[1])

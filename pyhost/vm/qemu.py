@@ -1,4 +1,4 @@
-"""The qemu-system-x86_64 binary: finding it, its version, its options.
+"""The QEMU system emulator: finding it, its version, its options.
 
 The TCG plugin is built against plugin API v4 (QEMU 10.0): per-vCPU
 scoreboards, conditional callbacks, register reads.  A QEMU older than
@@ -15,18 +15,22 @@ import shutil
 import signal
 import subprocess
 
+from ..arch import Arch, host
 from ..errors import SetupError
 
-QEMU = "qemu-system-x86_64"
 QEMU_MIN_VERSION = (10, 0)
 
 
-def find_qemu(name: str = QEMU) -> str:
+def find_qemu(name: str | None = None, arch: Arch | None = None) -> str:
+    """The path of QEMU binary ``name``, by default ``arch``'s system
+    emulator (the host's architecture by default)."""
+    arch = arch or host()
+    name = name or arch.qemu
     path = shutil.which(name)
     if path is None:
         raise SetupError(f"{name} not found", "QEMU is not installed",
                          "run scripts/setup.sh (apt-get install "
-                         "qemu-system-x86)")
+                         f"{arch.qemu_package})")
     return path
 
 

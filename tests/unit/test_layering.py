@@ -3,7 +3,8 @@ no import circle, no module over ~600 lines (pyhost/__init__.py draws it);
 and the TCG plugin's units, whose includes form no circle either
 (qemu_plugin/pvperf.h draws them).
 
-    cli -> profile, results -> image -> vm -> pmu -> errors, paths
+    cli -> profile, results -> image -> vm -> pmu, arch -> errors, paths,
+                                                       guest_contract, elf
 
 The image builder sits above the VM launcher because its smoke boot uses
 that one launcher; the launcher never imports the image package.
@@ -17,7 +18,8 @@ from pathlib import Path
 from support import REPO
 
 PYHOST = REPO / "pyhost"
-LAYERS = {"errors": 0, "paths": 0, "digest": 0, "pmu": 1, "vm": 2, "image": 3,
+LAYERS = {"errors": 0, "paths": 0, "digest": 0, "guest_contract": 0,
+          "elf": 0, "arch": 1, "pmu": 1, "vm": 2, "image": 3,
           "profile": 4, "results": 4, "sweep": 5, "cli": 6}
 MAX_LINES = 600
 

@@ -66,3 +66,35 @@ def test_options_after_the_command_belong_to_the_command(tmp_path):
     finally:
         cli_mod.make_config = orig
     assert seen["command"] == "perf stat -e instructions true"
+
+
+@pytest.mark.parametrize("argv,debug", [
+    (["--debug", "run", "--", "true"], True),
+    (["run", "--", "tool", "--debug"], False),
+    (["run", "tool", "--debug"], False),
+    (["run", "--smp", "1", "--", "tool", "--debug"], False),
+    (["--", "--debug"], False),
+])
+def test_debug_is_pvperfs_only_before_the_subcommand(argv, debug):
+    from pyhost.cli import debug_requested
+    assert debug_requested(argv) is debug
+
+
+def test_a_commands_debug_does_not_turn_on_pvperfs(monkeypatch, caplog,
+                                                    capsys):
+    """`pvperf run -- tool --debug`: --debug is the tool's; pvperf's
+    error stays one line, no traceback logged."""
+    from pyhost import cli as cli_mod
+
+    def failing_make_config(*a, **kw):
+        raise PvperfError("starting QEMU", "no such file", "install qemu")
+    monkeypatch.setattr(cli_mod, "make_config", failing_make_config)
+    with pytest.raises(SystemExit) as exit_info:
+        cli_mod.main(["run", "--", "tool", "--debug"])
+    assert exit_info.value.code == 125
+    assert not [r for r in caplog.records if r.exc_info]
+    assert capsys.readouterr().err == (
+        "pvperf: starting QEMU: no such file \u2014 install qemu\n")
+    with pytest.raises(SystemExit):
+        cli_mod.main(["--debug", "run", "--", "tool"])
+    assert [r for r in caplog.records if r.exc_info]

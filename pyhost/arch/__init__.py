@@ -1,0 +1,99 @@
+"""What differs between guest architectures, behind one description.
+
+Shared code names no architecture: it takes an ``Arch`` (``host()``, or
+the one a VMConfig carries) and reads the fields below.  Each
+architecture is one module named after it that fills an Arch in, and one
+entry in ARCHES; adding one adds those and a recipe in images/, and
+changes no shared line (tests/test_arch_seam.py checks that shared
+modules name no architecture).
+
+The guest runs the host's architecture: the image carries the host's own
+perf and tools (image/host.py), and busybox's applets are listed by
+running it on the host (image/root.py).  So the Arch is the host's,
+looked up by ``platform.machine()``.
+"""
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import SetupError
+
+
+class UnbootableKernel(Exception):
+    """A kernel image QEMU cannot boot on this architecture's machine."""
+
+    def __init__(self, cause: str, hint: str):
+        super().__init__(cause)
+        self.cause, self.hint = cause, hint
+
+
+@dataclass(frozen=True)
+class BootKernel:
+    """The kernel ``qemu -kernel`` boots, made from the Debian package's."""
+    elf: bytes                   # the ELF kernel (also read for symbols)
+    manifest: dict[str, str]     # what the image manifest records of it
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str                    # platform.machine() of hosts it runs on
+    # QEMU
+    qemu: str                    # the system emulator binary
+    qemu_package: str            # the Debian package that ships it
+    machine: str                 # -machine type (the launcher adds accel)
+    cpu: str                     # -cpu model
+    firmware: str                # -bios file
+    # the guest kernel
+    console: str                 # serial console: console= and its /dev node
+    console_rdev: tuple[int, int]  # that node's (major, minor)
+    kernel_args: tuple[str, ...]   # on every kernel command line
+    kernel_half_start: int       # guest addresses from here up are kernel's
+    # the package's compressed kernel -> BootKernel; ValueError if nothing
+    # bootable is found in it, UnbootableKernel if it lacks what QEMU needs
+    boot_kernel: Callable[[bytes], BootKernel]
+    # the ELF kernel inside a compressed boot image (ValueError if none),
+    # and where QEMU enters an ELF kernel (None: it cannot boot it)
+    extract_vmlinux: Callable[[bytes], bytes]
+    boot_entry: Callable[[bytes], int | None]
+    # the guest userland
+    debian_arch: str             # dpkg's name for it
+    default_recipe: str          # images/<this>/ is the image "default"
+    dynamic_loader: str          # ld.so of dynamically linked programs
+    # disassembly (annotate): capstone's CS_ARCH_* and CS_MODE_* names
+    capstone: tuple[str, str]
+
+    def is_kernel(self, guestpc: int) -> bool:
+        """Is ``guestpc`` in the guest kernel's half of the address space?"""
+        return guestpc >= self.kernel_half_start
+
+    def disassembler(self):
+        """A capstone disassembler for this architecture's code (capstone
+        is imported here: only annotation needs it)."""
+        import capstone
+        arch, mode = (getattr(capstone, n) for n in self.capstone)
+        return capstone.Cs(arch, mode)
+
+
+def _registry() -> dict[str, Arch]:
+    from . import x86_64
+    return {a.name: a for a in (x86_64.ARCH,)}
+
+
+ARCHES = _registry()
+
+
+def get(name: str) -> Arch:
+    """The Arch named ``name``; SetupError if pvperf has none."""
+    try:
+        return ARCHES[name]
+    except KeyError:
+        raise SetupError(f"architecture {name} is not supported",
+                         f"pvperf knows {', '.join(sorted(ARCHES))}",
+                         "run pvperf on one of those") from None
+
+
+def host() -> Arch:
+    """The host's architecture, which the guest runs too."""
+    return get(platform.machine())

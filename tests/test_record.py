@@ -1,0 +1,40 @@
+"""profile/record.py without a VM: what record() hands the VM."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pyhost.errors import VMError
+from pyhost.profile import record
+from pyhost.vm.launcher import VMConfig
+
+
+def test_record_leaves_the_callers_config_alone(tmp_path, monkeypatch):
+    caller = VMConfig(image=None, command="./hotcold 10", share=tmp_path)
+    seen = {}
+
+    class NoBootVM:
+        """Stands in for ProfiledVM: notes what it got, boots nothing."""
+
+        def __init__(self, config, outdir, *a):
+            seen["config"] = config
+
+        async def __aenter__(self):
+            seen["caller_command_meanwhile"] = caller.command
+            raise VMError("no boot in this test")
+
+        async def __aexit__(self, *exc):
+            return None
+
+        def keep_perfmap(self):
+            return None
+
+    monkeypatch.setattr(record, "ProfiledVM", NoBootVM)
+    monkeypatch.setattr(record, "guest_task_layout", lambda image: None)
+    with pytest.raises(VMError):
+        asyncio.run(record.record(caller, tmp_path))
+    assert seen["caller_command_meanwhile"] == caller.command == "./hotcold 10"
+    assert seen["config"] is not caller
+    assert seen["config"].command.startswith("while [ ! -e /mnt/host/")
+    assert "( ./hotcold 10 ) &" in seen["config"].command
