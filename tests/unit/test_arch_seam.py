@@ -14,7 +14,7 @@ from pyhost.image.store import GuestImage
 from pyhost.pmu import abi
 from pyhost.vm.launcher import VM, VMConfig
 
-from conftest import REPO
+from support import REPO
 
 ARCH_DIR = REPO / "pyhost" / "arch"
 # Names that belong to one architecture: QEMU binaries and machines,
