@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * pvperf_hctest.c - raw pvperf hypercalls from inside the guest: latency
+ * hctest.c - pvperf_hctest.ko, raw pvperf hypercalls from inside the guest: latency
  * and fuzzing.  A test module, never part of the image: the tests copy it
  * into the share and insmod it from /mnt/host.
  *
@@ -33,8 +33,8 @@
  * init_module().)  Bad parameters give -EINVAL.
  *
  * It has its own hypercall block (kmalloc(64): naturally aligned), issues
- * the doorbell exactly like the driver (pvperf_abi.h) with IRQs off, and
- * does not need pvperf.ko (only a host: without one every ret stays
+ * the doorbell with the driver's own architecture code (pvperf_arch.h,
+ * linked in) with IRQs off, and does not need pvperf.ko (only a host: without one every ret stays
  * -ENOSYS).  It does not touch the driver's events: the fuzz uses event
  * ids far above the driver's (see hct_gen.h) and should run while no
  * perf event is open.
@@ -73,6 +73,7 @@
 
 #include <asm/pvperf_abi.h>
 #include "hct_gen.h"
+#include "pvperf_arch.h"
 
 static char *mode = "latency";
 module_param(mode, charp, 0);
@@ -110,13 +111,13 @@ MODULE_PARM_DESC(ram_mb, "fuzz: the guest's RAM in MiB (pvperf run --mem)");
 
 /*
  * Fill the block at @blk (any address; the fuzz misplaces it on purpose)
- * and ring the doorbell; return ->ret as the host left it.  noinline and
- * a return after each doorbell: the plugin requires that no two hypercalls
- * share a translation block.  The block is filled with memcpy() because
- * it may be unaligned.
+ * and ring the driver's doorbell (pvperf_arch.h: out of line, so no two
+ * hypercalls share a translation block, which the plugin requires);
+ * return ->ret as the host left it.  The block is filled with memcpy()
+ * because it may be unaligned.
  */
-static noinline s64 hct_hypercall(void *blk, u32 nr, u32 op, const u64 *args,
-				  s64 preset)
+static s64 hct_hypercall(void *blk, u32 nr, u32 op, const u64 *args,
+			 s64 preset)
 {
 	struct pvperf_hcall img = {
 		.nr = nr, .op = op, .ret = preset,
@@ -127,10 +128,7 @@ static noinline s64 hct_hypercall(void *blk, u32 nr, u32 op, const u64 *args,
 
 	local_irq_save(flags);
 	memcpy(blk, &img, sizeof(img));
-	asm volatile("movl %[magic], (%[block])"
-		     : /* the host writes ->ret */
-		     : [block] "a" (blk), [magic] "i" (PVPERF_DOORBELL_MAGIC)
-		     : "memory");
+	pvperf_arch_doorbell(blk);
 	memcpy(&ret, blk + offsetof(struct pvperf_hcall, ret), sizeof(ret));
 	local_irq_restore(flags);
 	return ret;
@@ -669,8 +667,8 @@ static int hct_fuzz(void)
 	/*
 	 * The param and attr blocks hold what the last OPEN put there; until
 	 * the first one, the (zero) f->param and f->attr.  Without this, a
-	 * sequence that starts with other calls (seed 2) counted the fill
-	 * pattern there as a host write: one false block violation.
+	 * sequence whose first calls are not OPENs counted the fill pattern
+	 * there as a host write: one false block violation.
 	 */
 	memcpy(f->canary + HCT_OFF_PARAM, &f->param, sizeof(f->param));
 	memcpy(f->canary + HCT_OFF_ATTR, &f->attr, sizeof(f->attr));
