@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * hct_gen.h - the call sequence of pvperf_hctest's fuzz mode (hctest.c).
+ * hct_gen.h - the call sequence of pvperf_hctest's fuzz mode (hctest_fuzz.c).
  *
  * Plain C over <linux/types.h> and pvperf_abi.h (include that first), so
  * that it builds both in the guest module and on the host:
