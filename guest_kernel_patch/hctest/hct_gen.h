@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * hct_gen.h - the call sequence of pvperf_hctest's fuzz mode.
+ * hct_gen.h - the call sequence of pvperf_hctest's fuzz mode (hctest_fuzz.c).
  *
  * Plain C over <linux/types.h> and pvperf_abi.h (include that first), so
  * that it builds both in the guest module and on the host:
  * tests/test_robustness.py compiles it with the host gcc and checks that
  * tests/hcfuzz.py, the Python twin that predicts every answer of the host,
- * generates exactly the same calls (STYLE habit 12: one deterministic PRNG
- * shared by the guest test module and pytest).
+ * generates exactly the same calls: one deterministic PRNG on both sides,
+ * so the host's expected answers are computed, not written down.
  *
  * Each call draws exactly four numbers: one picks the kind (by weight) and
  * its variant, three more (v[0..2]) feed ids, garbage arguments and the
@@ -223,9 +223,9 @@ static inline void hct_gen_next(struct hct_rng *g, struct hct_call *c)
 		break;
 	case HCT_BADOP:
 		/*
-		 * Never an op of any ABI version: the seed's are 1..5 and the
-		 * extensions are allocated upwards from 0x100 (PROBE), so
-		 * stay out of [1, 5] and [0x100, 0xffff].
+		 * Never an op of any ABI version: the 2010 KVM interface's
+		 * are 1..5 and the extensions are allocated upwards from
+		 * 0x100 (PROBE), so stay out of [1, 5] and [0x100, 0xffff].
 		 */
 		c->op = (__u32)(c->v[0] % 0xfa);
 		if (c->variant)

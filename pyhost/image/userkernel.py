@@ -52,7 +52,7 @@ REQUIRED = (
 # qemu -kernel boots an ELF kernel through its PVH entry note only.
 PVH = ("PVH", "pvh_start_xen", "qemu -kernel boots a vmlinux by PVH")
 BUILTIN_DRIVER = ("PVPERF_PMU", "pvperf_init")
-DRIVER_SOURCES = ("Kbuild", "pvperf_pmu.c")
+DRIVER_DIR = REPO / "guest_kernel_patch"
 ABI_HEADER = REPO / "contracts" / "pvperf_abi.h"
 GUEST_DRIVER_PATH = "lib/modules/pvperf/pvperf.ko"   # images/default/init
 
@@ -227,11 +227,24 @@ def check_options(path: Path, feats: KernelFeatures, elf_boot: bool,
              "booting it anyway"] if unknown else [])
 
 
+def driver_sources() -> list[str]:
+    """The driver's files, as make-patch.sh takes them: Kbuild, the .c of
+    each object its pvperf- lines name (Kbuild is the one list), and every
+    header beside them."""
+    kbuild = (DRIVER_DIR / "Kbuild").read_text().replace("\\\n", " ")
+    objects = [word for line in kbuild.splitlines()
+               if line.startswith("pvperf-")
+               for word in re.findall(r"\b(\w+)\.o\b", line)]
+    headers = [p.name for p in DRIVER_DIR.glob("*.h")]
+    return ["Kbuild", *sorted({f"{o}.c" for o in objects} | set(headers))]
+
+
 def driver_cache_key(build_dir: Path, release: str) -> str:
     h = hashlib.sha256(release.encode())
     h.update((build_dir / ".config").read_bytes())
-    for name in DRIVER_SOURCES:
-        h.update((REPO / "guest_kernel_patch" / name).read_bytes())
+    for name in driver_sources():
+        h.update(name.encode())
+        h.update((DRIVER_DIR / name).read_bytes())
     h.update(ABI_HEADER.read_bytes())
     return h.hexdigest()[:16]
 
@@ -246,8 +259,8 @@ def build_driver(build_dir: Path, release: str) -> Path:
     src = out / "src"
     shutil.rmtree(src, ignore_errors=True)
     (src / "include" / "asm").mkdir(parents=True)
-    for name in DRIVER_SOURCES:
-        shutil.copy(REPO / "guest_kernel_patch" / name, src / name)
+    for name in driver_sources():
+        shutil.copy(DRIVER_DIR / name, src / name)
     shutil.copy(ABI_HEADER, src / "include" / "asm" / "pvperf_abi.h")
     # modules_prepare: a tree built with `make vmlinux` lacks what
     # external modules link with (scripts/module.lds); quick when done.

@@ -19,8 +19,12 @@ from pathlib import Path
 import pytest
 
 from support import REPO, run_pvperf
+from pyhost.image.userkernel import driver_sources
 
 GKP = REPO / "guest_kernel_patch"
+HCTEST_KO = GKP / "hctest" / "pvperf_hctest.ko"
+# The architecture files behind pvperf_arch.h: pvperf_<arch>.c.
+ARCH_FILE = re.compile(r"pvperf_(x86_64|aarch64|riscv64)\.c")
 KO = GKP / "pvperf.ko"
 PATCH = GKP / "0001-x86-events-pvperf-paravirtual-PMU.patch"
 DOORBELL = "c7 00 50 56 50 46"
@@ -93,18 +97,35 @@ def objdump_functions(ko: Path) -> dict[str, str]:
     return funcs
 
 
-def test_doorbell_once_in_pvperf_hypercall(build):
-    """Every hypercall goes through pvperf_hypercall(): one doorbell store,
-    `movl $0x46505650,(%rax)`, and none anywhere else."""
+def test_doorbell_once_in_the_arch_doorbell(build):
+    """Every hypercall goes through pvperf_arch_doorbell(): one doorbell
+    store, `movl $0x46505650,(%rax)`, and none anywhere else."""
     funcs = objdump_functions(KO)
     where = {f: body.count(DOORBELL) for f, body in funcs.items()
              if DOORBELL in body}
-    assert where == {"pvperf_hypercall": 1}
-    line = next(l for l in funcs["pvperf_hypercall"].splitlines()
+    assert where == {"pvperf_arch_doorbell": 1}
+    line = next(l for l in funcs["pvperf_arch_doorbell"].splitlines()
                 if DOORBELL in l)
     assert re.search(r"movl\s+\$0x46505650,\(%rax\)", line), line
     text = run(["objdump", "-d", "-j", ".text", KO]).stdout
     assert text.count(DOORBELL) == 1, "the doorbell is not in .text"
+
+
+def test_hctest_rings_the_drivers_doorbell(kdir):
+    """The hypercall test module links the driver's architecture file and
+    issues the doorbell through the same function, not a copy of its own."""
+    r = run(["make", "-C", GKP, "hctest", "W=1"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "warning:" not in r.stdout + r.stderr
+    funcs = objdump_functions(HCTEST_KO)
+    where = {f: body.count(DOORBELL) for f, body in funcs.items()
+             if DOORBELL in body}
+    assert where == {"pvperf_arch_doorbell": 1}
+    for path in (GKP / "hctest").glob("*.c"):
+        if not ARCH_FILE.fullmatch(path.name) and \
+                not path.name.endswith(".mod.c"):
+            code = strip_c_comments(path.read_text())
+            assert not re.search(r"\basm\b(?!/)|__asm__", code), path.name
 
 
 def test_per_cpu_data_only_in_data_percpu(build):
@@ -145,11 +166,92 @@ def new_files(patch_text: str) -> dict[str, str]:
 
 def test_patch_carries_the_module_source_verbatim():
     files = new_files(PATCH.read_text())
-    assert files["arch/x86/events/pvperf/pvperf_pmu.c"] == \
-        (GKP / "pvperf_pmu.c").read_text()
-    assert files["arch/x86/include/asm/pvperf_abi.h"] == \
+    for name in driver_sources()[1:]:
+        assert files.pop(f"arch/x86/events/pvperf/{name}") == \
+            (GKP / name).read_text(), name
+    assert files.pop("arch/x86/include/asm/pvperf_abi.h") == \
         (REPO / "contracts" / "pvperf_abi.h").read_text()
-    assert "obj-$(CONFIG_PVPERF_PMU)" in files["arch/x86/events/pvperf/Makefile"]
+    makefile = files.pop("arch/x86/events/pvperf/Makefile")
+    assert "obj-$(CONFIG_PVPERF_PMU)" in makefile
+    assert "pvperf-$(CONFIG_X86_64)\t+= pvperf_x86_64.o" in makefile
+    assert files == {}
+
+
+def test_kbuild_names_every_driver_source():
+    """Kbuild is the one list of the driver's objects (make-patch.sh and
+    userkernel.py read it): every .c here is in it, and nothing else."""
+    sources = set(driver_sources())
+    on_disk = {p.name for p in GKP.glob("*.c")
+               if not p.name.endswith(".mod.c")}
+    assert {n for n in sources if n.endswith(".c")} == on_disk
+    assert {n for n in sources if n.endswith(".h")} == \
+        {p.name for p in GKP.glob("*.h")}
+    assert "pvperf_arch.h" in sources
+
+
+def strip_c_comments(text: str) -> str:
+    """C source without comments and string literals (messages may say
+    anything)."""
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    return re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text)
+
+
+# What only an architecture's file may name.
+ARCH_ONLY = [
+    r"__x86_64__", r"__aarch64__", r"__riscv", r"\bCONFIG_(X86|ARM64|RISCV)",
+    r"\bx86", r"\bX86_", r"\barm64", r"\baarch64",
+    r"\basm\b(?!/)", r"__asm__",                  # instructions
+    r"\bPVPERF_REG_\w+",                          # the ABI's register order
+    r"\bNMI_\w+", r"\w*nmi_handler", r"(?i)\bapic\w*",  # x86's NMI path
+    r"\bpage_fault_(user|kernel)\b",               # x86's fault tracepoints
+    r"#include\s*<asm/(?!pvperf_abi\.h>)",         # arch headers
+]
+
+
+def pt_regs_fields_used(code: str) -> list[str]:
+    """`name->field` / `name.field` for every variable declared as a
+    struct pt_regs (or a pointer to one) in @code."""
+    names = set(re.findall(r"struct\s+pt_regs\s*\*?\s*(\w+)", code))
+    return [m.group(0) for n in names
+            for m in re.finditer(rf"\b{n}\s*(->|\.)\s*\w+", code)]
+
+
+def test_shared_driver_source_names_no_architecture():
+    """Generic driver files reach the architecture only through
+    pvperf_arch.h: no arch macro, instruction, register name or NMI/APIC
+    call in their code, and no struct pt_regs field (generic accessors such
+    as user_mode() are fine)."""
+    shared = [n for n in driver_sources()[1:] if not ARCH_FILE.fullmatch(n)]
+    assert "pvperf_pmu.c" in shared and "pvperf_arch.h" in shared
+    for name in shared:
+        text = (GKP / name).read_text()
+        assert not re.search(r"__x86_64__|aarch64", text), name
+        code = strip_c_comments(text)
+        for pattern in ARCH_ONLY:
+            m = re.search(pattern, code)
+            assert not m, f"{name}: {m.group(0)!r} is architecture code"
+        assert pt_regs_fields_used(code) == [], name
+    for name in driver_sources():
+        assert len((GKP / name).read_text().splitlines()) <= 600, name
+
+
+def test_arch_file_implements_the_seam_and_nothing_generic():
+    """Each architecture file defines every function pvperf_arch.h declares
+    and uses none of the generic files (so hctest can link it alone)."""
+    seam = (GKP / "pvperf_arch.h").read_text()
+    declared = set(re.findall(r"^\w[\w ]*\b(pvperf_arch_\w+)\(", seam, re.M))
+    assert declared >= {"pvperf_arch_doorbell", "pvperf_arch_sample_regs",
+                        "pvperf_arch_overflow_irq_register",
+                        "pvperf_arch_fault_hook_register"}
+    arch_files = [n for n in driver_sources() if ARCH_FILE.fullmatch(n)]
+    assert arch_files == ["pvperf_x86_64.c"]
+    for name in arch_files:
+        code = strip_c_comments((GKP / name).read_text())
+        defined = set(re.findall(r"^\w[\w ]*\b(pvperf_arch_\w+)\(", code,
+                                 re.M))
+        assert defined == declared, name
+        assert '#include "pvperf.h"' not in code, name
 
 
 def test_patch_applies_to_linux_source():

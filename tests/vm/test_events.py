@@ -11,10 +11,10 @@ import pytest
 from pyhost.pmu.events import PERF_TYPE_RAW, default_events, sysfs_listing
 from pyhost.pmu.model import Pmu, PmuError
 from pyhost.pmu import abi
+from pyhost.image.userkernel import DRIVER_DIR, driver_sources
 
 from support import REPO, run_pvperf, sections
 
-DRIVER = REPO / "guest_kernel_patch" / "pvperf_pmu.c"
 DOC = REPO / "docs" / "events.md"
 
 
@@ -44,7 +44,8 @@ def host_counts(name: str, encoding: int) -> bool:
 def test_driver_has_no_event_table_of_its_own():
     """The driver's events/ come from the host (PVPERF_OP_EVENTS): no
     event name or encoding is written into its source."""
-    src = DRIVER.read_text()
+    src = "".join((DRIVER_DIR / name).read_text()
+                  for name in driver_sources())
     assert "PMU_EVENT_ATTR_STRING" not in src
     assert not re.search(r'"[^"\n]*event=0x', src)
     for name in host_table():

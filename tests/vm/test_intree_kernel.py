@@ -104,7 +104,10 @@ def test_kernel_is_configured_with_the_driver_built_in(kernel):
                 "NET_9P_VIRTIO", "FW_CFG_SYSFS", "DEVTMPFS", "TRACEPOINTS",
                 "PERF_EVENTS"):
         assert f"\nCONFIG_{opt}=y\n" in config, opt
-    assert (vmlinux.parent / "arch/x86/events/pvperf/pvperf_pmu.o").exists()
+    for name in userkernel.driver_sources():
+        if name.endswith(".c"):
+            obj = f"arch/x86/events/pvperf/{name[:-2]}.o"
+            assert (vmlinux.parent / obj).exists(), obj
     # `qemu -kernel vmlinux` needs the PVH entry note.
     assert pvh_entry(vmlinux.read_bytes()) is not None
 

@@ -85,7 +85,8 @@ def twin(tmp_path_factory):
     d = tmp_path_factory.mktemp("twin")
     (d / "twin.c").write_text(TWIN_MAIN)
     subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-I", str(REPO / "contracts"),
-                    "-I", str(GKP), "-o", str(d / "twin"), str(d / "twin.c")], check=True)
+                    "-I", str(GKP), "-o", str(d / "twin"), str(d / "twin.c")],
+                   check=True)
     return d / "twin"
 
 
