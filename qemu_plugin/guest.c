@@ -35,8 +35,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core.h"
 #include "guest.h"
-#include "pvperf.h"
 
 static uint8_t *ram;		/* our mapping, or NULL */
 static uint64_t ram_size;

@@ -22,13 +22,13 @@
 
 #include "arena.h"
 #include "classify.h"
+#include "core.h"
 #include "count.h"
 #include "guest.h"
 #include "hcall.h"
+#include "instrument.h"
 #include "link.h"
-#include "mode.h"
 #include "models.h"
-#include "pvperf.h"
 #include "sample.h"
 
 /* Memory-callback udata; lives in the TB arena (arena.c). */
@@ -69,7 +69,7 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 	__atomic_store_n(&pv.reply_flags, reply.flags, __ATOMIC_RELAXED);
 	sample_arm(vcpu, &reply);
 	models_reply(vcpu, &reply);
-	mode_request(reply_mode(reply.flags));
+	instrument_request(reply_instrumentation(reply.flags));
 	return 0;
 }
 
@@ -82,7 +82,7 @@ static int64_t fault(unsigned vcpu, const struct pvperf_hcall *h)
 		return -ENOSYS;
 	guest_read_reg(REG_CR3, &cr3);
 	ret = count_fault(vcpu, h->args[0], h->args[1], cr3);
-	if (!ret && mode_sampling())
+	if (!ret && instrument_sampling())
 		sample_fault(vcpu, h->args[0]);
 	if (!ret)
 		models_fault(vcpu, h->args[0]);

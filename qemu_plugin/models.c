@@ -17,7 +17,7 @@
  *                        cachegrind counts a "modify".  An instruction
  *                        whose later access page-faults runs again: its
  *                        first load, seen twice, counts once (the
- *                        guest's FAULT names it; compat mode only, where
+ *                        guest's FAULT names it; compat only, where
  *                        no kernel access comes between).  QEMU splits a
  *                        32-byte (AVX) access in two 16-byte ones: the
  *                        second half of one is the same access, as for
@@ -45,10 +45,10 @@
  * (sets * line <= page), the predictor's indexes (low 7 and 9 bits), a
  * branch's outcome (the next TB's start against its fall-through: the
  * same page offset a page apart is never both).  It matters for LL set
- * indexes and for sample ips, so while something samples (MODE_SAMPLE)
+ * indexes and for sample ips, so while something samples (INSTRUMENT_SAMPLE)
  * a user TB's start callback reads rip and keeps the runtime delta.
  *
- * Cachegrind-compatible mode (compat=on).  Cachegrind sees one process's
+ * Cachegrind compatibility (compat=on).  Cachegrind sees one process's
  * user code, from a cold start.  So only user-half code is instrumented
  * (kernel fetches, accesses and branches neither count nor disturb the
  * models); the models watch a vCPU only while it runs an event that
@@ -68,7 +68,7 @@
  * it faults: a FIXME, rare).
  *
  * Registers (PVPERF_PROTO_REGS slots: callchains, sample registers, user
- * stacks).  While the service asks for captures (mode_capture), the
+ * stacks).  While the service asks for captures (instrument_capture), the
  * callbacks that see events (block start, fetch, memory access) are
  * registered with QEMU_PLUGIN_CB_R_REGS, and an overflow
  * carries the general-purpose registers read in it: for an instruction
@@ -150,12 +150,12 @@
 #include "bpred.h"
 #include "cachesim.h"
 #include "classify.h"
+#include "core.h"
 #include "guest.h"
-#include "mode.h"
+#include "instrument.h"
 #include "link.h"
 #include "model_config.h"
 #include "models.h"
-#include "pvperf.h"
 #include "sample.h"
 
 /*
@@ -490,7 +490,7 @@ static inline void bump(struct model_vcpu *m, unsigned ctr, bool kernel,
 		add(m, PVPERF_M_STALL, mcfg.penalty[ctr], kernel, at);
 }
 
-/* cachegrind's predictor in compat mode, a stronger one otherwise. */
+/* cachegrind's predictor in compat, a stronger one otherwise. */
 static enum bpred_kind predictor(void)
 {
 	return mcfg.compat ? BPRED_CACHEGRIND : BPRED_GSHARE;
@@ -565,16 +565,16 @@ static void fetch(unsigned vcpu, struct model_vcpu *m, uint64_t addr,
 
 	/* A new most recent block in a set: a steady branch's target may
 	 * no longer be one (see fast_steady). */
-	if (m->n_steady && ((mode_tlb() && !cache_is_mru(&m->itlb, addr, len)) ||
-			    (mode_cache() && !cache_is_mru(&m->i1, addr, len))))
+	if (m->n_steady && ((instrument_tlb() && !cache_is_mru(&m->itlb, addr, len)) ||
+			    (instrument_cache() && !cache_is_mru(&m->i1, addr, len))))
 		fast_unsteady(vcpu);
-	if (mode_tlb()) {
+	if (instrument_tlb()) {
 		if (cache_ref(&m->itlb, addr, len))
 			bump(m, PVPERF_M_ITLB_MISS, kernel, at);
 		if (fs)
 			mirror(fs, fs_itlb, &m->itlb, addr, len);
 	}
-	if (!mode_cache())
+	if (!instrument_cache())
 		return;
 	if (fs)
 		mirror(fs, FS_I1, &m->i1, addr, len);
@@ -796,10 +796,10 @@ static void second_half(struct model_vcpu *m, uint64_t vaddr, bool store,
 	/* its lines and pages are now the most recent: in a cache of one
 	 * set, the first half's no longer is */
 	m->last_dblock = CACHE_EMPTY;
-	if (mode_tlb() && cache_ref(&m->dtlb, vaddr, 16) && !m->half_tlb_miss)
+	if (instrument_tlb() && cache_ref(&m->dtlb, vaddr, 16) && !m->half_tlb_miss)
 		bump(m, store ? PVPERF_M_DTLB_WRITE_MISS :
 				PVPERF_M_DTLB_READ_MISS, kernel, at);
-	if (!mode_cache() || !cache_ref(&m->d1, vaddr, 16))
+	if (!instrument_cache() || !cache_ref(&m->d1, vaddr, 16))
 		return;
 	if (!m->half_d1_miss)
 		bump(m, acc + 1, kernel, at);
@@ -903,9 +903,9 @@ mem_access_full(unsigned vcpu, uint64_t site, uint64_t vaddr, unsigned size,
 	}
 	m->last_dblock = first == (vaddr + size - 1) >> m->d1.line_bits ?
 			 first : CACHE_EMPTY;
-	if (mode_tlb() && cache_ref(&m->dtlb, vaddr, size))
+	if (instrument_tlb() && cache_ref(&m->dtlb, vaddr, size))
 		dtlb_miss(m, store, kernel, at);
-	if (mode_cache() && cache_ref(&m->d1, vaddr, size))
+	if (instrument_cache() && cache_ref(&m->d1, vaddr, size))
 		d1_miss(m, vaddr, size, store, kernel, at);
 }
 
@@ -1135,9 +1135,9 @@ static void register_branch(struct qemu_plugin_insn *insn, uint64_t vaddr,
 void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 	       bool kernel)
 {
-	bool cache = mode_cache(), bpred = mode_bpred(), tlb = mode_tlb();
+	bool cache = instrument_cache(), bpred = instrument_bpred(), tlb = instrument_tlb();
 	bool fetches = cache || tlb;	/* I1 and iTLB references */
-	bool regs = mode_capture() != CAPTURE_NONE;
+	bool regs = instrument_capture() != CAPTURE_NONE;
 	enum qemu_plugin_cb_flags cb_regs = regs ? QEMU_PLUGIN_CB_R_REGS :
 						   QEMU_PLUGIN_CB_NO_REGS;
 	uint64_t prev_last_line = 0;
@@ -1149,7 +1149,7 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 	/* Kernel code is mapped alike everywhere: no delta to find. */
 	*t = (struct tb_site){ .vaddr = qemu_plugin_tb_vaddr(tb),
 			       .kernel = kernel, .fetch = fetches,
-			       .runtime = !kernel && mode_sampling(),
+			       .runtime = !kernel && instrument_sampling(),
 			       .regs = regs };
 	/* Fast paths compare translated addresses and call back without
 	 * registers: not while sampling needs either. */
@@ -1229,7 +1229,7 @@ void models_flush(void)
 
 		s->branch[0] = s->branch[1] = 0;
 		fast_of(i)[FS_EXPECT] = 0;
-		/* a mode switch may bring in a dTLB or I1 that saw none of
+		/* an instrumentation switch may bring in a dTLB or I1 that saw none of
 		 * the code since */
 		mv[i].last_dblock = CACHE_EMPTY;
 		fast_unsteady(i);

@@ -3,7 +3,7 @@
  * models.h - the microarchitectural models the PMU's model events count:
  * L1I, L1D and a shared last-level cache (cachesim.c) and a branch
  * predictor (bpred.c), fed by instruction, memory and branch callbacks
- * while an open event needs them (MODE_CACHE, MODE_BPRED).
+ * while an open event needs them (INSTRUMENT_CACHE, INSTRUMENT_BPRED).
  */
 #ifndef PVPERF_MODELS_H
 #define PVPERF_MODELS_H
@@ -34,8 +34,8 @@ void models_reply(unsigned vcpu, const struct pvperf_proto_reply *reply);
 /* PVPERF_OP_FAULT: the instruction at ip page-faulted and will run again. */
 void models_fault(unsigned vcpu, uint64_t ip);
 
-/* A flush or a mode switch (exclusive section): forget pending branches,
- * whose sites live in the arena the flush frees. */
+/* A flush or an instrumentation switch (exclusive section): forget
+ * pending branches, whose sites live in the arena the flush frees. */
 void models_flush(void);
 
 /* Checkpoints (state.c): is mask a slot models.c serves; save; restore

@@ -5,7 +5,7 @@
  * While any event samples, count.c gives every chunk, after its inline
  * adds, a conditional callback on the same instruction counter: one add
  * per chunk both counts and counts down.  The counter is biased
- * (pvperf.h): each time this file rearms, it rebases each half's counter
+ * (core.h): each time this file rearms, it rebases each half's counter
  * to COUNTDOWN_LIMIT - room, where room is the number of instructions
  * that half may still run before any armed threshold can be reached (for
  * a branch event too: branches never outnumber instructions), so only a
@@ -50,8 +50,8 @@
  * just before it ran, go with the sample.  A callback registered with
  * QEMU_PLUGIN_CB_R_REGS sees the general-purpose registers exact at its
  * instruction (TCG writes them back before the call).  Which instruction
- * serves which is the chunk's regs_at (sample.h): with MODE_CAPTURE_ALL
- * each its own; with MODE_CAPTURE_FRAME (frame-pointer callchains need
+ * serves which is the chunk's regs_at (sample.h): with INSTRUMENT_CAPTURE_ALL
+ * each its own; with INSTRUMENT_CAPTURE_FRAME (frame-pointer callchains need
  * only sp and bp exact) the point after the last sp/bp writer before it,
  * so straight-line code has no capture point at all.  An overflow served
  * by the chunk's start reads them at once; one served by a later point is
@@ -71,16 +71,16 @@
  */
 #include <string.h>
 
+#include "core.h"
 #include "guest.h"
 #include "link.h"
-#include "pvperf.h"
 #include "sample.h"
 
 /* Kernel instructions after which a held kernel-mode overflow is taken
  * as retired: a kernel page fault reaches the FAULT tracepoint in far
  * fewer (exception entry + handle_page_fault prologue). */
 #define CONFIRM_WINDOW 4096
-/* Halves, as indices of the instruction counters (pvperf.h ctr_insn). */
+/* Halves, as indices of the instruction counters (core.h ctr_insn). */
 #define HALF_K PVPERF_CTR_INSN_KERNEL
 #define HALF_U PVPERF_CTR_INSN_USER
 

@@ -11,7 +11,7 @@
 #include "pvperf_proto.h"
 
 /*
- * The countdown (pvperf.h): a chunk calls sample_chunk_exec() when its
+ * The countdown (core.h): a chunk calls sample_chunk_exec() when its
  * half's instruction counter passes this after the chunk's add.  It fits
  * an x86 imm32, so the generated check is a compare and a branch; a half's
  * room never exceeds ROOM_MAX, so the counter never starts below

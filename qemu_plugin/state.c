@@ -11,7 +11,7 @@
  *
  * Restore.  The QEMU that resumes the VM loads state_in=PATH at install,
  * checks every field and refuses to install on any error (never applied
- * half); the mode to instrument in is the last reply's, from the first
+ * half); what to instrument is the last reply's, from the first
  * TB on.  Each vCPU is re-armed in its init callback (its scoreboard
  * entry exists from then on): its counts become the bias of a zero
  * counter, and its slots and held overflows are what a reply and a held
@@ -22,9 +22,8 @@
 #include <glib.h>
 #include <string.h>
 
+#include "core.h"
 #include "models.h"
-#include "mode.h"
-#include "pvperf.h"
 #include "sample.h"
 #include "state.h"
 

@@ -1,7 +1,7 @@
 """The shape of pyhost: subsystems in layers whose imports only point down,
 no import circle, no module over ~600 lines (pyhost/__init__.py draws it);
-and the TCG plugin's units, whose includes form no circle either
-(qemu_plugin/pvperf.h draws them).
+and the TCG plugin's units, whose includes only point down the table in
+qemu_plugin/README.md ("Units"), which lists every unit once.
 
     cli -> profile, results -> image -> vm -> pmu -> errors, paths
 
@@ -111,26 +111,54 @@ def test_no_import_circle():
     assert_acyclic(graph())
 
 
+PLUGIN = REPO / "qemu_plugin"
+
+
 def plugin_graph() -> dict[str, set[str]]:
-    """Unit -> units it uses: x.c including "y.h" uses y (if y.c exists).
-    pvperf.h is the shared state every unit includes, not pvperf.c's
-    interface (pvperf.c is the top unit), so it is no edge."""
-    plugin = REPO / "qemu_plugin"
-    units = {p.stem for p in plugin.glob("*.c")}
+    """Unit -> units it uses: x.c or x.h including "y.h" uses y (if y.c
+    exists).  No exemption: the shared state is a unit of its own (core)."""
+    units = {p.stem for p in PLUGIN.glob("*.c")}
     g = {}
     for u in units:
-        text = (plugin / f"{u}.c").read_text() + (
-            (plugin / f"{u}.h").read_text() if (plugin / f"{u}.h").exists()
+        text = (PLUGIN / f"{u}.c").read_text() + (
+            (PLUGIN / f"{u}.h").read_text() if (PLUGIN / f"{u}.h").exists()
             else "")
         g[u] = {m for m in re.findall(r'^#include "(\w+)\.h"', text, re.M)
-                if m in units and m not in (u, "pvperf")}
+                if m in units and m != u}
     return g
+
+
+def readme_units() -> list[str]:
+    """The units of qemu_plugin/README.md's "Units" table, in its order."""
+    text = (PLUGIN / "README.md").read_text()
+    section = text.split("\n## Units\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `(\w+)\.c` \|", section, re.M)
 
 
 def test_plugin_units_include_no_circle():
     g = plugin_graph()
-    assert {"count", "models", "sample", "arena"} <= set(g)
+    assert {"count", "models", "sample", "arena", "core"} <= set(g)
     assert_acyclic(g)
+
+
+def test_plugin_core_is_below_every_unit_and_the_top_has_no_header():
+    g = plugin_graph()
+    assert g["core"] == set()
+    assert not (PLUGIN / "pvperf.h").exists()
+    assert [u for u, deps in g.items() if "pvperf" in deps] == []
+
+
+def test_readme_lists_every_plugin_unit_once():
+    listed = readme_units()
+    assert len(listed) == len(set(listed)), listed
+    assert set(listed) == {p.stem for p in PLUGIN.glob("*.c")}
+
+
+def test_plugin_units_only_use_units_below_them_in_the_readme():
+    order = {u: i for i, u in enumerate(readme_units())}
+    up = [f"{u} -> {d}" for u, deps in plugin_graph().items()
+          for d in deps if order[d] <= order[u]]
+    assert up == []
 
 
 def test_no_module_over_the_size_limit():

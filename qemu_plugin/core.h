@@ -1,21 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * pvperf.h - the state every unit of the pvperf TCG plugin shares: options,
- * per-vCPU state, the scoreboard that inline ops write, logging.  Not an
- * ABI (the contracts are in ../contracts/).
- *
- * Units, each with its own header, and who uses whom (never upwards):
- *
- *   pvperf.c    options, install, callback registration, tb_trans
- *     hcall.c     the doorbell: hypercall detection and dispatch
- *       count.c     exact counts by chunks, fault tails (inline adds)
- *         sample.c    overflow at the exact instruction (cond callbacks)
- *           link.c      the vCPU's connection to the host service
- *           guest.c     guest RAM, page walk, register reads
- *         classify.c  capstone at translation: branch / may-fault
- *       mode.c      counting off / on / sampling: qemu_plugin_reset
- *       arena.c     udata that lives as long as the TBs
- *     state.c     checkpoints: save at exit, restore at install
+ * core.h - the state every unit of the pvperf TCG plugin shares, below
+ * every other unit: options, per-vCPU state, the scoreboard that inline
+ * ops write, logging.  Not an ABI (the contracts are in ../contracts/).
+ * The units and who uses whom: README.md, "Units".
  *
  * Index spaces (as in pvperf_abi.h): "vcpu" is QEMU's cpu_index, "gpa" a
  * guest physical address (== offset into the RAM file), "vaddr" a guest
@@ -27,8 +15,8 @@
  * (every vCPU stopped); plugin_exit runs in whatever thread calls exit(),
  * which may be a vCPU thread while other vCPUs still run (isa-debug-exit).
  */
-#ifndef PVPERF_PLUGIN_H
-#define PVPERF_PLUGIN_H
+#ifndef PVPERF_CORE_H
+#define PVPERF_CORE_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -63,7 +51,7 @@ static inline unsigned ctr_branch(bool kernel)
  * vCPUs never share one, whatever the array's base alignment.
  *
  * ctr:  the counters, biased: the count is ctr[i] + bias[i] (struct
- *       pvperf_vcpu; count.c's count_read).  Only grown by inline adds.
+ *       pvperf_vcpu; score_count below).  Only grown by inline adds.
  *       The bias lets one add per chunk both count instructions and
  *       count down to the next overflow (sample.c): while sampling, the
  *       instruction counter of each half is rebased so that it passes
@@ -121,7 +109,7 @@ struct pvperf_vcpu {
 		uint16_t regs_at;	/* the capture point it awaits */
 		uint8_t mode;		/* PVPERF_MODE_* */
 		bool has_regs;
-		/* before ip ran (all of them, or sp and bp: mode.h) */
+		/* before ip ran (all of them, or sp and bp: instrument.h) */
 		uint64_t regs[PVPERF_NR_REGS];
 	} pending[PVPERF_PROTO_MAX_SLOTS];
 	uint64_t prng;		/* xorshift64 state for randomized periods */
@@ -195,8 +183,14 @@ static inline qemu_plugin_u64 score_capture(void)
 						    struct pvperf_score, capture);
 }
 
+/* Install: the per-vCPU state and the scoreboard for n_vcpus; -1 if
+ * QEMU gave no vCPU count. */
+int core_init(int n_vcpus);
+/* vcpu_init: keep the scoreboard's base (see score_of). */
+void core_vcpu_init(unsigned vcpu);
+
 void pvperf_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void pvperf_guest_log(unsigned vcpu, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-#endif /* PVPERF_PLUGIN_H */
+#endif /* PVPERF_CORE_H */
