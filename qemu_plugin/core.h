@@ -23,16 +23,12 @@
 #include <glib.h>
 #include <qemu-plugin.h>
 
+#include "arch.h"
 #include "pvperf_abi.h"
 #include "pvperf_proto.h"
 
 #define GUEST_PAGE_SIZE		4096ULL
 #define GUEST_PAGE_MASK		(~(GUEST_PAGE_SIZE - 1))
-
-static inline bool vaddr_is_kernel(uint64_t vaddr)
-{
-	return vaddr >= PVPERF_KERNEL_HALF_START;	/* pvperf_abi.h */
-}
 
 static inline unsigned ctr_insn(bool kernel)
 {
@@ -127,6 +123,7 @@ struct pvperf_state {
 	const char *state_out;	/* where to save one at exit, or NULL */
 	uint32_t reply_flags;	/* the last reply's, any vCPU (atomic) */
 	bool verbose;
+	const struct arch *arch;	/* the guest's (info->target_name) */
 	unsigned n_vcpus;		/* info->system.max_vcpus */
 	struct pvperf_vcpu *vcpu;	/* [n_vcpus], never reallocated */
 	struct qemu_plugin_scoreboard *score;	/* struct pvperf_score */
@@ -134,6 +131,13 @@ struct pvperf_state {
 };
 
 extern struct pvperf_state pv;
+
+/* Whether vaddr lies in the kernel half.  Off the hot paths: those keep
+ * what they need of it in their translation-time data. */
+static inline bool vaddr_is_kernel(uint64_t vaddr)
+{
+	return vaddr >= pv.arch->kernel_start;
+}
 
 /*
  * The vCPU's scoreboard entry.  QEMU allocates scoreboards for 16 vCPUs

@@ -13,13 +13,13 @@
  *   data accesses        a memory callback per access, with the address
  *                        QEMU computed.  A store right after a load of
  *                        the same address and size by the same instruction
- *                        (add %eax,(%rbx), xchg) is one read, as
+ *                        (a read-modify-write instruction) is one read, as
  *                        cachegrind counts a "modify".  An instruction
  *                        whose later access page-faults runs again: its
  *                        first load, seen twice, counts once (the
  *                        guest's FAULT names it; compat only, where
  *                        no kernel access comes between).  QEMU splits a
- *                        32-byte (AVX) access in two 16-byte ones: the
+ *                        32-byte (vector) access in two 16-byte ones: the
  *                        second half of one is the same access, as for
  *                        cachegrind, which misses once if either does.
  *   branches             a conditional or indirect branch stores its site
@@ -36,17 +36,17 @@
  *                        them in that order.
  *
  * Addresses.  Data addresses are the runtime ones (the memory callback's).
- * Code addresses are where the TB was translated: x86 TBs are PC-relative
+ * Code addresses are where the TB was translated: TBs are PC-relative
  * and serve every process mapping their page (sample.c), so shared code
  * run by another process is seen at the translating process's address,
- * a multiple of the page size away.  Reading rip at every TB start to
+ * a multiple of the page size away.  Reading the pc at every TB start to
  * correct that cost more than half of the models' time (27 ns a TB), and
  * it changes nothing that depends on the page offset: L1 set indexes
  * (sets * line <= page), the predictor's indexes (low 7 and 9 bits), a
  * branch's outcome (the next TB's start against its fall-through: the
  * same page offset a page apart is never both).  It matters for LL set
  * indexes and for sample ips, so while something samples (INSTRUMENT_SAMPLE)
- * a user TB's start callback reads rip and keeps the runtime delta.
+ * a user TB's start callback reads the pc and keeps the runtime delta.
  *
  * Cachegrind compatibility (compat=on).  Cachegrind sees one process's
  * user code, from a cold start.  So only user-half code is instrumented
@@ -74,12 +74,13 @@
  * carries the general-purpose registers read in it: for an instruction
  * fetch (I1, iTLB) those just before the instruction ran; for a data
  * access those between the access and the instruction's register writes,
- * which TCG emits after its loads and stores (a pop's or a ret's rsp is
- * still the old one, a load's destination not yet written: the state
- * just before the instruction, except for string instructions, whose
- * rsi/rdi/rcx are those of the current iteration); for a branch, resolved
- * at the next block's start, those after it (the target's; a ret's rsp
- * already popped).  The ip is always the event's instruction.
+ * which TCG emits after its loads and stores (a pop's or a return's
+ * stack pointer is still the old one, a load's destination not yet
+ * written: the state just before the instruction, except for string
+ * instructions, whose pointer and count registers are those of the
+ * current iteration); for a branch, resolved at the next block's start,
+ * those after it (the target's; a return's stack pointer already
+ * popped).  The ip is always the event's instruction.
  *
  * Fast paths.  Most TB starts and fetches change nothing: their line is
  * already the most recent of its I1 set (and its page of its iTLB set),
@@ -128,10 +129,11 @@
  *                   again; an instruction that faults in between restarts
  *                   in another TB, whose start must not resolve it again
  *                   (models_fault clears it; an exception the guest does
- *                   not report, a #DE say, leaves it, resolved once more
- *                   as taken: no change unless kernel branches moved the
- *                   history in between).  A dec/jnz loop: five
- *                   inline operations a block instead of eight.
+ *                   not report, a divide error say, leaves it, resolved
+ *                   once more as taken: no change unless kernel branches
+ *                   moved the history in between).  A two-instruction
+ *                   loop (decrement, branch): five inline operations a
+ *                   block instead of eight.
  * While the fast paths must not be taken (compat with no live event; a
  * slot on cycles or conditional branches, which needs every TB start or
  * branch), the mirrors and steady slots are emptied and not refilled
@@ -149,7 +151,6 @@
 #include "arena.h"
 #include "bpred.h"
 #include "cachesim.h"
-#include "classify.h"
 #include "core.h"
 #include "guest.h"
 #include "instrument.h"
@@ -187,7 +188,7 @@ struct model_vcpu {
 	/* The site of that load if its instruction then faulted: the same
 	 * load again is the re-execution, not a new access. */
 	uint64_t refault_site;
-	/* The first half of a 32-byte access (QEMU splits AVX ones in two
+	/* The first half of a 32-byte access (QEMU splits vector ones in two
 	 * 16-byte accesses; cachegrind sees one): its site, end, direction
 	 * and whether it missed L1D and the LL. */
 	uint64_t half_site, half_end;
@@ -240,7 +241,7 @@ struct tb_site {
 	uint32_t len;		/* bytes of its first I1 reference */
 	bool kernel;
 	bool fetch;		/* run the I1 reference */
-	bool runtime;		/* read rip: runtime code addresses */
+	bool runtime;		/* read the pc: runtime code addresses */
 	bool regs;		/* registered with R_REGS for captures */
 	bool fast;		/* behind conditions (fast paths) */
 	/* A one-block loop: its last instruction, a direct conditional
@@ -253,6 +254,7 @@ struct branch_site {
 	uint64_t vaddr;		/* translated address */
 	uint32_t len;
 	bool conditional;
+	bool kernel;		/* in the kernel half */
 };
 
 /* An I1 reference by an instruction that is not a TB's first. */
@@ -277,6 +279,7 @@ struct fetch_site {
 struct mem_site {
 	uint64_t vaddr;		/* translated address */
 	uint64_t kind[2];	/* [store], atomic */
+	bool kernel;		/* vaddr is in the kernel half */
 };
 
 /* Where and on what a model event happened (the overflow's ip, addr). */
@@ -736,7 +739,7 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 	struct pvperf_score *s = score_of(vcpu);
 	uint64_t *pending = &s->branch[!t->kernel];
 	uint64_t *fs = fast_of(vcpu);
-	uint64_t delta = 0, rip, steady = 0;
+	uint64_t delta = 0, pc, steady = 0;
 
 	/* Several conditions of one fast TB start may fire: the first does
 	 * it all (the TB's inline store clears the mark after them).  A
@@ -757,8 +760,8 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 		return;
 	}
 	catch_up(vcpu, m);
-	if (t->runtime && guest_read_reg(REG_RIP, &rip))
-		delta = rip - t->vaddr;
+	if (t->runtime && guest_read_reg(REG_PC, &pc))
+		delta = pc - t->vaddr;
 	if (*pending && !m->watched[!t->kernel])
 		*pending = 0;		/* stored by code nobody watches */
 	m->watched[!t->kernel] = true;
@@ -877,11 +880,12 @@ mem_access_repeat(struct model_vcpu *m, uint64_t site, uint64_t vaddr,
  * overflow check, the dTLB and D1 (and LL) references.
  */
 static void __attribute__((noinline))
-mem_access_full(unsigned vcpu, uint64_t site, uint64_t vaddr, unsigned size,
-		bool store, bool regs)
+mem_access_full(unsigned vcpu, const struct mem_site *ms, uint64_t vaddr,
+		unsigned size, bool store, bool regs)
 {
 	struct model_vcpu *m = &mv[vcpu];
-	bool kernel = vaddr_is_kernel(site);
+	uint64_t site = ms->vaddr;
+	bool kernel = ms->kernel;
 	struct event_at at = { vcpu, site + m->delta[!kernel], vaddr, regs };
 	uint64_t first = vaddr >> m->d1.line_bits;
 
@@ -919,7 +923,7 @@ mem_access_new_kind(unsigned vcpu, qemu_plugin_meminfo_t info,
 	__atomic_store_n(&ms->kind[store],
 			 (uint64_t)shift << ACCESS_KIND_SHIFT | mem_kind_key(info),
 			 __ATOMIC_RELAXED);
-	mem_access_full(vcpu, ms->vaddr, vaddr, 1u << shift, store, regs);
+	mem_access_full(vcpu, ms, vaddr, 1u << shift, store, regs);
 }
 
 /*
@@ -939,8 +943,7 @@ mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr,
 	uint64_t site = ms->vaddr;
 	unsigned size = 1u << (kind >> ACCESS_KIND_SHIFT);
 	unsigned ctr = PVPERF_CTR_MODEL(store ? PVPERF_M_D1_WRITE :
-					PVPERF_M_D1_READ,
-					!vaddr_is_kernel(site));
+					PVPERF_M_D1_READ, !ms->kernel);
 	uint64_t block = m->last_dblock;
 
 	if (__builtin_expect((kind & ACCESS_KIND_KEY) != mem_kind_key(info), 0))
@@ -950,7 +953,7 @@ mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr,
 			     (m->armed & (1ull << ctr)) ||
 			     vaddr >> m->d1.line_bits != block ||
 			     (vaddr + size - 1) >> m->d1.line_bits != block, 0))
-		return mem_access_full(vcpu, site, vaddr, size, store, regs);
+		return mem_access_full(vcpu, ms, vaddr, size, store, regs);
 	m->load_site = store ? 0 : site;
 	m->load_addr = vaddr;
 	m->load_size = size;
@@ -972,8 +975,9 @@ MEM_CALLBACK(mem_write, true, false)
 MEM_CALLBACK(mem_read_regs, false, true)
 MEM_CALLBACK(mem_write_regs, true, true)
 
-/* A write to cr3: another address space, no PCID (docs/events.md). */
-static void cr3_exec(unsigned vcpu, void *udata)
+/* A write to the page-table root: another address space, with no
+ * address-space tags kept in the TLBs (docs/events.md). */
+static void aspace_exec(unsigned vcpu, void *udata)
 {
 	cache_reset(&mv[vcpu].itlb);
 	cache_reset(&mv[vcpu].dtlb);
@@ -990,7 +994,7 @@ static void branch_unsteady_exec(unsigned vcpu, void *udata)
 	const struct branch_site *b = udata;
 
 	fast_of(vcpu)[FS_EXPECT] = 0;
-	score_of(vcpu)->branch[!vaddr_is_kernel(b->vaddr)] =
+	score_of(vcpu)->branch[!b->kernel] =
 		(uintptr_t)b | PENDING_UNSTEADY;
 }
 
@@ -1077,9 +1081,9 @@ static void register_tb_start(struct qemu_plugin_insn *insn,
 static bool cond_target(struct qemu_plugin_insn *insn, uint64_t vaddr,
 			uint64_t *target)
 {
-	uint8_t bytes[X86_MAX_INSN_LEN];
+	uint8_t bytes[INSN_MAX_BYTES];
 
-	return classify_cond_target(bytes,
+	return pv.arch->cond_target(bytes,
 		qemu_plugin_insn_data(insn, bytes, sizeof(bytes)), vaddr,
 		target);
 }
@@ -1097,7 +1101,8 @@ static struct branch_site *loop_branch(struct qemu_plugin_tb *tb, size_t n,
 	    target != tb_vaddr)
 		return NULL;
 	b = arena_alloc(sizeof(*b));
-	*b = (struct branch_site){ vaddr, qemu_plugin_insn_size(insn), true };
+	*b = (struct branch_site){ vaddr, qemu_plugin_insn_size(insn), true,
+				   vaddr_is_kernel(vaddr) };
 	return b;
 }
 
@@ -1113,7 +1118,8 @@ static void register_branch(struct qemu_plugin_insn *insn, uint64_t vaddr,
 	struct branch_site *b = loop ? loop : arena_alloc(sizeof(*b));
 	uint64_t target;
 
-	*b = (struct branch_site){ vaddr, len, cls & CLS_COND };
+	*b = (struct branch_site){ vaddr, len, cls & CLS_COND,
+				   vaddr_is_kernel(vaddr) };
 	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
 		QEMU_PLUGIN_INLINE_STORE_U64, score_branch(kernel),
 		(uintptr_t)b);
@@ -1180,13 +1186,14 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 					fetch_exec, cb_regs, f);
 		}
 		prev_last_line = last;
-		if (tlb && !mcfg.compat && (cls[i] & CLS_CR3_WRITE))
-			qemu_plugin_register_vcpu_insn_exec_cb(insn, cr3_exec,
+		if (tlb && !mcfg.compat && (cls[i] & CLS_ASPACE))
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, aspace_exec,
 				QEMU_PLUGIN_CB_NO_REGS, NULL);
 		if (fetches) {
 			struct mem_site *ms = arena_alloc(sizeof(*ms));
 
-			*ms = (struct mem_site){ .vaddr = vaddr };
+			*ms = (struct mem_site){ .vaddr = vaddr,
+				.kernel = vaddr_is_kernel(vaddr) };
 			/* Loads and stores apart: which one is known here. */
 			qemu_plugin_register_vcpu_mem_cb(insn,
 				regs ? mem_read_regs : mem_read, cb_regs,

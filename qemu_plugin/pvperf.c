@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * pvperf.c - the pvperf TCG plugin for qemu-system-x86_64 (QEMU >= 10.0,
- * plugin API v4): exact per-vCPU retired instruction and branch counts,
+ * pvperf.c - the pvperf TCG plugin for QEMU's system emulators of the
+ * guest architectures in targets.c (QEMU >= 10.0, plugin API v4): exact per-vCPU retired instruction and branch counts,
  * overflow at the exact instruction, and the transport of pvperf
  * hypercalls from the guest kernel to the pvperf host service.
  *
- *   qemu-system-x86_64 ... \
+ *   qemu-system-$TARGET ... \
  *     -object memory-backend-file,id=ram,size=1G,mem-path=/dev/shm/NAME,share=on \
  *     -machine memory-backend=ram \
  *     -plugin qemu_plugin/pvperf.so,sock=@NAME,ram=/dev/shm/NAME
@@ -37,6 +37,7 @@
 #include "models.h"
 #include "sample.h"
 #include "state.h"
+#include "targets.h"
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
@@ -87,7 +88,7 @@ static void report(void)
 
 /*
  * atexit.  Runs in the thread that called exit(), possibly while other
- * vCPUs still run: the arena, tables and capstone handles may be in use
+ * vCPUs still run: the arena, tables and decoder handles may be in use
  * by them and are left to the process teardown; guest RAM is unmapped
  * and the sockets closed only once no hypercall is in flight.
  */
@@ -192,10 +193,15 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 {
 	uint32_t reply_flags = 0;
 
-	if (!info->system_emulation || strcmp(info->target_name, "x86_64")) {
-		pvperf_log("needs qemu-system-x86_64 (got %s%s)\n",
-			   info->target_name,
-			   info->system_emulation ? "" : " user mode");
+	if (!info->system_emulation) {
+		pvperf_log("needs system emulation (qemu-system-%s), not user"
+			   " mode\n", info->target_name);
+		return -1;
+	}
+	pv.arch = arch_of_target(info->target_name);
+	if (!pv.arch) {
+		pvperf_log("cannot run on target %s: pvperf knows %s\n",
+			   info->target_name, known_targets());
 		return -1;
 	}
 	pv.id = id;

@@ -22,14 +22,14 @@
  * (T + period [+ xorshift & mask]; period 0 disarms it until the guest's
  * SET_PERIOD) and the sample leaves as one pvperf_proto_overflow.
  *
- * Runtime addresses.  x86 TBs are PC-relative: a TB translated while one
+ * Runtime addresses.  TBs are PC-relative: a TB translated while one
  * process ran a page of shared code is reused by every process mapping
- * that physical page, at its own virtual address.  QEMU keeps rip exact
+ * that physical page, at its own virtual address.  QEMU keeps the pc exact
  * at TB entry and updates it within a TB only where a helper needs it,
  * always to an instruction of the same TB, whose first page holds every
  * instruction start.  The page offset of code is the same in every
  * mapping, so the runtime TB is the translated one moved by a multiple of
- * the page size: delta = (rip - tb_vaddr) rounded down to a page.
+ * the page size: delta = (pc - tb_vaddr) rounded down to a page.
  *
  * Faults.  If an instruction of the chunk up to and including the
  * overflowing one may fault (count.c's first_fault), the overflow may not
@@ -60,10 +60,12 @@
  * whose capture point did not run (an instruction before it faulted) is
  * held without registers, so the FAULT cancels it like any other.
  *
- * Delivery (habit: overflow only flags; delivery happens later): the
- * service writes the record into guest memory and injects the NMI over
- * QMP; for callchain events (PVPERF_PROTO_SYNC) the vCPU waits until the
- * NMI is raised (link.c).
+ * Delivery.  Here an overflow is only recorded and sent: writing the
+ * sample record into guest memory and raising the NMI would run guest-
+ * visible work in the middle of a TB, so the service does both later, at
+ * a point that is safe for the guest (it injects the NMI over QMP); for
+ * callchain events (PVPERF_PROTO_SYNC) the vCPU waits until the NMI is
+ * raised (link.c).
  *
  * Context: everything here runs on the vCPU thread that owns the slots
  * (its callbacks, its doorbell and FAULT handlers); no locks, no
@@ -325,11 +327,11 @@ static uint64_t next_threshold(struct pvperf_vcpu *v,
 /* How far this execution of the chunk lies from where it was translated. */
 static uint64_t runtime_delta(const struct sample_chunk *c)
 {
-	uint64_t rip;
+	uint64_t pc;
 
-	if (c->kernel || !guest_read_reg(REG_RIP, &rip))
+	if (c->kernel || !guest_read_reg(REG_PC, &pc))
 		return 0;	/* kernel code is mapped alike everywhere */
-	return (rip - c->tb_vaddr) & GUEST_PAGE_MASK;
+	return (pc - c->tb_vaddr) & GUEST_PAGE_MASK;
 }
 
 /* The insn index of the k-th (0-based) counted event of the chunk. */

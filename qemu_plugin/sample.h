@@ -13,7 +13,8 @@
 /*
  * The countdown (core.h): a chunk calls sample_chunk_exec() when its
  * half's instruction counter passes this after the chunk's add.  It fits
- * an x86 imm32, so the generated check is a compare and a branch; a half's
+ * a 32-bit immediate, so the generated check is a compare and a branch on
+ * the host; a half's
  * room never exceeds ROOM_MAX, so the counter never starts below
  * COUNTDOWN_LIMIT - ROOM_MAX.
  */
@@ -23,7 +24,7 @@
 /*
  * What the conditional callback of a chunk needs (udata, in count.c's
  * arena): the chunk's instructions at translation time (the process that
- * translated it; runtime addresses come from rip), which of them are
+ * translated it; runtime addresses come from the pc), which of them are
  * branches, and the first one that may fault.
  */
 struct sample_chunk {

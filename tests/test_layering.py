@@ -161,6 +161,45 @@ def test_plugin_units_only_use_units_below_them_in_the_readme():
     assert up == []
 
 
+# Names of an architecture, its registers or its decoder: only the files
+# of an architecture (x86_64.c, ...) and the table that lists them
+# (targets.c) may hold them.  rmap.c, the reverse-map recorder, is a
+# plugin of its own that decodes x86_64's cr3 writes itself.
+ARCH_WORDS = re.compile(
+    r"x86|X86|aarch64|arm64|AArch64|capstone|"
+    r"\b(?:[re](?:ax|bx|cx|dx|si|di|sp|bp|ip)|r\d+[dwb]?|eflags|[cC][rR][0-4])\b|"
+    r"\bMODE_(?:64|32|16)\b|#(?:GP|DE|UD|PF)\b")
+ARCH_FILES = {"targets.c", "rmap.c"}
+
+
+def arch_names() -> set[str]:
+    """The architectures targets.c lists (&arch_NAME entries)."""
+    text = (PLUGIN / "targets.c").read_text()
+    return set(re.findall(r"&arch_(\w+),", text))
+
+
+def test_shared_plugin_code_names_no_architecture():
+    assert "x86_64" in arch_names()
+    allowed = ARCH_FILES | {f"{a}.c" for a in arch_names()}
+    found = []
+    for path in sorted(PLUGIN.glob("*.[ch]")):
+        if path.name in allowed:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if ARCH_WORDS.search(line):
+                found.append(f"{path.name}:{n}: {line.strip()}")
+    assert found == []
+
+
+def test_the_arch_words_pattern_finds_what_it_should():
+    for hit in ("x86 TBs", "(%rbx)", "%rax", "rip", "cr3", "CR3",
+                "MODE_64", "capstone", "aarch64", "rsp", "r8", "eax", "#GP"):
+        assert ARCH_WORDS.search(hit), hit
+    for miss in ("strip", "description", "sp and bp", "ip", "pc", "vaddr",
+                 "REG_PC"):
+        assert not ARCH_WORDS.search(miss), miss
+
+
 def test_no_module_over_the_size_limit():
     big = {name: len(p.read_text().splitlines())
            for name, p in modules().items()}
