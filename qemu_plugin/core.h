@@ -77,18 +77,30 @@ struct pvperf_vcpu {
 	unsigned log_budget;	/* guest-triggerable log lines left */
 	uint64_t lost;		/* overflow messages the socket refused */
 	unsigned unanswered;	/* overflows sent since the last answered one */
-	/* Sampling (sample.c): the slots the service armed on this vCPU. */
+	/*
+	 * Sampling (sample.c): the slots the service armed on this vCPU,
+	 * those on the inline counters (instructions, branches: checked by
+	 * the chunks' countdown) and those on the models' counters (checked
+	 * where the models count).
+	 */
 	unsigned n_slots;
 	unsigned pending_mask;	/* bit i: pending[i] is held */
 	unsigned awaiting_mask;	/* bit i: pending[i] waits for its registers */
 	struct pvperf_sample_slot {
 		uint64_t threshold;	/* UINT64_MAX: disarmed */
 		uint64_t period;	/* 0: one-shot */
+		uint64_t ctr_mask;	/* the raw counters it sums */
 		uint32_t event_id;
-		uint8_t ctr_mask;
 		uint8_t rand_bits;
 		uint8_t flags;		/* PVPERF_PROTO_SYNC, _REGS */
 	} slot[PVPERF_PROTO_MAX_SLOTS];
+	unsigned n_model_slots;
+	struct pvperf_sample_slot model_slot[PVPERF_PROTO_MAX_SLOTS];
+	/* The model counters some model slot sums, and whether one is on
+	 * cycles (instructions and stall cycles: the timing model); the
+	 * models keep a copy for their hot paths (models_reply). */
+	uint64_t model_armed;
+	bool model_armed_cycles;
 	/*
 	 * An overflow on an instruction that may not retire (it, or one
 	 * before it in its chunk, may fault): held until the vCPU shows it
@@ -105,6 +117,7 @@ struct pvperf_vcpu {
 		uint16_t regs_at;	/* the capture point it awaits */
 		uint8_t mode;		/* PVPERF_MODE_* */
 		bool has_regs;
+		uint64_t data_addr;	/* model events: the access's address */
 		/* before ip ran (all of them, or sp and bp: instrument.h) */
 		uint64_t regs[PVPERF_NR_REGS];
 	} pending[PVPERF_PROTO_MAX_SLOTS];

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * models.c - feeds the cache and branch-predictor models (models.h).
+ * models.c - feeds the cache and branch-predictor models (models.h):
+ * their state, and their inputs but data accesses (models_mem.c).
  *
  * What each vCPU's models see, and from which callback:
  *
@@ -61,11 +62,9 @@
  * same models, which stay warm, as hardware's do.
  *
  * Sampling.  A slot on model counters (the service never mixes them with
- * inline ones) is checked where its counters grow, in the callback that
- * saw the event, so the overflow names that very instruction (and, for
- * data events, the access's address).  A memory callback runs after its
- * access succeeded, so the instruction retires (unless a later access of
- * it faults: a FIXME, rare).
+ * inline ones) is sample.c's, like every slot; the models report each
+ * growth of a counter a slot is armed on (sample_model_event), from the
+ * callback that saw the event.
  *
  * Registers (PVPERF_PROTO_REGS slots: callchains, sample registers, user
  * stacks).  While the service asks for captures (instrument_capture), the
@@ -82,63 +81,7 @@
  * those after it (the target's; a return's stack pointer already
  * popped).  The ip is always the event's instruction.
  *
- * Fast paths.  Most TB starts and fetches change nothing: their line is
- * already the most recent of its I1 set (and its page of its iTLB set),
- * and the branch that led there was a loop branch taken in the
- * predictor's steady state (bpred_taken_is_steady: taken again, it is
- * predicted and moves nothing).  A callback costs more than the host
- * instructions it would run (a dec/jnz loop: 1.9 ns an iteration plain,
- * 6.7 ns more with the start callback alone), so these are put behind
- * conditional callbacks on a second scoreboard (FS_*), which the slow
- * paths keep true to the models:
- *   FS_I1, fs_itlb  a mirror of each set's most recent block, written
- *                   on each reference; a fetch's callbacks run only if
- *                   its block is not the mirror's (one condition per
- *                   model; a reference straddling two blocks is always
- *                   called).
- *   FS_STEADY       per slot (branch address, low bits), the address of
- *                   a branch now steady taken, set right after the
- *                   fetch of the TB it is taken to, so that TB's line and
- *                   page are their sets' most recent; all cleared when a
- *                   branch is not taken (the history then changes;
- *                   nothing else can undo a steady state) and when a
- *                   fetch makes another block the most recent of a set.
- *   FS_EXPECT       a direct conditional branch stores its taken target
- *                   there, and clears it in a callback if its FS_STEADY
- *                   slot is not its own; a TB start runs its callback if
- *                   FS_EXPECT is not its address, then clears it.  So a
- *                   TB skips its start (fetch included) only when
- *                   entered by the taken edge of a steady branch; the
- *                   branch's site, stored anyway, is cleared unresolved
- *                   (resolving it would change nothing).  Without the
- *                   predictor, a TB start has the fetch conditions
- *                   instead.  Conditional branches are therefore counted
- *                   where they run, by an inline add (FS_COND), in code
- *                   the models ignore too (outside any live event: the
- *                   service counts between an event's enable and disable).
- *   one-block loops a TB whose last instruction is a direct conditional
- *                   branch to its own start (loop_branch) needs neither
- *                   FS_EXPECT nor the clearing stores: its start's one
- *                   condition is that the pending branch is not its own
- *                   site, as its branch stores it.  The branch's
- *                   callback, when it is not steady, tags the site
- *                   (PENDING_UNSTEADY), and so does every loss of the
- *                   steady marks (fast_unsteady); the start's callback
- *                   resolves tagged sites like others.  A skipped start
- *                   leaves the site in place until the branch stores it
- *                   again; an instruction that faults in between restarts
- *                   in another TB, whose start must not resolve it again
- *                   (models_fault clears it; an exception the guest does
- *                   not report, a divide error say, leaves it, resolved
- *                   once more as taken: no change unless kernel branches
- *                   moved the history in between).  A two-instruction
- *                   loop (decrement, branch): five inline operations a
- *                   block instead of eight.
- * While the fast paths must not be taken (compat with no live event; a
- * slot on cycles or conditional branches, which needs every TB start or
- * branch), the mirrors and steady slots are emptied and not refilled
- * (fast_ok), so every condition fires; and while samples need runtime
- * addresses or registers, TBs are instrumented with plain callbacks.
+ * Fast paths (models_fast.c) skip what would change nothing.
  *
  * Sharing.  L1I, L1D and the predictor are per vCPU and touched only by
  * its thread.  The LL is shared, as on a multi-core chip, and locked when
@@ -148,263 +91,23 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "arena.h"
 #include "bpred.h"
 #include "cachesim.h"
 #include "core.h"
 #include "guest.h"
 #include "instrument.h"
-#include "link.h"
 #include "model_config.h"
 #include "models.h"
+#include "models_int.h"
 #include "sample.h"
 
-/*
- * The fast paths' scoreboard (struct pvperf_score is fixed-size; this one
- * follows the geometry): per vCPU, an array of u64 at these indexes.
- */
-#define STEADY_SLOTS	256		/* by branch address, low bits */
-#define STEADY_LIST	16
-enum {
-	FS_EXPECT,		/* the TB a steady branch was taken to, 0 */
-	FS_COND,		/* [2] conditional branches, per half */
-	FS_STEADY = FS_COND + 2,	/* [STEADY_SLOTS] steady branches */
-	FS_I1 = FS_STEADY + STEADY_SLOTS, /* [I1 sets] each set's MRU block */
-	/* FS_I1 + I1 sets: [iTLB sets] each set's MRU page (fs_itlb) */
-};
-#define FS_HANDLED	1	/* FS_EXPECT: this TB start already ran */
-/* A pending branch (struct pvperf_score.branch, an 8-aligned site) with
- * this bit must be resolved even by a one-block loop's start. */
-#define PENDING_UNSTEADY	1ull
-
-struct model_vcpu {
-	struct cache i1, d1, itlb, dtlb;
-	uint64_t ctr[2 * PVPERF_NR_MODEL_COUNTERS];	/* [2 * m + mode] */
-	/* delta of the last TB started in each half (kernel: always 0) */
-	uint64_t delta[2];
-	/* The last data access, if a load: a store matching it is merged. */
-	uint64_t load_site, load_addr;
-	unsigned load_size;
-	/* The site of that load if its instruction then faulted: the same
-	 * load again is the re-execution, not a new access. */
-	uint64_t refault_site;
-	/* The first half of a 32-byte access (QEMU splits vector ones in two
-	 * 16-byte accesses; cachegrind sees one): its site, end, direction
-	 * and whether it missed L1D and the LL. */
-	uint64_t half_site, half_end;
-	bool half_store, half_d1_miss, half_ll_miss, half_tlb_miss;
-	bool live;		/* compat: the models watch this vCPU */
-	/* Armed slots on model counters, and the union of their masks;
-	 * whether one is on cycles (instructions + stall: timing model). */
-	unsigned n_slots;
-	uint64_t armed;
-	bool armed_cycles;
-	struct model_slot {
-		uint64_t threshold;	/* UINT64_MAX: disarmed */
-		uint64_t period;
-		uint32_t event_id;
-		uint64_t mask;		/* raw counter bits (model ones) */
-		uint8_t rand_bits;
-		uint8_t flags;		/* PVPERF_PROTO_SYNC */
-	} slot[PVPERF_PROTO_MAX_SLOTS];
-	/* compat: whether the last TB started in each half was watched, so
-	 * whether a pending branch is the watched task's (the inline store
-	 * runs in unwatched code too: perf's own before it execs the task) */
-	bool watched[2];
-	uint64_t epoch;		/* compat: the cold epoch it last reset at */
-	/* The D1 block of the last data access, if it lay wholly in it
-	 * (CACHE_EMPTY if none): that block is then the most recent of its
-	 * D1 set and its page of its dTLB set, so an access within it again
-	 * changes neither (most accesses of a loop: no lookup at all). */
-	uint64_t last_dblock;
-	/* Fast paths (see "Fast paths" above): whether they may be taken
-	 * now, and the steady-branch slots set since the history last broke
-	 * (n_steady > STEADY_LIST: too many to list, clear them all). */
-	bool fast_ok;
-	unsigned n_steady;
-	uint16_t steady_slot[STEADY_LIST];
-	struct bpred bp;	/* last: large, touched at a few places */
-} __attribute__((aligned(64)));
-
-static struct model_vcpu *mv;		/* [pv.n_vcpus] */
+struct model_vcpu *mv;			/* [pv.n_vcpus] */
 static struct cache ll;
 static GMutex ll_lock;
 static uint64_t cold_epoch;		/* atomic; bumped under ll_lock */
-static struct qemu_plugin_scoreboard *fast_sb;
-static size_t fast_size;		/* bytes per vCPU */
-static size_t fs_itlb;			/* index of the iTLB mirror */
-static char *fast_base;			/* kept as pv.score_base; atomic */
 
-/* What a TB-start callback needs. */
-struct tb_site {
-	uint64_t vaddr;		/* where the TB was translated */
-	uint32_t len;		/* bytes of its first I1 reference */
-	bool kernel;
-	bool fetch;		/* run the I1 reference */
-	bool runtime;		/* read the pc: runtime code addresses */
-	bool regs;		/* registered with R_REGS for captures */
-	bool fast;		/* behind conditions (fast paths) */
-	/* A one-block loop: its last instruction, a direct conditional
-	 * branch to its start (see "Fast paths"); else NULL. */
-	struct branch_site *loop;
-};
-
-/* A conditional or indirect branch (stored in the scoreboard). */
-struct branch_site {
-	uint64_t vaddr;		/* translated address */
-	uint32_t len;
-	bool conditional;
-	bool kernel;		/* in the kernel half */
-};
-
-/* An I1 reference by an instruction that is not a TB's first. */
-struct fetch_site {
-	uint64_t vaddr;
-	uint32_t len;
-	bool kernel;
-	bool regs;		/* registered with R_REGS for captures */
-};
-
-/*
- * An instruction that accesses memory (the memory callbacks' udata).
- * kind[store]: the access kind QEMU passed last, plus 1 so that 0 means
- * "not seen yet" (bits 0..32, ACCESS_KIND_KEY), and its size shift
- * (bits 40..47), in one word so that a vCPU never reads one without the
- * other.  An instruction's kind is nearly always fixed (QEMU passes it
- * as a constant of the generated code; accesses made by helpers, an FPU
- * state save say, may vary, and each change takes the full path), so
- * the fast path compares it and never calls QEMU's accessor, and a
- * call-free fast path saves fewer registers.
- */
-struct mem_site {
-	uint64_t vaddr;		/* translated address */
-	uint64_t kind[2];	/* [store], atomic */
-	bool kernel;		/* vaddr is in the kernel half */
-};
-
-/* Where and on what a model event happened (the overflow's ip, addr). */
-struct event_at {
-	unsigned vcpu;
-	uint64_t ip;
-	uint64_t addr;
-	bool regs;		/* the callback may read registers (R_REGS) */
-};
-
-#define INLINE_BITS	((1ull << PVPERF_NR_INLINE_COUNTERS) - 1)
-#define INSN_BITS	(1ull << PVPERF_CTR_INSN_KERNEL | 1ull << PVPERF_CTR_INSN_USER)
-#define STALL_BITS	(1ull << PVPERF_CTR_MODEL(PVPERF_M_STALL, 0) | \
-			 1ull << PVPERF_CTR_MODEL(PVPERF_M_STALL, 1))
-
-/* ---- the fast paths' scoreboard ---- */
-
-static inline uint64_t *fast_of(unsigned vcpu)
-{
-	char *base = __atomic_load_n(&fast_base, __ATOMIC_RELAXED);
-
-	if (__builtin_expect(base != NULL, 1))
-		return (uint64_t *)(base + vcpu * fast_size);
-	return qemu_plugin_scoreboard_find(fast_sb, vcpu);
-}
-
-static qemu_plugin_u64 fs_entry(size_t index)
-{
-	return (qemu_plugin_u64){ fast_sb, index * sizeof(uint64_t) };
-}
-
-static void fast_create(void)
-{
-	size_t n = FS_I1 + (mv[0].i1.set_mask + 1) + (mv[0].itlb.set_mask + 1);
-
-	fs_itlb = FS_I1 + mv[0].i1.set_mask + 1;
-	fast_size = (n * sizeof(uint64_t) + 63) & ~(size_t)63;
-	fast_sb = qemu_plugin_scoreboard_new(fast_size);
-}
-
-/* The I1 and iTLB mirrors say nothing is most recent: conditions fire. */
-static void fast_empty_mirrors(uint64_t *fs)
-{
-	size_t n = fs_itlb + mv[0].itlb.set_mask + 1 - FS_I1;
-
-	for (size_t i = 0; i < n; i++)
-		fs[FS_I1 + i] = CACHE_EMPTY;
-}
-
-/*
- * The history broke (or the predictor was reset, or a fetch made another
- * block the most recent of a set): no branch is steady.  A one-block
- * loop's branch stored as pending (see "Fast paths") is tagged, so that
- * its block's start runs its callback again.
- */
-static void fast_unsteady(unsigned vcpu)
-{
-	struct model_vcpu *m = &mv[vcpu];
-	uint64_t *fs;
-	struct pvperf_score *s;
-
-	if (!m->n_steady)
-		return;
-	fs = fast_of(vcpu);
-	s = score_of(vcpu);
-	for (unsigned h = 0; h < 2; h++)
-		if (s->branch[h])
-			s->branch[h] |= PENDING_UNSTEADY;
-	if (m->n_steady > STEADY_LIST)
-		memset(&fs[FS_STEADY], 0, STEADY_SLOTS * sizeof(uint64_t));
-	else
-		for (unsigned i = 0; i < m->n_steady; i++)
-			fs[FS_STEADY + m->steady_slot[i]] = 0;
-	m->n_steady = 0;
-}
-
-/* Every condition fires until slow paths learn the state again. */
-static void fast_forget(unsigned vcpu)
-{
-	uint64_t *fs = fast_of(vcpu);
-
-	fast_unsteady(vcpu);
-	fast_empty_mirrors(fs);
-	fs[FS_EXPECT] = 0;
-}
-
-/*
- * The branch at pc is steady taken: the TB it is taken to may skip its
- * start, fetch included.  So a steady branch's target is always the most
- * recent block of its I1 set and page of its iTLB set: set only right
- * after that TB's fetch, and every steady branch is forgotten when a
- * fetch makes another block the most recent of a set (fetch).
- */
-static void fast_steady(uint64_t *fs, struct model_vcpu *m, uint64_t pc)
-{
-	unsigned slot = pc & (STEADY_SLOTS - 1);
-
-	if (fs[FS_STEADY + slot] == pc)
-		return;
-	fs[FS_STEADY + slot] = pc;
-	if (m->n_steady < STEADY_LIST)
-		m->steady_slot[m->n_steady] = slot;
-	m->n_steady++;
-}
-
-/*
- * Whether the fast paths may be taken: not while the models ignore this
- * vCPU (compat), nor while a slot wants the place of every conditional
- * branch or every TB start (a sample on branches, on cycles).
- */
-static void fast_update_ok(unsigned vcpu, struct model_vcpu *m)
-{
-	const uint64_t cond_bits =
-		1ull << PVPERF_CTR_MODEL(PVPERF_M_COND, 0) |
-		1ull << PVPERF_CTR_MODEL(PVPERF_M_COND, 1);
-	bool ok = !(mcfg.compat && !m->live) && !m->armed_cycles &&
-		  !(m->armed & cond_bits);
-
-	if (!ok && m->fast_ok)
-		fast_forget(vcpu);
-	m->fast_ok = ok;
-}
-
-/* Model counter idx (2 * m + mode): conditional branches are counted by
- * generated code, in the fast paths' scoreboard. */
+/* Model counter idx (2 * m + !kernel): conditional branches are counted
+ * by generated code, in the fast paths' scoreboard. */
 static uint64_t model_ctr(unsigned vcpu, const struct model_vcpu *m,
 			  unsigned idx)
 {
@@ -413,84 +116,6 @@ static uint64_t model_ctr(unsigned vcpu, const struct model_vcpu *m,
 	if (idx / 2 == PVPERF_M_COND)
 		n += fast_of(vcpu)[FS_COND + idx % 2];
 	return n;
-}
-
-static uint64_t slot_sum(unsigned vcpu, const struct model_vcpu *m,
-			 uint64_t mask)
-{
-	uint64_t sum = 0, insn[PVPERF_NR_INLINE_COUNTERS];
-
-	if (mask & INLINE_BITS) {	/* cycles: instructions too */
-		score_count(vcpu, insn);
-		for (unsigned c = 0; c < PVPERF_NR_INLINE_COUNTERS; c++)
-			if (mask & (1ull << c))
-				sum += insn[c];
-	}
-	for (mask >>= PVPERF_NR_INLINE_COUNTERS; mask; mask &= mask - 1)
-		sum += model_ctr(vcpu, m, __builtin_ctzll(mask));
-	return sum;
-}
-
-/*
- * Slots on raw counters in bits that an increment made reach threshold.
- * A cycles slot (timing model) is also checked at each TB start, for the
- * instructions: the count then already holds the whole first chunk, so
- * its sample may name an instruction up to a block early.
- */
-static void __attribute__((noinline, cold))
-check_slots(struct model_vcpu *m, uint64_t bits, bool kernel,
-	    struct event_at at)
-{
-	for (unsigned i = 0; i < m->n_slots; i++) {
-		struct model_slot *sl = &m->slot[i];
-		struct pvperf_proto_overflow msg;
-		uint64_t regs[PVPERF_NR_REGS];
-
-		if (!(sl->mask & bits) ||
-		    slot_sum(at.vcpu, m, sl->mask) < sl->threshold)
-			continue;
-		msg = (struct pvperf_proto_overflow){
-			.magic = PVPERF_PROTO_OVERFLOW_MAGIC,
-			.vcpu = at.vcpu,
-			.event_id = sl->event_id,
-			.mode = kernel ? PVPERF_MODE_KERNEL : PVPERF_MODE_USER,
-			.flags = sl->flags & PVPERF_PROTO_SYNC,
-			.ip = at.ip,
-			.threshold = sl->threshold,
-			.data_addr = at.addr,
-		};
-		if ((sl->flags & PVPERF_PROTO_REGS) && at.regs &&
-		    guest_read_gprs(regs)) {
-			memcpy(msg.regs, regs, sizeof(msg.regs));
-			msg.flags |= PVPERF_PROTO_REGS;
-		}
-		sl->threshold = msg.next_threshold = sample_next_threshold(
-			at.vcpu, sl->threshold, sl->period, sl->rand_bits);
-		link_send_overflow(at.vcpu, &msg);
-	}
-}
-
-/* Model counter ctr grew by n in the half given, at at.  The event's
- * place is passed by value, so that nothing is built unless a slot is
- * armed on the counter (the callbacks' fast paths stay short). */
-static inline void add(struct model_vcpu *m, unsigned ctr, uint64_t n,
-		       bool kernel, struct event_at at)
-{
-	unsigned c = PVPERF_CTR_MODEL(ctr, !kernel);
-
-	m->ctr[2 * ctr + !kernel] += n;
-	if (__builtin_expect(m->armed & (1ull << c), 0))
-		check_slots(m, 1ull << c, kernel, at);
-}
-
-/* An event (model counter ctr) in the half given, at *at; it stalls the
- * timing model by its penalty. */
-static inline void bump(struct model_vcpu *m, unsigned ctr, bool kernel,
-			struct event_at at)
-{
-	add(m, ctr, 1, kernel, at);
-	if (mcfg.penalty[ctr])
-		add(m, PVPERF_M_STALL, mcfg.penalty[ctr], kernel, at);
 }
 
 /* cachegrind's predictor in compat, a stronger one otherwise. */
@@ -517,11 +142,7 @@ void models_init(unsigned n_vcpus)
 
 void models_vcpu_init(unsigned vcpu)
 {
-	if (pv.n_vcpus <= SCORE_FIXED_VCPUS)
-		__atomic_store_n(&fast_base, (char *)qemu_plugin_scoreboard_find(
-				 fast_sb, vcpu) - vcpu * fast_size,
-				 __ATOMIC_RELAXED);
-	fast_empty_mirrors(fast_of(vcpu));
+	fast_vcpu_init(vcpu);
 }
 
 void models_count(unsigned vcpu, uint64_t *out)
@@ -530,9 +151,14 @@ void models_count(unsigned vcpu, uint64_t *out)
 		out[i] = model_ctr(vcpu, &mv[vcpu], i);
 }
 
+uint64_t models_counter(unsigned vcpu, unsigned idx)
+{
+	return model_ctr(vcpu, &mv[vcpu], idx);
+}
+
 /* ---- the models' inputs ---- */
 
-static bool ll_ref(uint64_t addr, unsigned size)
+bool ll_ref(uint64_t addr, unsigned size)
 {
 	bool miss;
 
@@ -588,51 +214,18 @@ static void fetch(unsigned vcpu, struct model_vcpu *m, uint64_t addr,
 		bump(m, PVPERF_M_LL_IMISS, kernel, at);
 }
 
-/* Whether this file serves a slot: model counters only, or cycles under
- * the timing model (instructions and stall cycles, both present). */
-static bool models_slot(uint64_t mask)
+/* The models' copy of what sample.c armed on their counters. */
+static void take_armed(unsigned vcpu, struct model_vcpu *m)
 {
-	const uint64_t all_bits = (1ull << PVPERF_NR_COUNTERS) - 1;
-
-	if (!mask || (mask & ~all_bits))
-		return false;
-	if (!(mask & INLINE_BITS))
-		return true;
-	return (mask & STALL_BITS) && !(mask & ~(INSN_BITS | STALL_BITS)) &&
-	       (mask & INSN_BITS);
-}
-
-/* The reply's slots on model counters. */
-static void arm(struct model_vcpu *m, const struct pvperf_proto_reply *reply)
-{
-	unsigned n = 0;
-
-	m->armed = 0;
-	m->armed_cycles = false;
-	for (unsigned i = 0; i < reply->n_slots && i < PVPERF_PROTO_MAX_SLOTS; i++) {
-		const struct pvperf_proto_slot *ps = &reply->slot[i];
-
-		if (!models_slot(ps->ctr_mask) || ps->rand_bits > 31)
-			continue;
-		m->slot[n++] = (struct model_slot){
-			.threshold = ps->threshold,
-			.period = ps->period,
-			.event_id = ps->event_id,
-			.mask = ps->ctr_mask,
-			.rand_bits = ps->rand_bits,
-			.flags = ps->flags & (PVPERF_PROTO_SYNC | PVPERF_PROTO_REGS),
-		};
-		m->armed |= ps->ctr_mask & ~INLINE_BITS;
-		m->armed_cycles |= !!(ps->ctr_mask & INLINE_BITS);
-	}
-	m->n_slots = n;
+	m->armed = pv.vcpu[vcpu].model_armed;
+	m->armed_cycles = pv.vcpu[vcpu].model_armed_cycles;
 }
 
 void models_reply(unsigned vcpu, const struct pvperf_proto_reply *reply)
 {
 	uint32_t flags = reply->flags;
 
-	arm(&mv[vcpu], reply);
+	take_armed(vcpu, &mv[vcpu]);
 	if (mcfg.compat)
 		mv[vcpu].live = flags & PVPERF_REPLY_MODELS_LIVE;
 	fast_update_ok(vcpu, &mv[vcpu]);
@@ -652,12 +245,6 @@ void models_reply(unsigned vcpu, const struct pvperf_proto_reply *reply)
 			fast_of(i)[FS_EXPECT] = 0;
 		}
 	}
-}
-
-/* The models ignore this vCPU's code now (compat, no live event). */
-static inline bool ignored(const struct model_vcpu *m)
-{
-	return mcfg.compat && !m->live;
 }
 
 /* compat: empty this vCPU's own models, a cold start was asked for. */
@@ -686,7 +273,7 @@ static inline void catch_up(unsigned vcpu, struct model_vcpu *m)
 		cold_start(vcpu, m, epoch);
 }
 
-static void fetch_exec(unsigned vcpu, void *udata)
+void fetch_exec(unsigned vcpu, void *udata)
 {
 	const struct fetch_site *f = udata;
 	struct model_vcpu *m = &mv[vcpu];
@@ -715,7 +302,7 @@ static uint64_t resolve_branch(unsigned vcpu, struct model_vcpu *m,
 
 		/* Counted where it ran, by generated code (FS_COND). */
 		if (__builtin_expect(m->armed & (1ull << c), 0))
-			check_slots(m, 1ull << c, kernel, at);
+			sample_model_event(1ull << c, kernel, at);
 		miss = bpred_cond(&m->bp, pc, taken);
 		if (miss)
 			bump(m, PVPERF_M_COND_MISS, kernel, at);
@@ -732,7 +319,7 @@ static uint64_t resolve_branch(unsigned vcpu, struct model_vcpu *m,
 	return 0;
 }
 
-static void tb_start_exec(unsigned vcpu, void *udata)
+void tb_start_exec(unsigned vcpu, void *udata)
 {
 	const struct tb_site *t = udata;
 	struct model_vcpu *m = &mv[vcpu];
@@ -777,7 +364,7 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 	if (m->armed_cycles) {
 		struct event_at at = { vcpu, t->vaddr + delta, 0, t->regs };
 
-		check_slots(m, INSN_BITS, t->kernel, at);
+		sample_model_event(CTR_INSN_BITS, t->kernel, at);
 	}
 	if (t->fetch)
 		fetch(vcpu, m, t->vaddr + delta, t->len, t->kernel, t->regs);
@@ -788,426 +375,6 @@ static void tb_start_exec(unsigned vcpu, void *udata)
 		fast_steady(fs, m, steady);
 }
 
-/* The second 16 bytes of a split 32-byte access: the lines it touches,
- * but no second access, and a miss only if the first half had none. */
-static void second_half(struct model_vcpu *m, uint64_t vaddr, bool store,
-			bool kernel, struct event_at at)
-{
-	unsigned acc = store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ;
-
-	m->half_site = 0;
-	/* its lines and pages are now the most recent: in a cache of one
-	 * set, the first half's no longer is */
-	m->last_dblock = CACHE_EMPTY;
-	if (instrument_tlb() && cache_ref(&m->dtlb, vaddr, 16) && !m->half_tlb_miss)
-		bump(m, store ? PVPERF_M_DTLB_WRITE_MISS :
-				PVPERF_M_DTLB_READ_MISS, kernel, at);
-	if (!instrument_cache() || !cache_ref(&m->d1, vaddr, 16))
-		return;
-	if (!m->half_d1_miss)
-		bump(m, acc + 1, kernel, at);
-	if (ll_ref(vaddr, 16) && !m->half_ll_miss)
-		bump(m, store ? PVPERF_M_LL_WRITE_MISS : PVPERF_M_LL_READ_MISS,
-		     kernel, at);
-}
-
-/* A D1 miss (and the LL behind it): out of line, the rarer case. */
-static void __attribute__((noinline))
-d1_miss(struct model_vcpu *m, uint64_t vaddr, unsigned size, bool store,
-	bool kernel, struct event_at at)
-{
-	m->half_d1_miss = true;
-	bump(m, (store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ) + 1, kernel,
-	     at);
-	if (ll_ref(vaddr, size)) {
-		m->half_ll_miss = true;
-		bump(m, store ? PVPERF_M_LL_WRITE_MISS : PVPERF_M_LL_READ_MISS,
-		     kernel, at);
-	}
-}
-
-static void __attribute__((noinline))
-dtlb_miss(struct model_vcpu *m, bool store, bool kernel, struct event_at at)
-{
-	m->half_tlb_miss = true;
-	bump(m, store ? PVPERF_M_DTLB_WRITE_MISS : PVPERF_M_DTLB_READ_MISS,
-	     kernel, at);
-}
-
-#define ACCESS_KIND_KEY	((1ull << 33) - 1)
-#define ACCESS_KIND_SHIFT	40
-
-static inline uint64_t mem_kind_key(qemu_plugin_meminfo_t info)
-{
-	_Static_assert(sizeof(info) == sizeof(uint32_t), "meminfo is 32 bits");
-	return (uint64_t)info + 1;
-}
-
-/*
- * The accesses that are not new ones, or not wholly: a faulted load seen
- * again, the second half of a split 32-byte access, the store of a
- * modify.  True if the access is done with.
- */
-static bool __attribute__((noinline))
-mem_access_repeat(struct model_vcpu *m, uint64_t site, uint64_t vaddr,
-		  unsigned size, bool store, bool kernel, struct event_at at)
-{
-	if (!store && m->refault_site) {
-		bool again = m->refault_site == site &&
-			     m->load_addr == vaddr && m->load_size == size;
-
-		m->refault_site = 0;
-		if (again)
-			return true;	/* counted before the fault */
-	}
-	m->refault_site = 0;
-	if (size == 16 && m->half_site == site && m->half_end == vaddr &&
-	    m->half_store == store) {
-		second_half(m, vaddr, store, kernel, at);
-		return true;
-	}
-	if (store && m->load_site == site && m->load_addr == vaddr &&
-	    m->load_size == size) {
-		m->load_site = 0;	/* a modify: counted as its load */
-		m->half_site = 0;
-		return true;
-	}
-	return false;
-}
-
-/*
- * A data access, the whole of it: the repeats, the access count with its
- * overflow check, the dTLB and D1 (and LL) references.
- */
-static void __attribute__((noinline))
-mem_access_full(unsigned vcpu, const struct mem_site *ms, uint64_t vaddr,
-		unsigned size, bool store, bool regs)
-{
-	struct model_vcpu *m = &mv[vcpu];
-	uint64_t site = ms->vaddr;
-	bool kernel = ms->kernel;
-	struct event_at at = { vcpu, site + m->delta[!kernel], vaddr, regs };
-	uint64_t first = vaddr >> m->d1.line_bits;
-
-	if (ignored(m) ||
-	    mem_access_repeat(m, site, vaddr, size, store, kernel, at))
-		return;
-	m->refault_site = 0;
-	m->load_site = store ? 0 : site;
-	m->load_addr = vaddr;
-	m->load_size = size;
-	m->half_site = 0;
-	/* an access stalls nothing: add, not bump */
-	add(m, store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ, 1, kernel, at);
-	if (size == 16) {	/* perhaps the first half of an AVX access */
-		m->half_site = site;
-		m->half_end = vaddr + 16;
-		m->half_store = store;
-		m->half_d1_miss = m->half_ll_miss = m->half_tlb_miss = false;
-	}
-	m->last_dblock = first == (vaddr + size - 1) >> m->d1.line_bits ?
-			 first : CACHE_EMPTY;
-	if (instrument_tlb() && cache_ref(&m->dtlb, vaddr, size))
-		dtlb_miss(m, store, kernel, at);
-	if (instrument_cache() && cache_ref(&m->d1, vaddr, size))
-		d1_miss(m, vaddr, size, store, kernel, at);
-}
-
-/* The first access of an instruction of this kind: learn its size. */
-static void __attribute__((noinline))
-mem_access_new_kind(unsigned vcpu, qemu_plugin_meminfo_t info,
-		    uint64_t vaddr, struct mem_site *ms, bool store, bool regs)
-{
-	unsigned shift = qemu_plugin_mem_size_shift(info);
-
-	__atomic_store_n(&ms->kind[store],
-			 (uint64_t)shift << ACCESS_KIND_SHIFT | mem_kind_key(info),
-			 __ATOMIC_RELAXED);
-	mem_access_full(vcpu, ms, vaddr, 1u << shift, store, regs);
-}
-
-/*
- * A data access; store and regs are constants of each callback below,
- * into which it is inlined.  The common case, a plain access within the
- * last one's D1 block with no slot on it, only books it (a few stores);
- * anything else goes to mem_access_full, in tail position, and the
- * common case calls nothing (gcc 12 then saves two registers, not four).
- */
-static inline __attribute__((always_inline)) void
-mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr,
-	      void *udata, bool store, bool regs)
-{
-	struct mem_site *ms = udata;
-	uint64_t kind = __atomic_load_n(&ms->kind[store], __ATOMIC_RELAXED);
-	struct model_vcpu *m = &mv[vcpu];
-	uint64_t site = ms->vaddr;
-	unsigned size = 1u << (kind >> ACCESS_KIND_SHIFT);
-	unsigned ctr = PVPERF_CTR_MODEL(store ? PVPERF_M_D1_WRITE :
-					PVPERF_M_D1_READ, !ms->kernel);
-	uint64_t block = m->last_dblock;
-
-	if (__builtin_expect((kind & ACCESS_KIND_KEY) != mem_kind_key(info), 0))
-		return mem_access_new_kind(vcpu, info, vaddr, ms, store, regs);
-	if (__builtin_expect(ignored(m) || m->refault_site || size == 16 ||
-			     (store && m->load_site == site) ||
-			     (m->armed & (1ull << ctr)) ||
-			     vaddr >> m->d1.line_bits != block ||
-			     (vaddr + size - 1) >> m->d1.line_bits != block, 0))
-		return mem_access_full(vcpu, ms, vaddr, size, store, regs);
-	m->load_site = store ? 0 : site;
-	m->load_addr = vaddr;
-	m->load_size = size;
-	m->half_site = 0;
-	m->ctr[ctr - PVPERF_NR_INLINE_COUNTERS]++;
-}
-
-/* The memory callbacks: loads and stores apart (which one an access is
- * is known at registration), each also with R_REGS, registered while the
- * service asks for captures. */
-#define MEM_CALLBACK(name, store, regs)					\
-	static void name(unsigned vcpu, qemu_plugin_meminfo_t info,	\
-			 uint64_t vaddr, void *udata)			\
-	{								\
-		mem_access_at(vcpu, info, vaddr, udata, store, regs);	\
-	}
-MEM_CALLBACK(mem_read, false, false)
-MEM_CALLBACK(mem_write, true, false)
-MEM_CALLBACK(mem_read_regs, false, true)
-MEM_CALLBACK(mem_write_regs, true, true)
-
-/* A write to the page-table root: another address space, with no
- * address-space tags kept in the TLBs (docs/events.md). */
-static void aspace_exec(unsigned vcpu, void *udata)
-{
-	cache_reset(&mv[vcpu].itlb);
-	cache_reset(&mv[vcpu].dtlb);
-	mv[vcpu].last_dblock = CACHE_EMPTY;
-	fast_empty_mirrors(fast_of(vcpu));
-	fast_unsteady(vcpu);
-}
-
-/* A steady branch turned out not to be (its condition fired): the TB it
- * is taken to must not skip its callback, a one-block loop's included
- * (its site was just stored as pending). */
-static void branch_unsteady_exec(unsigned vcpu, void *udata)
-{
-	const struct branch_site *b = udata;
-
-	fast_of(vcpu)[FS_EXPECT] = 0;
-	score_of(vcpu)->branch[!b->kernel] =
-		(uintptr_t)b | PENDING_UNSTEADY;
-}
-
-/* ---- translation ---- */
-
-static uint64_t line_of(uint64_t addr)
-{
-	return addr / mcfg.i1.line;
-}
-
-/* Whether [vaddr, vaddr + len) is one block of each model that fetches
- * reference (a straddling reference has no single mirror entry). */
-static bool one_block(uint64_t vaddr, uint32_t len, bool cache, bool tlb)
-{
-	uint64_t end = vaddr + len - 1;
-
-	return (!cache || line_of(vaddr) == line_of(end)) &&
-	       (!tlb || vaddr / mcfg.itlb.line == end / mcfg.itlb.line);
-}
-
-/* Call cb unless vaddr's block is the most recent of its set in the
- * mirror at index at of cache c. */
-static void register_unless_mru(struct qemu_plugin_insn *insn, uint64_t vaddr,
-				const struct cache *c, size_t at,
-				qemu_plugin_vcpu_udata_cb_t cb, void *udata)
-{
-	uint64_t block = vaddr >> c->line_bits;
-
-	qemu_plugin_register_vcpu_insn_exec_cond_cb(insn, cb,
-		QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_NE,
-		fs_entry(at + (block & c->set_mask)), block, udata);
-}
-
-/* Call cb unless the block of vaddr is already its set's most recent in
- * I1 and in the iTLB (see "Fast paths"): one condition per model. */
-static void register_fetch(struct qemu_plugin_insn *insn, uint64_t vaddr,
-			   bool cache, bool tlb, qemu_plugin_vcpu_udata_cb_t cb,
-			   void *udata)
-{
-	if (cache)
-		register_unless_mru(insn, vaddr, &mv[0].i1, FS_I1, cb, udata);
-	if (tlb)
-		register_unless_mru(insn, vaddr, &mv[0].itlb, fs_itlb, cb,
-				    udata);
-}
-
-/* A TB's start: behind conditions when fast, else always called. */
-static void register_tb_start(struct qemu_plugin_insn *insn,
-			      struct tb_site *t, bool cache, bool bpred,
-			      bool tlb)
-{
-	if (!t->fast) {
-		qemu_plugin_register_vcpu_insn_exec_cb(insn, tb_start_exec,
-			t->runtime || t->regs ? QEMU_PLUGIN_CB_R_REGS :
-						QEMU_PLUGIN_CB_NO_REGS, t);
-		return;
-	}
-	/* A one-block loop: entered by its own steady branch, its site is
-	 * still the pending one, untagged; nothing to clear after. */
-	if (t->loop) {
-		qemu_plugin_register_vcpu_insn_exec_cond_cb(insn, tb_start_exec,
-			QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_NE,
-			score_branch(t->kernel), (uintptr_t)t->loop, t);
-		return;
-	}
-	/* Not entered by a steady branch's taken edge (whose target's line
-	 * and page are the most recent: no fetch conditions then), or not
-	 * the most recent line and page. */
-	if (bpred)
-		qemu_plugin_register_vcpu_insn_exec_cond_cb(insn, tb_start_exec,
-			QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_NE,
-			fs_entry(FS_EXPECT), t->vaddr, t);
-	else
-		register_fetch(insn, t->vaddr, cache, tlb, tb_start_exec, t);
-	/* After the conditions: consumed, whichever path ran. */
-	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
-		QEMU_PLUGIN_INLINE_STORE_U64, fs_entry(FS_EXPECT), 0);
-	if (bpred)
-		qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
-			QEMU_PLUGIN_INLINE_STORE_U64, score_branch(t->kernel), 0);
-}
-
-/* A direct conditional branch's taken target, if it has one. */
-static bool cond_target(struct qemu_plugin_insn *insn, uint64_t vaddr,
-			uint64_t *target)
-{
-	uint8_t bytes[INSN_MAX_BYTES];
-
-	return pv.arch->cond_target(bytes,
-		qemu_plugin_insn_data(insn, bytes, sizeof(bytes)), vaddr,
-		target);
-}
-
-/* The site of a fast TB's last instruction if the TB is a one-block loop
- * (that instruction a direct conditional branch to the TB's start). */
-static struct branch_site *loop_branch(struct qemu_plugin_tb *tb, size_t n,
-				       const uint8_t *cls, uint64_t tb_vaddr)
-{
-	struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, n - 1);
-	uint64_t vaddr = qemu_plugin_insn_vaddr(insn), target;
-	struct branch_site *b;
-
-	if (!(cls[n - 1] & CLS_COND) || !cond_target(insn, vaddr, &target) ||
-	    target != tb_vaddr)
-		return NULL;
-	b = arena_alloc(sizeof(*b));
-	*b = (struct branch_site){ vaddr, qemu_plugin_insn_size(insn), true,
-				   vaddr_is_kernel(vaddr) };
-	return b;
-}
-
-/* A conditional or indirect branch: its site for the next TB start; a
- * conditional one also counted here, and, if direct in a fast TB, handed
- * over as steady (FS_EXPECT: its taken target) unless its condition says
- * otherwise.  A one-block loop's branch (loop: its site) hands over by
- * its site alone, which its TB's start compares. */
-static void register_branch(struct qemu_plugin_insn *insn, uint64_t vaddr,
-			    uint32_t len, uint8_t cls, bool kernel, bool fast,
-			    struct branch_site *loop)
-{
-	struct branch_site *b = loop ? loop : arena_alloc(sizeof(*b));
-	uint64_t target;
-
-	*b = (struct branch_site){ vaddr, len, cls & CLS_COND,
-				   vaddr_is_kernel(vaddr) };
-	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
-		QEMU_PLUGIN_INLINE_STORE_U64, score_branch(kernel),
-		(uintptr_t)b);
-	if (!(cls & CLS_COND))
-		return;
-	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
-		QEMU_PLUGIN_INLINE_ADD_U64, fs_entry(FS_COND + !kernel), 1);
-	if (!fast || !cond_target(insn, vaddr, &target))
-		return;
-	if (!loop)
-		qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
-			QEMU_PLUGIN_INLINE_STORE_U64, fs_entry(FS_EXPECT),
-			target);
-	qemu_plugin_register_vcpu_insn_exec_cond_cb(insn, branch_unsteady_exec,
-		QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_NE,
-		fs_entry(FS_STEADY + (vaddr & (STEADY_SLOTS - 1))), vaddr, b);
-}
-
-void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
-	       bool kernel)
-{
-	bool cache = instrument_cache(), bpred = instrument_bpred(), tlb = instrument_tlb();
-	bool fetches = cache || tlb;	/* I1 and iTLB references */
-	bool regs = instrument_capture() != CAPTURE_NONE;
-	enum qemu_plugin_cb_flags cb_regs = regs ? QEMU_PLUGIN_CB_R_REGS :
-						   QEMU_PLUGIN_CB_NO_REGS;
-	uint64_t prev_last_line = 0;
-	struct tb_site *t;
-
-	if (!n || (!cache && !bpred && !tlb) || (mcfg.compat && kernel))
-		return;
-	t = arena_alloc(sizeof(*t));
-	/* Kernel code is mapped alike everywhere: no delta to find. */
-	*t = (struct tb_site){ .vaddr = qemu_plugin_tb_vaddr(tb),
-			       .kernel = kernel, .fetch = fetches,
-			       .runtime = !kernel && instrument_sampling(),
-			       .regs = regs };
-	/* Fast paths compare translated addresses and call back without
-	 * registers: not while sampling needs either. */
-	t->fast = !t->runtime && !regs &&
-		  one_block(t->vaddr, qemu_plugin_insn_size(
-				qemu_plugin_tb_get_insn(tb, 0)), cache, tlb);
-	if (t->fast && bpred)
-		t->loop = loop_branch(tb, n, cls, t->vaddr);
-	for (size_t i = 0; i < n; i++) {
-		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
-		uint64_t vaddr = qemu_plugin_insn_vaddr(insn);
-		uint32_t len = qemu_plugin_insn_size(insn);
-		uint64_t first = line_of(vaddr), last = line_of(vaddr + len - 1);
-
-		if (i == 0) {
-			t->len = len;
-			register_tb_start(insn, t, cache, bpred, tlb);
-		} else if (fetches &&
-			   !(first == prev_last_line && last == first)) {
-			struct fetch_site *f = arena_alloc(sizeof(*f));
-
-			*f = (struct fetch_site){ vaddr, len, kernel, regs };
-			if (t->fast && one_block(vaddr, len, cache, tlb))
-				register_fetch(insn, vaddr, cache, tlb,
-					       fetch_exec, f);
-			else
-				qemu_plugin_register_vcpu_insn_exec_cb(insn,
-					fetch_exec, cb_regs, f);
-		}
-		prev_last_line = last;
-		if (tlb && !mcfg.compat && (cls[i] & CLS_ASPACE))
-			qemu_plugin_register_vcpu_insn_exec_cb(insn, aspace_exec,
-				QEMU_PLUGIN_CB_NO_REGS, NULL);
-		if (fetches) {
-			struct mem_site *ms = arena_alloc(sizeof(*ms));
-
-			*ms = (struct mem_site){ .vaddr = vaddr,
-				.kernel = vaddr_is_kernel(vaddr) };
-			/* Loads and stores apart: which one is known here. */
-			qemu_plugin_register_vcpu_mem_cb(insn,
-				regs ? mem_read_regs : mem_read, cb_regs,
-				QEMU_PLUGIN_MEM_R, ms);
-			qemu_plugin_register_vcpu_mem_cb(insn,
-				regs ? mem_write_regs : mem_write, cb_regs,
-				QEMU_PLUGIN_MEM_W, ms);
-		}
-		if (bpred && (cls[i] & (CLS_COND | CLS_INDIRECT)))
-			register_branch(insn, vaddr, len, cls[i], kernel,
-					t->fast, i + 1 == n ? t->loop : NULL);
-	}
-}
-
 void models_fault(unsigned vcpu, uint64_t ip)
 {
 	struct model_vcpu *m = &mv[vcpu];
@@ -1215,7 +382,7 @@ void models_fault(unsigned vcpu, uint64_t ip)
 	/* No branch is pending at a fault: a TB's start, whose callback
 	 * takes the pending one, comes before its instructions.  But a
 	 * one-block loop's start skipped on entry leaves its branch's site
-	 * in place (see "Fast paths"), and the instruction that faulted
+	 * in place (models_fast.c), and the instruction that faulted
 	 * restarts in another TB, whose start would resolve it again, as
 	 * taken (not at its fall-through).  With the history as it was that
 	 * changes nothing, but the kernel's own branches (outside compat)
@@ -1244,27 +411,6 @@ void models_flush(void)
 }
 
 /* ---- checkpoints (state.c) ---- */
-
-bool models_slot_ok(uint64_t mask)
-{
-	return models_slot(mask);
-}
-
-/* The vCPU's armed model slots, after the inline ones already in s. */
-void models_save(unsigned vcpu, struct pvperf_state_vcpu *s)
-{
-	const struct model_vcpu *m = &mv[vcpu];
-
-	for (unsigned i = 0; i < m->n_slots && s->n_slots < PVPERF_PROTO_MAX_SLOTS; i++) {
-		const struct model_slot *sl = &m->slot[i];
-
-		s->slot[s->n_slots++] = (struct pvperf_proto_slot){
-			.threshold = sl->threshold, .period = sl->period,
-			.ctr_mask = sl->mask, .event_id = sl->event_id,
-			.rand_bits = sl->rand_bits, .flags = sl->flags,
-		};
-	}
-}
 
 /* The counts of a checkpoint and its slots (validated by state.c); the
  * caches, TLBs and predictor themselves start cold. */

@@ -215,6 +215,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 	}
 	count_init();
 	models_init(pv.n_vcpus);
+	sample_init(models_counter);
 	if (pv.ram_path && guest_ram_init(pv.ram_path, &pv.ram_size))
 		return -1;
 	if (!pv.ram_path && pv.sock_path)

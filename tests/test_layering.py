@@ -200,6 +200,26 @@ def test_the_arch_words_pattern_finds_what_it_should():
         assert not ARCH_WORDS.search(miss), miss
 
 
+def test_one_sampling_engine():
+    """sample.c alone keeps slots and sends overflows, for the inline
+    counters and the models' alike; one slot type."""
+    senders = {p.name for p in PLUGIN.glob("*.c")
+               if p.name != "link.c" and "link_send_overflow(" in p.read_text()}
+    assert senders == {"sample.c"}
+    slot_types = [t for p in PLUGIN.glob("*.[ch]")
+                  for t in re.findall(r"^\s*struct (\w*slot\w*) \{",
+                                      p.read_text(), re.M)]
+    assert slot_types == ["pvperf_sample_slot"]
+
+
+def test_no_plugin_file_over_the_size_limit():
+    """pvperf.so's files; rmap.c (pvperf-rmap.so, 645 lines) is still
+    one file."""
+    big = {p.name: len(p.read_text().splitlines())
+           for p in PLUGIN.glob("*.[ch]") if p.name != "rmap.c"}
+    assert {n: k for n, k in big.items() if k > MAX_LINES} == {}
+
+
 def test_no_module_over_the_size_limit():
     big = {name: len(p.read_text().splitlines())
            for name, p in modules().items()}
