@@ -274,7 +274,7 @@ def test_bad_options_refuse_to_load(opt, needle):
     ("qemu-system-aarch64", "aarch64"),
 ])
 def test_other_targets_refuse_to_load_naming_the_target(qemu, target):
-    """Only a target with an architecture file (qemu_plugin/targets.c)
+    """Only a target with an architecture file (qemu_plugin/pvperf/targets.c)
     loads; any other refuses in one line that names it."""
     if not shutil.which(qemu):
         pytest.skip(f"{qemu} not installed")

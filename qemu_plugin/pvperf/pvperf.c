@@ -18,7 +18,7 @@
  * iTLB=, dTLB=ENTRIES,ASSOC,PAGE, penalty_l1=, penalty_ll=, penalty_tlb=,
  * penalty_br=CYCLES (the timing model) and compat=on|off (user code only,
  * as cachegrind sees it).
- * See README.md for the design and the units.
+ * See ../README.md for the design and the units.
  */
 #include <errno.h>
 #include <glib.h>

@@ -2,8 +2,8 @@
 /*
  * core.h - the state every unit of the pvperf TCG plugin shares, below
  * every other unit: options, per-vCPU state, the scoreboard that inline
- * ops write, logging.  Not an ABI (the contracts are in ../contracts/).
- * The units and who uses whom: README.md, "Units".
+ * ops write, logging.  Not an ABI (the contracts are in the top-level
+ * contracts/).  The units and who uses whom: ../README.md, "Units".
  *
  * Index spaces (as in pvperf_abi.h): "vcpu" is QEMU's cpu_index, "gpa" a
  * guest physical address (== offset into the RAM file), "vaddr" a guest

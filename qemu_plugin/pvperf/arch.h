@@ -11,7 +11,7 @@
  * copied where the path reads it.
  *
  * No QEMU dependency, so an architecture's file is unit-tested natively
- * (tests/, fuzz/).
+ * (../tests/, ../fuzz/).
  */
 #ifndef PVPERF_ARCH_H
 #define PVPERF_ARCH_H
