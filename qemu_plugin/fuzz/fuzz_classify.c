@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * fuzz_classify.c - libFuzzer harness for the decode path (classify.c):
+ * fuzz_classify.c - libFuzzer harness for the decode path (x86_64.c):
  * arbitrary bytes cut into a translation block of up to 64 instructions
  * whose lengths the input gives (as QEMU would report them, 0..16).
  * Checked: the flags are consistent (a conditional or indirect branch is
@@ -12,7 +12,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "classify.h"
+#include "arch.h"
+
+extern const struct arch arch_x86_64;
 
 #define MAX_TB 64
 
@@ -28,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	kernel = data[0] & 1;
 	data++, size--;
 	while (n < MAX_TB && size > 0) {
-		size_t len = data[0] % (X86_MAX_INSN_LEN + 2);
+		size_t len = data[0] % (INSN_MAX_BYTES + 1);
 
 		data++, size--;
 		if (len > size)
@@ -42,11 +44,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (!n)
 		return 0;
-	classify_tb(insn, n, kernel, cls);
-	classify_tb(insn, n, kernel, again);
+	arch_x86_64.classify_tb(insn, n, kernel, cls);
+	arch_x86_64.classify_tb(insn, n, kernel, again);
 	assert(!memcmp(cls, again, n));
 	for (size_t i = 0; i < n; i++) {
-		bool bell = kernel && classify_is_doorbell(insn[i].bytes, insn[i].len);
+		bool bell = kernel && arch_x86_64.is_doorbell(insn[i].bytes, insn[i].len);
 
 		if (cls[i] & (CLS_COND | CLS_INDIRECT))
 			assert(cls[i] & CLS_BRANCH);

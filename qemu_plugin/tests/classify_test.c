@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * classify_test.c - unit test of classify.c, natively (no QEMU): which
- * x86 instructions count as branches, access memory, or may fault, and
- * the decoding-mode fallback for 32-bit code.
+ * classify_test.c - unit test of x86_64.c's instruction classes, through
+ * its ops table (arch.h), natively (no QEMU): which x86 instructions
+ * count as branches, access memory, or may fault, and the decoding-mode
+ * fallback for 32-bit code.
  *
  *   make -C qemu_plugin check
  */
@@ -10,7 +11,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "classify.h"
+#include "arch.h"
+
+extern const struct arch arch_x86_64;
 
 #define KERNEL_VADDR 0xffff800000001000ULL
 
@@ -73,7 +76,7 @@ static const struct expect cases[] = {
 	{ "sysenter",		{ 0x0f, 0x34 }, 2, B | X | F },
 };
 
-/* Taken targets of direct conditional branches (classify_cond_target). */
+/* Taken targets of direct conditional branches (cond_target). */
 #define N_TARGET_CASES 10
 static int check_targets(void)
 {
@@ -101,8 +104,8 @@ static int check_targets(void)
 	G_STATIC_ASSERT(G_N_ELEMENTS(t) == N_TARGET_CASES);
 	for (size_t i = 0; i < G_N_ELEMENTS(t); i++) {
 		uint64_t target = 0;
-		bool direct = classify_cond_target(t[i].bytes, t[i].len,
-						   0x401000, &target);
+		bool direct = arch_x86_64.cond_target(t[i].bytes, t[i].len,
+						      0x401000, &target);
 
 		if (direct != t[i].direct ||
 		    (direct && target != t[i].target)) {
@@ -134,7 +137,7 @@ static int test_cases(void)
 		uint8_t cls;
 
 		memcpy(in.bytes, cases[i].bytes, cases[i].len);
-		classify_tb(&in, 1, true, &cls);
+		arch_x86_64.classify_tb(&in, 1, true, &cls);
 		fails += check(cases[i].name, cls, cases[i].cls);
 	}
 	return fails;
@@ -149,7 +152,7 @@ static int test_mode_fallback(void)
 	uint8_t cls[2];
 	int fails = 0;
 
-	classify_tb(tb, 2, false, cls);
+	arch_x86_64.classify_tb(tb, 2, false, cls);
 	fails += check("32-bit inc", cls[0], 0);
 	fails += check("32-bit push", cls[1], M | X | F);
 	return fails;

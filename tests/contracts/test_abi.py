@@ -112,7 +112,7 @@ def test_hypercall_numbers_are_literals_only_in_the_two_abi_files():
     pattern = re.compile(r"PVPERF_OP_\w+\s+0x|OP_\w+\s*=\s*\d")
     allowed = {HEADER, REPO / "pyhost" / "pmu" / "abi.py"}
     for path in list((REPO / "pyhost").rglob("*.py")) + \
-            list((REPO / "qemu_plugin").glob("*.[ch]")) + \
+            list((REPO / "qemu_plugin").rglob("*.[ch]")) + \
             list((REPO / "guest_kernel_patch").glob("*.[ch]")):
         if path in allowed:
             continue

@@ -37,7 +37,8 @@ def test_python_defines_the_ram_limit_once():
 def test_plugin_takes_the_ram_limit_from_the_header():
     """The plugin has no RAM limit of its own (a #define of a RAM or
     memory size, or a literal GiB limit) and uses PVPERF_MAX_RAM_MB."""
-    sources = sorted((REPO / "qemu_plugin").glob("*.[ch]"))
+    sources = sorted(p for d in ("pvperf", "rmap")
+                     for p in (REPO / "qemu_plugin" / d).glob("*.[ch]"))
     used = False
     for path in sources:
         text = path.read_text()

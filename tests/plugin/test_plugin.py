@@ -14,6 +14,8 @@ boots in ~0.1 s; PVPERF_SKIP_VM=1 skips them with the other VM tests.
 """
 import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -265,6 +267,26 @@ def test_bad_options_refuse_to_load(opt, needle):
     res = h.run_guest(h.TESTS_DIR / "pvtest.bin", plugin_opts=[opt], timeout=30)
     assert res.returncode == 1 and "Could not load plugin" in res.stderr
     assert needle in res.stderr
+
+
+@pytest.mark.parametrize("qemu,target", [
+    ("qemu-system-i386", "i386"),
+    ("qemu-system-aarch64", "aarch64"),
+])
+def test_other_targets_refuse_to_load_naming_the_target(qemu, target):
+    """Only a target with an architecture file (qemu_plugin/pvperf/targets.c)
+    loads; any other refuses in one line that names it."""
+    if not shutil.which(qemu):
+        pytest.skip(f"{qemu} not installed")
+    h.build()
+    res = subprocess.run([qemu, "-M", "none", "-display", "none",
+                          "-plugin", str(h.PLUGIN_SO)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "Could not load plugin" in res.stderr
+    ours = [line for line in res.stderr.splitlines()
+            if line.startswith("pvperf:")]
+    assert ours == [f"pvperf: cannot run on target {target}: "
+                    "pvperf knows x86_64"], res.stderr
 
 
 def test_ram_size_limits():

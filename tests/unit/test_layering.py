@@ -1,7 +1,7 @@
 """The shape of pyhost: subsystems in layers whose imports only point down,
 no import circle, no module over ~600 lines (pyhost/__init__.py draws it);
-and the TCG plugin's units, whose includes form no circle either
-(qemu_plugin/pvperf.h draws them).
+and the TCG plugin's units, whose includes only point down the table in
+qemu_plugin/README.md ("Units"), which lists every unit once.
 
     cli -> profile, results -> image -> vm -> pmu, arch -> errors, paths,
                                                        guest_contract, elf
@@ -113,26 +113,115 @@ def test_no_import_circle():
     assert_acyclic(graph())
 
 
+PLUGIN = REPO / "qemu_plugin" / "pvperf"     # pvperf.so's units
+README = REPO / "qemu_plugin" / "README.md"
+
+
 def plugin_graph() -> dict[str, set[str]]:
-    """Unit -> units it uses: x.c including "y.h" uses y (if y.c exists).
-    pvperf.h is the shared state every unit includes, not pvperf.c's
-    interface (pvperf.c is the top unit), so it is no edge."""
-    plugin = REPO / "qemu_plugin"
-    units = {p.stem for p in plugin.glob("*.c")}
+    """Unit -> units it uses: x.c or x.h including "y.h" uses y (if y.c
+    exists).  No exemption: the shared state is a unit of its own (core)."""
+    units = {p.stem for p in PLUGIN.glob("*.c")}
     g = {}
     for u in units:
-        text = (plugin / f"{u}.c").read_text() + (
-            (plugin / f"{u}.h").read_text() if (plugin / f"{u}.h").exists()
+        text = (PLUGIN / f"{u}.c").read_text() + (
+            (PLUGIN / f"{u}.h").read_text() if (PLUGIN / f"{u}.h").exists()
             else "")
         g[u] = {m for m in re.findall(r'^#include "(\w+)\.h"', text, re.M)
-                if m in units and m not in (u, "pvperf")}
+                if m in units and m != u}
     return g
+
+
+def readme_units() -> list[str]:
+    """The units of qemu_plugin/README.md's "Units" table, in its order."""
+    text = README.read_text()
+    section = text.split("\n## Units\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `(\w+)\.c` \|", section, re.M)
 
 
 def test_plugin_units_include_no_circle():
     g = plugin_graph()
-    assert {"count", "models", "sample", "arena"} <= set(g)
+    assert {"count", "models", "sample", "arena", "core"} <= set(g)
     assert_acyclic(g)
+
+
+def test_plugin_core_is_below_every_unit_and_the_top_has_no_header():
+    g = plugin_graph()
+    assert g["core"] == set()
+    assert not (PLUGIN / "pvperf.h").exists()
+    assert [u for u, deps in g.items() if "pvperf" in deps] == []
+
+
+def test_readme_lists_every_plugin_unit_once():
+    listed = readme_units()
+    assert len(listed) == len(set(listed)), listed
+    assert set(listed) == {p.stem for p in PLUGIN.glob("*.c")}
+
+
+def test_plugin_units_only_use_units_below_them_in_the_readme():
+    order = {u: i for i, u in enumerate(readme_units())}
+    up = [f"{u} -> {d}" for u, deps in plugin_graph().items()
+          for d in deps if order[d] <= order[u]]
+    assert up == []
+
+
+# Names of an architecture, its registers or its decoder: only the files
+# of an architecture (x86_64.c, ...) and the table that lists them
+# (targets.c) may hold them.  (rmap/rmap.c, the reverse-map recorder, is
+# a plugin of its own that decodes x86_64's cr3 writes itself.)
+ARCH_WORDS = re.compile(
+    r"x86|X86|aarch64|arm64|AArch64|capstone|"
+    r"\b(?:[re](?:ax|bx|cx|dx|si|di|sp|bp|ip)|r\d+[dwb]?|eflags|[cC][rR][0-4])\b|"
+    r"\bMODE_(?:64|32|16)\b|#(?:GP|DE|UD|PF)\b")
+ARCH_FILES = {"targets.c"}
+
+
+def arch_names() -> set[str]:
+    """The architectures targets.c lists (&arch_NAME entries)."""
+    text = (PLUGIN / "targets.c").read_text()
+    return set(re.findall(r"&arch_(\w+),", text))
+
+
+def test_shared_plugin_code_names_no_architecture():
+    assert "x86_64" in arch_names()
+    allowed = ARCH_FILES | {f"{a}.c" for a in arch_names()}
+    found = []
+    for path in sorted(PLUGIN.glob("*.[ch]")):
+        if path.name in allowed:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if ARCH_WORDS.search(line):
+                found.append(f"{path.name}:{n}: {line.strip()}")
+    assert found == []
+
+
+def test_the_arch_words_pattern_finds_what_it_should():
+    for hit in ("x86 TBs", "(%rbx)", "%rax", "rip", "cr3", "CR3",
+                "MODE_64", "capstone", "aarch64", "rsp", "r8", "eax", "#GP"):
+        assert ARCH_WORDS.search(hit), hit
+    for miss in ("strip", "description", "sp and bp", "ip", "pc", "vaddr",
+                 "REG_PC"):
+        assert not ARCH_WORDS.search(miss), miss
+
+
+def test_one_sampling_engine():
+    """sample.c alone keeps slots and sends overflows, for the inline
+    counters and the models' alike; one slot type."""
+    senders = {p.name for p in PLUGIN.glob("*.c")
+               if p.name != "link.c" and "link_send_overflow(" in p.read_text()}
+    assert senders == {"sample.c"}
+    slot_types = [t for p in PLUGIN.glob("*.[ch]")
+                  for t in re.findall(r"^\s*struct (\w*slot\w*) \{",
+                                      p.read_text(), re.M)]
+    assert slot_types == ["pvperf_sample_slot"]
+
+
+def test_no_plugin_file_over_the_size_limit():
+    """The plugins' files; rmap/rmap.c (pvperf-rmap.so, 645 lines) is
+    still one file."""
+    big = {str(p.relative_to(PLUGIN.parent)): len(p.read_text().splitlines())
+           for p in PLUGIN.parent.rglob("*.[ch]")
+           if p.relative_to(PLUGIN.parent) != Path("rmap/rmap.c")}
+    assert {n: k for n, k in big.items() if k > MAX_LINES} == {}
 
 
 def test_no_module_over_the_size_limit():

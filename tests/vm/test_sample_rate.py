@@ -9,7 +9,7 @@ so a fixed period P gives exactly 2N/P samples.
 * With the kernel's throttling switched off (perf_event_max_sample_rate
   raised, perf_cpu_time_max_percent 0), every one of them must reach
   perf, at smp 1 and with two processes on two vCPUs: the plugin's flow
-  control (qemu_plugin/link.c) holds a vCPU back before its socket or its
+  control (qemu_plugin/pvperf/link.c) holds a vCPU back before its socket or its
   sample ring fills (without it, 2,587 of 40,000 samples arrived).
   `perf record CMD` opens one event per CPU, each with its own period:
   a task that moves between CPUs in mid-period leaves a remainder on

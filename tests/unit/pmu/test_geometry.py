@@ -46,7 +46,7 @@ def test_defaults_are_valid():
         geometry.parse_tlb(text)
 
 
-MODEL_CONFIG = REPO / "qemu_plugin" / "model_config.c"
+MODEL_CONFIG = REPO / "qemu_plugin" / "pvperf" / "model_config.c"
 # penalty option -> the model counters it sets (model_config.c's table)
 PENALTY_COUNTERS = {
     "L1": ("I1_MISS", "D1_READ_MISS", "D1_WRITE_MISS"),

@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * classify.c - decode a translation block's instructions with capstone
- * (4.0.2, Debian 12) and say, per instruction, whether it is a branch,
- * whether it accesses data memory, and whether it may fault.  Runs at
- * translation time only; never on an exec or memory callback.
+ * x86_64.c - the x86_64 guest (arch.h): instruction classes, registers,
+ * the doorbell and the page walk.
+ *
+ * Instruction classes.  A translation block's instructions are decoded
+ * with capstone (4.0.2, Debian 12) to say, per instruction, whether it
+ * is a branch, whether it accesses data memory, and whether it may
+ * fault.  Runs at translation time only; never on an exec or memory
+ * callback.
  *
  * Branches (PVPERF_CTR_BRANCH_*), conditional ones counted taken or not:
  *   jcc, jmp (direct, indirect, far), call (all forms), ret/retf,
@@ -20,13 +24,26 @@
  * instruction decodes to exactly the length QEMU translated; if none
  * does, every instruction is a segment boundary and nothing is a branch
  * (exact instruction counts, branches under-counted: a candid FIXME).
+ *
+ * The doorbell.  A hypercall is the store `movl $PVPERF_DOORBELL_MAGIC,
+ * (%rax)` (exactly PVPERF_DOORBELL_INSN_BYTES) at a kernel-half address,
+ * %rax pointing at the caller's struct pvperf_hcall (pvperf_abi.h).
+ *
+ * Registers: gdb's names, which QEMU's x86 target gives its registers;
+ * the page-table root is cr3.
+ *
+ * Guest physical addresses.  On the pc machine the RAM file's offset
+ * equals the guest physical address below the 3 GiB hole (2 GiB on q35);
+ * the ABI limit PVPERF_MAX_RAM_MB keeps all of RAM below it.  A FAULT's
+ * page walk is the 4-level one (no LA57) at the vCPU's cr3.
  */
 #include <glib.h>
 #include <capstone/capstone.h>
 #include <string.h>
 
-#include "classify.h"
-#include "pvperf_abi.h"
+#include "arch.h"
+
+#define X86_MAX_INSN_LEN 15
 
 enum { MODE_64, MODE_32, MODE_16, N_MODES };
 
@@ -139,7 +156,7 @@ static bool is_indirect(const cs_insn *ci)
 
 /* mov %reg,%cr3: the kernel switches address spaces (the TLB model
  * flushes). */
-static bool writes_cr3(const cs_insn *ci)
+static bool writes_page_table_root(const cs_insn *ci)
 {
 	const cs_x86 *x = &ci->detail->x86;
 
@@ -252,8 +269,8 @@ static bool decode(int mode, const struct cls_insn *in, uint8_t *flags)
 		*flags |= CLS_COND;
 	if (is_indirect(ci))
 		*flags |= CLS_INDIRECT;
-	if (writes_cr3(ci))
-		*flags |= CLS_CR3_WRITE;
+	if (writes_page_table_root(ci))
+		*flags |= CLS_ASPACE;
 	if (accesses_memory(ci))
 		*flags |= CLS_MEM;
 	if ((*flags & CLS_MEM) || may_trap(ci))
@@ -342,8 +359,8 @@ static bool decode_all(int mode, const struct cls_insn *insn, size_t n,
 /* Decoded by hand, not with capstone: a handful of opcodes, and capstone
  * 4's operand for a relative target is already the address, computed
  * from the address it was given (here, the translated one: the same). */
-bool classify_cond_target(const uint8_t *bytes, size_t len, uint64_t vaddr,
-			  uint64_t *target)
+static bool cond_target(const uint8_t *bytes, size_t len, uint64_t vaddr,
+			uint64_t *target)
 {
 	size_t i = 0;
 	int64_t rel;
@@ -365,7 +382,7 @@ bool classify_cond_target(const uint8_t *bytes, size_t len, uint64_t vaddr,
 	return true;
 }
 
-bool classify_is_doorbell(const uint8_t *bytes, size_t len)
+static bool is_doorbell(const uint8_t *bytes, size_t len)
 {
 	static const uint8_t doorbell[PVPERF_DOORBELL_INSN_LEN] =
 		PVPERF_DOORBELL_INSN_BYTES;
@@ -373,8 +390,8 @@ bool classify_is_doorbell(const uint8_t *bytes, size_t len)
 	return len == sizeof(doorbell) && !memcmp(bytes, doorbell, len);
 }
 
-void classify_tb(const struct cls_insn *insn, size_t n, bool kernel,
-		 uint8_t *cls)
+static void classify_tb(const struct cls_insn *insn, size_t n, bool kernel,
+			uint8_t *cls)
 {
 	int last_mode = kernel ? MODE_64 : MODE_16;
 	int mode;
@@ -386,6 +403,58 @@ void classify_tb(const struct cls_insn *insn, size_t n, bool kernel,
 	if (mode > last_mode)
 		memset(cls, CLS_BOUNDARY | CLS_FRAME, n);
 	for (size_t i = 0; kernel && i < n; i++)
-		if (classify_is_doorbell(insn[i].bytes, insn[i].len))
+		if (is_doorbell(insn[i].bytes, insn[i].len))
 			cls[i] |= CLS_DOORBELL;
 }
+
+/* ---- the page walk ---- */
+
+#define PTE_PRESENT	(1ULL << 0)
+#define PTE_LARGE	(1ULL << 7)
+#define PTE_ADDR	0x000ffffffffff000ULL
+
+/* The 4-level walk (no LA57): the gpa of vaddr under cr3, or GPA_NONE. */
+static uint64_t vaddr_to_gpa(uint64_t cr3, uint64_t vaddr,
+			     bool (*read_u64)(uint64_t gpa, uint64_t *val))
+{
+	uint64_t table = cr3 & PTE_ADDR;
+
+	for (int level = 3; level >= 0; level--) {
+		unsigned shift = 12 + 9 * level;
+		uint64_t pte;
+
+		if (!read_u64(table + ((vaddr >> shift) & 511) * 8, &pte))
+			return GPA_NONE;
+		if (!(pte & PTE_PRESENT))
+			return GPA_NONE;
+		if (level == 0 || (level <= 2 && (pte & PTE_LARGE))) {
+			uint64_t span = 1ULL << shift;
+
+			return ((pte & PTE_ADDR) & ~(span - 1)) | (vaddr & (span - 1));
+		}
+		table = pte & PTE_ADDR;
+	}
+	return GPA_NONE;
+}
+
+_Static_assert(PVPERF_REG_AX == 0 && PVPERF_REG_BX == 1 &&
+	       PVPERF_REG_CX == 2 && PVPERF_REG_DX == 3 &&
+	       PVPERF_REG_SI == 4 && PVPERF_REG_DI == 5 &&
+	       PVPERF_REG_BP == 6 && PVPERF_REG_SP == 7 &&
+	       PVPERF_REG_R8 == 8 && PVPERF_NR_REGS == 16,
+	       "reg_names follows pvperf_sample's register order");
+
+const struct arch arch_x86_64 = {
+	.target = "x86_64",
+	.kernel_start = PVPERF_KERNEL_HALF_START,
+	.reg_names = {
+		"rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
+		"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+		[REG_PC] = "rip", [REG_PAGE_TABLE] = "cr3",
+	},
+	.doorbell_len = PVPERF_DOORBELL_INSN_LEN,
+	.is_doorbell = is_doorbell,
+	.classify_tb = classify_tb,
+	.cond_target = cond_target,
+	.vaddr_to_gpa = vaddr_to_gpa,
+};

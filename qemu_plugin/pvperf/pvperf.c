@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * pvperf.c - the pvperf TCG plugin for qemu-system-x86_64 (QEMU >= 10.0,
- * plugin API v4): exact per-vCPU retired instruction and branch counts,
+ * pvperf.c - the pvperf TCG plugin for QEMU's system emulators of the
+ * guest architectures in targets.c (QEMU >= 10.0, plugin API v4): exact per-vCPU retired instruction and branch counts,
  * overflow at the exact instruction, and the transport of pvperf
  * hypercalls from the guest kernel to the pvperf host service.
  *
- *   qemu-system-x86_64 ... \
+ *   qemu-system-$TARGET ... \
  *     -object memory-backend-file,id=ram,size=1G,mem-path=/dev/shm/NAME,share=on \
  *     -machine memory-backend=ram \
  *     -plugin qemu_plugin/pvperf.so,sock=@NAME,ram=/dev/shm/NAME
@@ -18,60 +18,28 @@
  * iTLB=, dTLB=ENTRIES,ASSOC,PAGE, penalty_l1=, penalty_ll=, penalty_tlb=,
  * penalty_br=CYCLES (the timing model) and compat=on|off (user code only,
  * as cachegrind sees it).
- * See README.md for the design; pvperf.h for the units.
+ * See ../README.md for the design and the units.
  */
 #include <errno.h>
 #include <glib.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
 
+#include "core.h"
 #include "count.h"
 #include "guest.h"
 #include "hcall.h"
+#include "instrument.h"
 #include "link.h"
-#include "mode.h"
 #include "model_config.h"
 #include "models.h"
-#include "pvperf.h"
 #include "sample.h"
 #include "state.h"
+#include "targets.h"
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
-
-/* Guest-triggerable log lines allowed per vCPU (habit: rate-limit). */
-#define GUEST_LOG_BUDGET 16
-
-struct pvperf_state pv;
-
-void pvperf_log(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fputs("pvperf: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-}
-
-/* Log something a guest can trigger at will: verbose only, rate-limited. */
-void pvperf_guest_log(unsigned vcpu, const char *fmt, ...)
-{
-	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
-	va_list ap;
-
-	if (!pv.verbose || !v->log_budget)
-		return;
-	v->log_budget--;
-	va_start(ap, fmt);
-	fprintf(stderr, "pvperf: vcpu %u: ", vcpu);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	if (!v->log_budget)
-		fprintf(stderr, "pvperf: vcpu %u: further guest errors not logged\n", vcpu);
-}
 
 /* ---- callbacks ---- */
 
@@ -80,7 +48,7 @@ static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	size_t n = qemu_plugin_tb_n_insns(tb);
 
 	hcall_tb(tb, n);
-	if (mode_counting())
+	if (instrument_counting())
 		count_tb(tb, n);
 }
 
@@ -93,10 +61,7 @@ static void flush(qemu_plugin_id_t id)
 
 static void vcpu_init(qemu_plugin_id_t id, unsigned int vcpu)
 {
-	if (pv.n_vcpus <= SCORE_FIXED_VCPUS)
-		__atomic_store_n(&pv.score_base, (struct pvperf_score *)
-				 qemu_plugin_scoreboard_find(pv.score, vcpu) -
-				 vcpu, __ATOMIC_RELAXED);
+	core_vcpu_init(vcpu);
 	models_vcpu_init(vcpu);
 	guest_regs_init();
 	state_restore_vcpu(vcpu);
@@ -123,7 +88,7 @@ static void report(void)
 
 /*
  * atexit.  Runs in the thread that called exit(), possibly while other
- * vCPUs still run: the arena, tables and capstone handles may be in use
+ * vCPUs still run: the arena, tables and decoder handles may be in use
  * by them and are left to the process teardown; guest RAM is unmapped
  * and the sockets closed only once no hypercall is in flight.
  */
@@ -146,18 +111,19 @@ static void register_callbacks(qemu_plugin_id_t id)
 	qemu_plugin_register_atexit_cb(id, plugin_exit, NULL);
 }
 
-/* Inside a mode switch's exclusive section: the countdowns start afresh. */
-static void mode_settled(void)
+/* Inside an instrumentation switch's exclusive section: the countdowns
+ * start afresh. */
+static void instrumentation_settled(void)
 {
 	for (unsigned i = 0; i < pv.n_vcpus && i < (unsigned)qemu_plugin_num_vcpus(); i++)
 		sample_update_room(i);
 	models_flush();
 	if (pv.verbose)
-		pvperf_log("counting %s%s%s%s\n", mode_counting() ? "on" : "off",
-			   mode_branches() ? ", branches" : "",
-			   mode_sampling() ? ", sampling" : "",
+		pvperf_log("counting %s%s%s%s\n", instrument_counting() ? "on" : "off",
+			   instrument_branches() ? ", branches" : "",
+			   instrument_sampling() ? ", sampling" : "",
 			   (const char *[]){ "", ", frame registers",
-					     ", all registers" }[mode_capture()]);
+					     ", all registers" }[instrument_capture()]);
 }
 
 /* ---- options ---- */
@@ -221,33 +187,21 @@ static int parse_option(const char *arg)
 	return ok ? 0 : -1;
 }
 
-static int setup_vcpus(const qemu_info_t *info)
-{
-	int n = info->system.max_vcpus;
-
-	if (n < 1)
-		return -1;
-	pv.n_vcpus = n;
-	pv.vcpu = g_aligned_alloc0(n, sizeof(*pv.vcpu), 64);
-	for (int i = 0; i < n; i++) {
-		pv.vcpu[i].fd = -1;
-		pv.vcpu[i].log_budget = GUEST_LOG_BUDGET;
-		pv.vcpu[i].prng = 0x9e3779b97f4a7c15ULL * (i + 1);
-	}
-	pv.score = qemu_plugin_scoreboard_new(sizeof(struct pvperf_score));
-	return 0;
-}
-
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 					   const qemu_info_t *info,
 					   int argc, char **argv)
 {
 	uint32_t reply_flags = 0;
 
-	if (!info->system_emulation || strcmp(info->target_name, "x86_64")) {
-		pvperf_log("needs qemu-system-x86_64 (got %s%s)\n",
-			   info->target_name,
-			   info->system_emulation ? "" : " user mode");
+	if (!info->system_emulation) {
+		pvperf_log("needs system emulation (qemu-system-%s), not user"
+			   " mode\n", info->target_name);
+		return -1;
+	}
+	pv.arch = arch_of_target(info->target_name);
+	if (!pv.arch) {
+		pvperf_log("cannot run on target %s: pvperf knows %s\n",
+			   info->target_name, known_targets());
 		return -1;
 	}
 	pv.id = id;
@@ -255,12 +209,13 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 		if (parse_option(argv[i]))
 			return -1;
 	}
-	if (setup_vcpus(info)) {
+	if (core_init(info->system.max_vcpus)) {
 		pvperf_log("cannot size per-vCPU state\n");
 		return -1;
 	}
 	count_init();
 	models_init(pv.n_vcpus);
+	sample_init(models_counter);
 	if (pv.ram_path && guest_ram_init(pv.ram_path, &pv.ram_size))
 		return -1;
 	if (!pv.ram_path && pv.sock_path)
@@ -268,9 +223,9 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 	if (pv.state_in && state_load(pv.state_in, &reply_flags))
 		return -1;
 	link_init();
-	mode_init(id, pv.state_in ? reply_mode(reply_flags) :
-		  pv.count_at_start ? MODE_COUNT | MODE_BRANCHES : MODE_OFF,
-		  register_callbacks, mode_settled);
+	instrument_init(id, pv.state_in ? reply_instrumentation(reply_flags) :
+		  pv.count_at_start ? INSTRUMENT_COUNT | INSTRUMENT_BRANCHES : INSTRUMENT_NONE,
+		  register_callbacks, instrumentation_settled);
 	register_callbacks(id);
 	if (pv.verbose)
 		pvperf_log("%u vCPU(s), counting %s, service %s\n", pv.n_vcpus,

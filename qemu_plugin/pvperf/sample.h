@@ -11,9 +11,10 @@
 #include "pvperf_proto.h"
 
 /*
- * The countdown (pvperf.h): a chunk calls sample_chunk_exec() when its
+ * The countdown (core.h): a chunk calls sample_chunk_exec() when its
  * half's instruction counter passes this after the chunk's add.  It fits
- * an x86 imm32, so the generated check is a compare and a branch; a half's
+ * a 32-bit immediate, so the generated check is a compare and a branch on
+ * the host; a half's
  * room never exceeds ROOM_MAX, so the counter never starts below
  * COUNTDOWN_LIMIT - ROOM_MAX.
  */
@@ -23,7 +24,7 @@
 /*
  * What the conditional callback of a chunk needs (udata, in count.c's
  * arena): the chunk's instructions at translation time (the process that
- * translated it; runtime addresses come from rip), which of them are
+ * translated it; runtime addresses come from the pc), which of them are
  * branches, and the first one that may fault.
  */
 struct sample_chunk {
@@ -61,20 +62,51 @@ static inline uint64_t capture_key(const struct sample_chunk *c, unsigned idx)
 	return c->uid << CAPTURE_IDX_BITS | idx;
 }
 
+/* Raw counter bits (PVPERF_CTR_*): the inline counters; the
+ * instruction counters of both halves. */
+#define CTR_INLINE_BITS	((1ull << PVPERF_NR_INLINE_COUNTERS) - 1)
+#define CTR_INSN_BITS	(1ull << PVPERF_CTR_INSN_KERNEL | \
+			 1ull << PVPERF_CTR_INSN_USER)
+
+/* Install: how to read the models' counters, which they keep
+ * (models_counter: raw model counter idx, 2 * m + !kernel). */
+typedef uint64_t (*model_counter_fn)(unsigned vcpu, unsigned idx);
+void sample_init(model_counter_fn model_counter);
+
 /* The callbacks; registered with QEMU_PLUGIN_CB_R_REGS. */
 void sample_chunk_exec(unsigned int vcpu, void *udata);
 void sample_capture_exec(unsigned int vcpu, void *udata);
 
+/* A reply's slot table: the inline slots and the model slots. */
 void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply);
-/* The threshold a slot re-arms at after reaching threshold (~0: none). */
-uint64_t sample_next_threshold(unsigned vcpu, uint64_t threshold,
-			       uint64_t period, unsigned rand_bits);
+/* Whether a slot on mask (raw counter bits) is checked by the chunks'
+ * countdown: inline counters only. */
+bool sample_slot_on_inline(uint64_t mask);
+/* Whether a slot on mask is counted by the models: model counters only,
+ * or cycles under the timing model (instructions and stall cycles). */
+bool sample_slot_on_models(uint64_t mask);
+
+/* Where and on what a model event happened (the overflow's ip, addr);
+ * regs: the callback may read registers (R_REGS). */
+struct event_at {
+	unsigned vcpu;
+	uint64_t ip;
+	uint64_t addr;
+	bool regs;
+};
+
+/*
+ * The models' counters in bits grew, by an event at `at` in the half
+ * given: every model slot on them that reached its threshold overflows
+ * there.  The models call it only while a slot is armed on one of bits
+ * (struct pvperf_vcpu model_armed), so that their fast paths stay short.
+ */
+void sample_model_event(uint64_t bits, bool kernel, struct event_at at);
 void sample_confirm_all(unsigned vcpu);
 void sample_fault(unsigned vcpu, uint64_t ip);
 void sample_update_room(unsigned vcpu);
-/* Checkpoints (state.c). */
-void sample_save(unsigned vcpu, struct pvperf_state_vcpu *s);
-void sample_restore(unsigned vcpu, const struct pvperf_proto_reply *reply,
-		    const struct pvperf_state_vcpu *s);
+/* Checkpoints (state.c): awaiting overflows held without registers, as
+ * a fault would hold them. */
+void sample_hold_awaiting(unsigned vcpu);
 
 #endif /* PVPERF_SAMPLE_H */

@@ -11,7 +11,7 @@
  *
  * Restore.  The QEMU that resumes the VM loads state_in=PATH at install,
  * checks every field and refuses to install on any error (never applied
- * half); the mode to instrument in is the last reply's, from the first
+ * half); what to instrument is the last reply's, from the first
  * TB on.  Each vCPU is re-armed in its init callback (its scoreboard
  * entry exists from then on): its counts become the bias of a zero
  * counter, and its slots and held overflows are what a reply and a held
@@ -22,29 +22,23 @@
 #include <glib.h>
 #include <string.h>
 
+#include "core.h"
 #include "models.h"
-#include "mode.h"
-#include "pvperf.h"
 #include "sample.h"
 #include "state.h"
 
 static struct pvperf_state_vcpu *loaded;	/* [pv.n_vcpus] or NULL */
-
-static bool slot_inline(uint64_t mask)
-{
-	return mask && !(mask >> PVPERF_NR_INLINE_COUNTERS);
-}
 
 static const char *check_slot(const struct pvperf_proto_slot *sl,
 			      bool *inline_seen_after_model, bool *model_seen)
 {
 	if (sl->rand_bits > 31 || sl->flags & ~(PVPERF_PROTO_SYNC | PVPERF_PROTO_REGS))
 		return "bad slot fields";
-	if (slot_inline(sl->ctr_mask)) {
+	if (sample_slot_on_inline(sl->ctr_mask)) {
 		*inline_seen_after_model |= *model_seen;
 		return NULL;
 	}
-	if (!models_slot_ok(sl->ctr_mask))
+	if (!sample_slot_on_models(sl->ctr_mask))
 		return "bad slot counter mask";
 	*model_seen = true;
 	return NULL;
@@ -63,7 +57,7 @@ static const char *check_vcpu(const struct pvperf_state_vcpu *s)
 
 		if (why)
 			return why;
-		n_inline += slot_inline(s->slot[i].ctr_mask);
+		n_inline += sample_slot_on_inline(s->slot[i].ctr_mask);
 	}
 	if (disorder)
 		return "inline slots after model slots";
@@ -134,6 +128,33 @@ static void reply_of(const struct pvperf_state_vcpu *s,
 	memcpy(r->slot, s->slot, sizeof(r->slot));
 }
 
+/* Re-arm from a checkpoint: the slots of the synthetic reply, then the
+ * held overflows, then the countdown (sample.c). */
+static void restore_sampling(unsigned vcpu,
+			     const struct pvperf_proto_reply *reply,
+			     const struct pvperf_state_vcpu *s)
+{
+	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+
+	v->prng = s->prng;
+	sample_arm(vcpu, reply);
+	for (unsigned m = s->held_mask; m; m &= m - 1) {
+		unsigned i = __builtin_ctz(m);
+		const struct pvperf_state_held *h = &s->held[i];
+
+		v->pending[i] = (struct pvperf_pending){
+			.chunk_ip = h->chunk_ip, .ip = h->ip,
+			.threshold = h->threshold,
+			.next_threshold = h->next_threshold,
+			.kctr_at = h->kctr_at, .idx = h->idx, .mode = h->mode,
+			.has_regs = h->has_regs,
+		};
+		memcpy(v->pending[i].regs, h->regs, sizeof(h->regs));
+	}
+	v->pending_mask = s->held_mask;
+	sample_update_room(vcpu);
+}
+
 /* vcpu_init: put the vCPU back where the checkpoint left it. */
 void state_restore_vcpu(unsigned vcpu)
 {
@@ -151,8 +172,48 @@ void state_restore_vcpu(unsigned vcpu)
 	pv.vcpu[vcpu].reply_flags = s->reply_flags;
 	reply_of(s, &reply);
 	memcpy(model_ctr, s->counters + PVPERF_NR_INLINE_COUNTERS, sizeof(model_ctr));
+	/* The slots first: the models take their copy of what is armed. */
+	restore_sampling(vcpu, &reply, s);
 	models_restore(vcpu, model_ctr, &reply);
-	sample_restore(vcpu, &reply, s);
+}
+
+static struct pvperf_proto_slot slot_record(const struct pvperf_sample_slot *sl)
+{
+	return (struct pvperf_proto_slot){
+		.threshold = sl->threshold, .period = sl->period,
+		.ctr_mask = sl->ctr_mask, .event_id = sl->event_id,
+		.rand_bits = sl->rand_bits, .flags = sl->flags,
+	};
+}
+
+/* The vCPU's armed slots (the inline ones first) and held overflows.
+ * Awaiting overflows are held without registers, as a fault would. */
+static void save_sampling(unsigned vcpu, struct pvperf_state_vcpu *s)
+{
+	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+
+	sample_hold_awaiting(vcpu);
+	s->prng = v->prng;
+	s->n_slots = v->n_slots;
+	s->held_mask = v->pending_mask;
+	for (unsigned i = 0; i < v->n_slots; i++) {
+		const struct pvperf_pending *p = &v->pending[i];
+
+		s->slot[i] = slot_record(&v->slot[i]);
+		if (!(v->pending_mask & (1u << i)))
+			continue;
+		s->held[i] = (struct pvperf_state_held){
+			.chunk_ip = p->chunk_ip, .ip = p->ip,
+			.threshold = p->threshold,
+			.next_threshold = p->next_threshold,
+			.kctr_at = p->kctr_at, .idx = p->idx, .mode = p->mode,
+			.has_regs = p->has_regs,
+		};
+		memcpy(s->held[i].regs, p->regs, sizeof(p->regs));
+	}
+	for (unsigned i = 0; i < v->n_model_slots &&
+	     s->n_slots < PVPERF_PROTO_MAX_SLOTS; i++)
+		s->slot[s->n_slots++] = slot_record(&v->model_slot[i]);
 }
 
 /* atexit, every vCPU stopped: write the checkpoint (whole or nothing). */
@@ -177,8 +238,7 @@ void state_save(const char *path)
 		models_count(i, c + PVPERF_NR_INLINE_COUNTERS);
 		memcpy(s[i].counters, c, sizeof(c));
 		s[i].reply_flags = pv.vcpu[i].reply_flags;
-		sample_save(i, &s[i]);
-		models_save(i, &s[i]);
+		save_sampling(i, &s[i]);
 	}
 	if (!g_file_set_contents(path, buf, len, &err))
 		pvperf_log("state_out: %s\n", err->message);

@@ -4,27 +4,26 @@
  *
  * RAM.  Guest RAM is a memory-backend-file (share=on) that we map
  * MAP_SHARED read-write at install (QEMU creates the backend before it
- * loads plugins: system/vl.c qemu_create_late_backends).  On the pc
- * machine the file offset equals the guest physical address below the
- * 3 GiB hole (2 GiB on q35); the ABI limit PVPERF_MAX_RAM_MB keeps all of
- * RAM below it.
+ * loads plugins: system/vl.c qemu_create_late_backends).  Its file
+ * offset is the guest physical address (the architecture's file says
+ * why that holds on the machine pvperf boots).
  *
- * Physical addresses of code.  x86 system-mode TBs are PC-relative: one
- * TB serves every process that maps its physical page, at whatever
+ * Physical addresses of code.  System-mode TBs are PC-relative
+ * (CF_PCREL): one TB serves every process that maps its physical page, at whatever
  * virtual address.  What identifies an instruction across processes is
  * its gpa.  qemu_plugin_insn_haddr() gives QEMU's host pointer to the
  * instruction's bytes; QEMU's own mapping of the same RAM file, found
  * once in /proc/self/maps, turns it into the file offset.
  *
  * Page walk.  A FAULT hypercall names a virtual ip of the faulting
- * process; its gpa comes from a walk of the 4-level page tables at that
- * vCPU's CR3, read from our mapping.  Anything outside RAM, not present
+ * process; its gpa comes from the architecture's walk of the page tables
+ * at that vCPU's page-table root, read from our mapping.  Anything outside RAM, not present
  * or malformed ends the walk with GPA_NONE: the guest only hurts its own
  * counts.
  *
  * Registers.  qemu_plugin_get_registers() hands out handles from a vCPU
- * context; the x86-64 names (gdb's) are the same on every vCPU, so the
- * first vCPU's are kept.  Values come in target (little-endian) order.
+ * context; the names (the architecture's) are the same on every vCPU, so
+ * the first vCPU's are kept.  Values come in target (little-endian) order.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,8 +34,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core.h"
 #include "guest.h"
-#include "pvperf.h"
 
 static uint8_t *ram;		/* our mapping, or NULL */
 static uint64_t ram_size;
@@ -147,43 +146,23 @@ uint64_t guest_insn_gpa(const struct qemu_plugin_insn *insn)
 	return h - base;
 }
 
-#define PTE_PRESENT	(1ULL << 0)
-#define PTE_LARGE	(1ULL << 7)
-#define PTE_ADDR	0x000ffffffffff000ULL
-
-/* The 4-level walk (no LA57): the gpa of vaddr under cr3, or GPA_NONE. */
-uint64_t guest_vaddr_to_gpa(uint64_t cr3, uint64_t vaddr)
+static bool read_ram_u64(uint64_t gpa, uint64_t *val)
 {
-	uint64_t table = cr3 & PTE_ADDR;
+	uint64_t *p = guest_ram_block(gpa, sizeof(*p));
 
-	for (int level = 3; level >= 0; level--) {
-		unsigned shift = 12 + 9 * level;
-		uint64_t *e = guest_ram_block(table + ((vaddr >> shift) & 511) * 8, 8);
-		uint64_t pte;
-
-		if (!e)
-			return GPA_NONE;
-		pte = __atomic_load_n(e, __ATOMIC_RELAXED);
-		if (!(pte & PTE_PRESENT))
-			return GPA_NONE;
-		if (level == 0 || (level <= 2 && (pte & PTE_LARGE))) {
-			uint64_t span = 1ULL << shift;
-
-			return ((pte & PTE_ADDR) & ~(span - 1)) | (vaddr & (span - 1));
-		}
-		table = pte & PTE_ADDR;
-	}
-	return GPA_NONE;
+	if (!p)
+		return false;
+	*val = __atomic_load_n(p, __ATOMIC_RELAXED);
+	return true;
 }
 
-static const char *const reg_names[N_GUEST_REGS] = {
-	"rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
-	"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
-	[REG_RIP] = "rip", [REG_CR3] = "cr3",
-};
-_Static_assert(REG_RAX == PVPERF_REG_AX && REG_RSP == PVPERF_REG_SP &&
-	       REG_RBP == PVPERF_REG_BP && REG_R8 == PVPERF_REG_R8 &&
-	       REG_R15 + 1 == PVPERF_NR_REGS, "pvperf_sample register order");
+/* The gpa of vaddr in the address space of that page-table root, or
+ * GPA_NONE (a FAULT hypercall's page walk). */
+uint64_t guest_vaddr_to_gpa(uint64_t page_table, uint64_t vaddr)
+{
+	return pv.arch->vaddr_to_gpa(page_table, vaddr, read_ram_u64);
+}
+
 static struct qemu_plugin_register *reg_handle[N_GUEST_REGS];
 static GOnce regs_once = G_ONCE_INIT;
 
@@ -196,13 +175,13 @@ static gpointer find_regs(gpointer unused)
 			&g_array_index(regs, qemu_plugin_reg_descriptor, i);
 
 		for (int r = 0; r < N_GUEST_REGS; r++)
-			if (!strcmp(d->name, reg_names[r]))
+			if (!strcmp(d->name, pv.arch->reg_names[r]))
 				reg_handle[r] = d->handle;
 	}
 	for (int r = 0; r < N_GUEST_REGS; r++)
 		if (!reg_handle[r])
 			pvperf_log("QEMU offers no register '%s' to plugins\n",
-				   reg_names[r]);
+				   pv.arch->reg_names[r]);
 	return NULL;
 }
 
@@ -232,7 +211,7 @@ bool guest_read_reg(enum guest_reg reg, uint64_t *val)
 bool guest_read_gprs(uint64_t out[PVPERF_NR_REGS])
 {
 	for (int r = 0; r < PVPERF_NR_REGS; r++)
-		if (!guest_read_reg(r, &out[r]))
+		if (!guest_read_reg((enum guest_reg)r, &out[r]))
 			return false;
 	return true;
 }

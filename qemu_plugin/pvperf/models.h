@@ -3,7 +3,7 @@
  * models.h - the microarchitectural models the PMU's model events count:
  * L1I, L1D and a shared last-level cache (cachesim.c) and a branch
  * predictor (bpred.c), fed by instruction, memory and branch callbacks
- * while an open event needs them (MODE_CACHE, MODE_BPRED).
+ * while an open event needs them (INSTRUMENT_CACHE, INSTRUMENT_BPRED).
  */
 #ifndef PVPERF_MODELS_H
 #define PVPERF_MODELS_H
@@ -27,21 +27,23 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
  * (pvperf_proto.h order); its own thread or an exclusive section. */
 void models_count(unsigned vcpu, uint64_t *out);
 
-/* A hypercall's reply on the vCPU's thread: PVPERF_REPLY_MODELS_*, and
- * the slots on model counters. */
+/* A hypercall's reply on the vCPU's thread, after sample_arm:
+ * PVPERF_REPLY_MODELS_*, and which model counters slots are armed on. */
 void models_reply(unsigned vcpu, const struct pvperf_proto_reply *reply);
 
 /* PVPERF_OP_FAULT: the instruction at ip page-faulted and will run again. */
 void models_fault(unsigned vcpu, uint64_t ip);
 
-/* A flush or a mode switch (exclusive section): forget pending branches,
- * whose sites live in the arena the flush frees. */
+/* A flush or an instrumentation switch (exclusive section): forget
+ * pending branches, whose sites live in the arena the flush frees. */
 void models_flush(void);
 
-/* Checkpoints (state.c): is mask a slot models.c serves; save; restore
- * (counters: the model counters, PVPERF_NR_MODEL_COUNTERS pairs). */
-bool models_slot_ok(uint64_t mask);
-void models_save(unsigned vcpu, struct pvperf_state_vcpu *s);
+/* The models' count of raw model counter idx (2 * m + !kernel), for
+ * sample.c (its model_counter_fn). */
+uint64_t models_counter(unsigned vcpu, unsigned idx);
+
+/* Checkpoints (state.c): the model counters (PVPERF_NR_MODEL_COUNTERS
+ * pairs) and what a reply asked, after sample.c armed its slots. */
 void models_restore(unsigned vcpu, const uint64_t *counters,
 		    const struct pvperf_proto_reply *reply);
 

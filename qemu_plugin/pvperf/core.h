@@ -1,21 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * pvperf.h - the state every unit of the pvperf TCG plugin shares: options,
- * per-vCPU state, the scoreboard that inline ops write, logging.  Not an
- * ABI (the contracts are in ../contracts/).
- *
- * Units, each with its own header, and who uses whom (never upwards):
- *
- *   pvperf.c    options, install, callback registration, tb_trans
- *     hcall.c     the doorbell: hypercall detection and dispatch
- *       count.c     exact counts by chunks, fault tails (inline adds)
- *         sample.c    overflow at the exact instruction (cond callbacks)
- *           link.c      the vCPU's connection to the host service
- *           guest.c     guest RAM, page walk, register reads
- *         classify.c  capstone at translation: branch / may-fault
- *       mode.c      counting off / on / sampling: qemu_plugin_reset
- *       arena.c     udata that lives as long as the TBs
- *     state.c     checkpoints: save at exit, restore at install
+ * core.h - the state every unit of the pvperf TCG plugin shares, below
+ * every other unit: options, per-vCPU state, the scoreboard that inline
+ * ops write, logging.  Not an ABI (the contracts are in the top-level
+ * contracts/).  The units and who uses whom: ../README.md, "Units".
  *
  * Index spaces (as in pvperf_abi.h): "vcpu" is QEMU's cpu_index, "gpa" a
  * guest physical address (== offset into the RAM file), "vaddr" a guest
@@ -27,24 +15,20 @@
  * (every vCPU stopped); plugin_exit runs in whatever thread calls exit(),
  * which may be a vCPU thread while other vCPUs still run (isa-debug-exit).
  */
-#ifndef PVPERF_PLUGIN_H
-#define PVPERF_PLUGIN_H
+#ifndef PVPERF_CORE_H
+#define PVPERF_CORE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <glib.h>
 #include <qemu-plugin.h>
 
+#include "arch.h"
 #include "pvperf_abi.h"
 #include "pvperf_proto.h"
 
 #define GUEST_PAGE_SIZE		4096ULL
 #define GUEST_PAGE_MASK		(~(GUEST_PAGE_SIZE - 1))
-
-static inline bool vaddr_is_kernel(uint64_t vaddr)
-{
-	return vaddr >= PVPERF_KERNEL_HALF_START;	/* pvperf_abi.h */
-}
 
 static inline unsigned ctr_insn(bool kernel)
 {
@@ -63,7 +47,7 @@ static inline unsigned ctr_branch(bool kernel)
  * vCPUs never share one, whatever the array's base alignment.
  *
  * ctr:  the counters, biased: the count is ctr[i] + bias[i] (struct
- *       pvperf_vcpu; count.c's count_read).  Only grown by inline adds.
+ *       pvperf_vcpu; score_count below).  Only grown by inline adds.
  *       The bias lets one add per chunk both count instructions and
  *       count down to the next overflow (sample.c): while sampling, the
  *       instruction counter of each half is rebased so that it passes
@@ -93,18 +77,30 @@ struct pvperf_vcpu {
 	unsigned log_budget;	/* guest-triggerable log lines left */
 	uint64_t lost;		/* overflow messages the socket refused */
 	unsigned unanswered;	/* overflows sent since the last answered one */
-	/* Sampling (sample.c): the slots the service armed on this vCPU. */
+	/*
+	 * Sampling (sample.c): the slots the service armed on this vCPU,
+	 * those on the inline counters (instructions, branches: checked by
+	 * the chunks' countdown) and those on the models' counters (checked
+	 * where the models count).
+	 */
 	unsigned n_slots;
 	unsigned pending_mask;	/* bit i: pending[i] is held */
 	unsigned awaiting_mask;	/* bit i: pending[i] waits for its registers */
 	struct pvperf_sample_slot {
 		uint64_t threshold;	/* UINT64_MAX: disarmed */
 		uint64_t period;	/* 0: one-shot */
+		uint64_t ctr_mask;	/* the raw counters it sums */
 		uint32_t event_id;
-		uint8_t ctr_mask;
 		uint8_t rand_bits;
 		uint8_t flags;		/* PVPERF_PROTO_SYNC, _REGS */
 	} slot[PVPERF_PROTO_MAX_SLOTS];
+	unsigned n_model_slots;
+	struct pvperf_sample_slot model_slot[PVPERF_PROTO_MAX_SLOTS];
+	/* The model counters some model slot sums, and whether one is on
+	 * cycles (instructions and stall cycles: the timing model); the
+	 * models keep a copy for their hot paths (models_reply). */
+	uint64_t model_armed;
+	bool model_armed_cycles;
 	/*
 	 * An overflow on an instruction that may not retire (it, or one
 	 * before it in its chunk, may fault): held until the vCPU shows it
@@ -121,7 +117,8 @@ struct pvperf_vcpu {
 		uint16_t regs_at;	/* the capture point it awaits */
 		uint8_t mode;		/* PVPERF_MODE_* */
 		bool has_regs;
-		/* before ip ran (all of them, or sp and bp: mode.h) */
+		uint64_t data_addr;	/* model events: the access's address */
+		/* before ip ran (all of them, or sp and bp: instrument.h) */
 		uint64_t regs[PVPERF_NR_REGS];
 	} pending[PVPERF_PROTO_MAX_SLOTS];
 	uint64_t prng;		/* xorshift64 state for randomized periods */
@@ -139,6 +136,7 @@ struct pvperf_state {
 	const char *state_out;	/* where to save one at exit, or NULL */
 	uint32_t reply_flags;	/* the last reply's, any vCPU (atomic) */
 	bool verbose;
+	const struct arch *arch;	/* the guest's (info->target_name) */
 	unsigned n_vcpus;		/* info->system.max_vcpus */
 	struct pvperf_vcpu *vcpu;	/* [n_vcpus], never reallocated */
 	struct qemu_plugin_scoreboard *score;	/* struct pvperf_score */
@@ -146,6 +144,13 @@ struct pvperf_state {
 };
 
 extern struct pvperf_state pv;
+
+/* Whether vaddr lies in the kernel half.  Off the hot paths: those keep
+ * what they need of it in their translation-time data. */
+static inline bool vaddr_is_kernel(uint64_t vaddr)
+{
+	return vaddr >= pv.arch->kernel_start;
+}
 
 /*
  * The vCPU's scoreboard entry.  QEMU allocates scoreboards for 16 vCPUs
@@ -195,8 +200,14 @@ static inline qemu_plugin_u64 score_capture(void)
 						    struct pvperf_score, capture);
 }
 
+/* Install: the per-vCPU state and the scoreboard for n_vcpus; -1 if
+ * QEMU gave no vCPU count. */
+int core_init(int n_vcpus);
+/* vcpu_init: keep the scoreboard's base (see score_of). */
+void core_vcpu_init(unsigned vcpu);
+
 void pvperf_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void pvperf_guest_log(unsigned vcpu, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-#endif /* PVPERF_PLUGIN_H */
+#endif /* PVPERF_CORE_H */

@@ -3,12 +3,13 @@
  * hcall.c - the pvperf hypercall: doorbell detection at translation, the
  * doorbell's memory callback, and what each operation does.
  *
- * A hypercall is the store `movl $PVPERF_DOORBELL_MAGIC, (%rax)` (exactly
- * PVPERF_DOORBELL_INSN_BYTES) at a kernel-half address, %rax pointing at
- * the caller's struct pvperf_hcall (pvperf_abi.h).  User-half code is
- * never instrumented for it: a user process cannot issue a hypercall.
- * The memory callback runs after the store and gives us the block's
- * physical address; it reads the registers (CR3, for FAULT's page walk).
+ * A hypercall is the doorbell instruction (pvperf_abi.h; the
+ * architecture recognises it: arch.h), a store at a kernel-half address
+ * to the caller's struct pvperf_hcall.  User-half code is never
+ * instrumented for it: a user process cannot issue a hypercall.  The
+ * memory callback runs after the store and gives us the block's physical
+ * address; it reads the registers (the page-table root, for FAULT's page
+ * walk).
  *
  * PVPERF_OP_FAULT is handled here, on the vCPU, without the service
  * (count.c, sample.c).  Every other op, PROBE included, is forwarded to
@@ -21,14 +22,13 @@
 #include <string.h>
 
 #include "arena.h"
-#include "classify.h"
+#include "core.h"
 #include "count.h"
 #include "guest.h"
 #include "hcall.h"
+#include "instrument.h"
 #include "link.h"
-#include "mode.h"
 #include "models.h"
-#include "pvperf.h"
 #include "sample.h"
 
 /* Memory-callback udata; lives in the TB arena (arena.c). */
@@ -69,20 +69,20 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 	__atomic_store_n(&pv.reply_flags, reply.flags, __ATOMIC_RELAXED);
 	sample_arm(vcpu, &reply);
 	models_reply(vcpu, &reply);
-	mode_request(reply_mode(reply.flags));
+	instrument_request(reply_instrumentation(reply.flags));
 	return 0;
 }
 
 static int64_t fault(unsigned vcpu, const struct pvperf_hcall *h)
 {
-	uint64_t cr3 = 0;
+	uint64_t page_table = 0;
 	int64_t ret;
 
 	if (h->nr != PVPERF_HC_PERF_OP)
 		return -ENOSYS;
-	guest_read_reg(REG_CR3, &cr3);
-	ret = count_fault(vcpu, h->args[0], h->args[1], cr3);
-	if (!ret && mode_sampling())
+	guest_read_reg(REG_PAGE_TABLE, &page_table);
+	ret = count_fault(vcpu, h->args[0], h->args[1], page_table);
+	if (!ret && instrument_sampling())
 		sample_fault(vcpu, h->args[0]);
 	if (!ret)
 		models_fault(vcpu, h->args[0]);
@@ -145,13 +145,13 @@ void hcall_tb(struct qemu_plugin_tb *tb, size_t n)
 		return;
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
-		uint8_t bytes[PVPERF_DOORBELL_INSN_LEN + 1];
+		uint8_t bytes[INSN_MAX_BYTES];
 		size_t len = qemu_plugin_insn_data(insn, bytes, sizeof(bytes));
 		struct pvperf_doorbell *db;
 
 		/* A longer insn returns the first bytes: check its size too. */
-		if (qemu_plugin_insn_size(insn) != PVPERF_DOORBELL_INSN_LEN ||
-		    !classify_is_doorbell(bytes, len))
+		if (qemu_plugin_insn_size(insn) != pv.arch->doorbell_len ||
+		    !pv.arch->is_doorbell(bytes, len))
 			continue;
 		db = arena_alloc(sizeof(*db));
 		db->insn_vaddr = qemu_plugin_insn_vaddr(insn);

@@ -30,8 +30,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "core.h"
 #include "link.h"
-#include "pvperf.h"
 
 /* Set once by the first vCPU that finds the service gone; read by all. */
 static int service_dead;

@@ -14,20 +14,21 @@
  * instructions (and branches) from m to the end of its chunk.  The guest
  * kernel reports each page fault it handles with a PVPERF_OP_FAULT
  * hypercall, {fault ip, mode}, and count_fault() takes the tail back.
- * Faults on instruction fetch are not reported (the guest skips
- * X86_PF_INSTR): TCG raises them while translating, before anything of
- * that TB was counted.
+ * Faults on instruction fetch are not reported (the guest skips them):
+ * TCG raises them while translating, before anything of that TB was
+ * counted.
  *
  * Tails by physical address.  The FAULT names a virtual ip, not a TB, and
  * several TBs may hold that instruction (a jump into the middle of a TB
  * starts another one over the same code; TBs cut short by TCG's limits);
  * and one TB serves every process that maps its physical page, each at
- * its own virtual address (x86 TBs are PC-relative).  So translation
+ * its own virtual address (TBs are PC-relative).  So translation
  * records every may-fault instruction's tail keyed by its gpa (guest.c),
- * the FAULT's ip is turned into a gpa by a page walk at the vCPU's CR3,
+ * the FAULT's ip is turned into a gpa by a page walk at the vCPU's
+ * page-table root,
  * and when a second TB disagrees about a tail, that instruction becomes a
  * forced cut for every TB from then on (its tail is then itself alone)
- * and all code is retranslated once (mode_request_flush).  Chunks end at
+ * and all code is retranslated once (instrument_request_flush).  Chunks end at
  * a TB's end, after a doorbell and at forced cuts, so a loop body costs
  * one add (two with branches) per TB; tails almost always agree because
  * TBs end at control flow, which is the same in every TB over that code.
@@ -37,15 +38,16 @@
  * its memory callback (which QEMU runs after the store) the counters hold
  * exactly the instructions up to and including the store.
  *
- * Branches are counted only while an event counts them (MODE_BRANCHES);
+ * Branches are counted only while an event counts them (INSTRUMENT_BRANCHES);
  * when nothing samples, a chunk's branch (its last instruction) is added
  * just before that branch instead (branch_at_end), and its tails follow.
  * Sampling adds, per chunk, a conditional callback on the instruction
- * counter, which doubles as the countdown (pvperf.h, sample.c), and
+ * counter, which doubles as the countdown (core.h, sample.c), and
  * capture points for registers; the chunks are the same.
  *
- * Known inexactness (FIXMEs): a fault the guest does not report (#GP, #DE,
- * #UD..., or a kernel that does not report at all) over-counts by its
+ * Known inexactness (FIXMEs): a fault the guest does not report (a
+ * protection fault, a divide error, an undefined opcode..., or a kernel
+ * that does not report at all) over-counts by its
  * tail; a tail two TBs still disagree on after a forced cut takes back
  * one instruction and no branch; a fault taken in an old TB and reported
  * after another vCPU retranslated its code with a new forced cut takes
@@ -60,12 +62,11 @@
 #include <string.h>
 
 #include "arena.h"
-#include "classify.h"
+#include "core.h"
 #include "count.h"
 #include "guest.h"
-#include "mode.h"
+#include "instrument.h"
 #include "models.h"
-#include "pvperf.h"
 #include "sample.h"
 
 /*
@@ -122,7 +123,7 @@ static bool branch_at_end(const uint8_t *cls, size_t last,
 			  uint32_t n_branches)
 {
 	return n_branches == 1 && (cls[last] & CLS_BRANCH) &&
-	       mode_branches() && !mode_sampling();
+	       instrument_branches() && !instrument_sampling();
 }
 
 static void emit_adds(struct qemu_plugin_insn *first,
@@ -131,7 +132,7 @@ static void emit_adds(struct qemu_plugin_insn *first,
 {
 	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(first,
 		QEMU_PLUGIN_INLINE_ADD_U64, score_ctr(ctr_insn(kernel)), n_insns);
-	if (n_branches && mode_branches())
+	if (n_branches && instrument_branches())
 		qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
 			at_end ? last : first, QEMU_PLUGIN_INLINE_ADD_U64,
 			score_ctr(ctr_branch(kernel)), n_branches);
@@ -194,9 +195,10 @@ static struct sample_chunk *describe_chunk(const struct tb_insn *insn,
 }
 
 /*
- * The chunk's instruction add doubles as the countdown (pvperf.h): call
+ * The chunk's instruction add doubles as the countdown (core.h): call
  * sample.c back when it passes COUNTDOWN_LIMIT; and the capture points.
- * The limit fits an x86 imm32, so the check is a compare and a branch.
+ * The limit fits a 32-bit immediate, so the host's check is a compare and
+ * a branch.
  */
 static void emit_sampling(const struct tb_insn *insn, struct sample_chunk *c)
 {
@@ -264,8 +266,8 @@ static bool record_tails(const struct tb_insn *insn, const uint8_t *cls,
 static void emit_chunks(const struct tb_insn *insn, const uint8_t *cls,
 			size_t n, bool kernel)
 {
-	bool sampling = mode_sampling();
-	enum capture_at at = mode_capture();
+	bool sampling = instrument_sampling();
+	enum capture_at at = instrument_capture();
 	uint32_t n_insns = 0, n_branches = 0;
 	bool new_cut = false, at_end;
 	size_t first = 0;
@@ -293,7 +295,7 @@ static void emit_chunks(const struct tb_insn *insn, const uint8_t *cls,
 	}
 	g_mutex_unlock(&tr_lock);
 	if (new_cut)
-		mode_request_flush();
+		instrument_request_flush();
 }
 
 /* Per-thread scratch for count_tb, grown as needed, never shrunk. */
@@ -329,7 +331,7 @@ void count_tb(struct qemu_plugin_tb *tb, size_t n)
 		t->key = code_key(guest_insn_gpa(t->handle), ci->vaddr);
 		t->vaddr = ci->vaddr;
 	}
-	classify_tb(scratch_ci, n, kernel, scratch_cls);
+	pv.arch->classify_tb(scratch_ci, n, kernel, scratch_cls);
 	emit_chunks(scratch, scratch_cls, n, kernel);
 	/* After the chunks' adds: the models' callbacks on an instruction
 	 * then run after its counts are added, like any later ones. */
@@ -354,11 +356,12 @@ static uint64_t tail_of(uint64_t key)
  * PVPERF_OP_FAULT: the instruction at ip page-faulted on a data access;
  * it and the rest of its chunk were counted but did not run.  Runs on the
  * vCPU that took the fault (the guest reports from its handler, on that
- * CPU), whose CR3 is the faulting process's.  The counter to correct
+ * CPU), whose page-table root is the faulting process's.  The counter to correct
  * follows the half ip lies in, which is what counted it; mode is
  * validated but the guest's notion of mode (CPL) cannot override that.
  */
-int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode, uint64_t cr3)
+int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode,
+		    uint64_t page_table)
 {
 	uint64_t *bias = pv.vcpu[vcpu].bias;
 	bool kernel = vaddr_is_kernel(ip);
@@ -367,13 +370,13 @@ int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode, uint64_t cr3)
 	if (mode != PVPERF_MODE_KERNEL && mode != PVPERF_MODE_USER)
 		return -EINVAL;
 	/* Counting off: nothing was counted, nothing to take back. */
-	if (!mode_counting())
+	if (!instrument_counting())
 		return 0;
-	tail = tail_of(code_key(guest_vaddr_to_gpa(cr3, ip), ip));
+	tail = tail_of(code_key(guest_vaddr_to_gpa(page_table, ip), ip));
 	if (!tail || (tail & TAIL_CONFLICT))
 		tail = tail_pack(1, 0);	/* see "Known inexactness" */
 	bias[ctr_insn(kernel)] -= (uint32_t)tail;
-	if (mode_branches())
+	if (instrument_branches())
 		bias[ctr_branch(kernel)] -= (uint32_t)(tail >> 32);
 	return 0;
 }

@@ -5,7 +5,7 @@
  * While any event samples, count.c gives every chunk, after its inline
  * adds, a conditional callback on the same instruction counter: one add
  * per chunk both counts and counts down.  The counter is biased
- * (pvperf.h): each time this file rearms, it rebases each half's counter
+ * (core.h): each time this file rearms, it rebases each half's counter
  * to COUNTDOWN_LIMIT - room, where room is the number of instructions
  * that half may still run before any armed threshold can be reached (for
  * a branch event too: branches never outnumber instructions), so only a
@@ -22,14 +22,14 @@
  * (T + period [+ xorshift & mask]; period 0 disarms it until the guest's
  * SET_PERIOD) and the sample leaves as one pvperf_proto_overflow.
  *
- * Runtime addresses.  x86 TBs are PC-relative: a TB translated while one
+ * Runtime addresses.  TBs are PC-relative: a TB translated while one
  * process ran a page of shared code is reused by every process mapping
- * that physical page, at its own virtual address.  QEMU keeps rip exact
+ * that physical page, at its own virtual address.  QEMU keeps the pc exact
  * at TB entry and updates it within a TB only where a helper needs it,
  * always to an instruction of the same TB, whose first page holds every
  * instruction start.  The page offset of code is the same in every
  * mapping, so the runtime TB is the translated one moved by a multiple of
- * the page size: delta = (rip - tb_vaddr) rounded down to a page.
+ * the page size: delta = (pc - tb_vaddr) rounded down to a page.
  *
  * Faults.  If an instruction of the chunk up to and including the
  * overflowing one may fault (count.c's first_fault), the overflow may not
@@ -50,8 +50,8 @@
  * just before it ran, go with the sample.  A callback registered with
  * QEMU_PLUGIN_CB_R_REGS sees the general-purpose registers exact at its
  * instruction (TCG writes them back before the call).  Which instruction
- * serves which is the chunk's regs_at (sample.h): with MODE_CAPTURE_ALL
- * each its own; with MODE_CAPTURE_FRAME (frame-pointer callchains need
+ * serves which is the chunk's regs_at (sample.h): with INSTRUMENT_CAPTURE_ALL
+ * each its own; with INSTRUMENT_CAPTURE_FRAME (frame-pointer callchains need
  * only sp and bp exact) the point after the last sp/bp writer before it,
  * so straight-line code has no capture point at all.  An overflow served
  * by the chunk's start reads them at once; one served by a later point is
@@ -60,10 +60,12 @@
  * whose capture point did not run (an instruction before it faulted) is
  * held without registers, so the FAULT cancels it like any other.
  *
- * Delivery (habit: overflow only flags; delivery happens later): the
- * service writes the record into guest memory and injects the NMI over
- * QMP; for callchain events (PVPERF_PROTO_SYNC) the vCPU waits until the
- * NMI is raised (link.c).
+ * Delivery.  Here an overflow is only recorded and sent: writing the
+ * sample record into guest memory and raising the NMI would run guest-
+ * visible work in the middle of a TB, so the service does both later, at
+ * a point that is safe for the guest (it injects the NMI over QMP); for
+ * callchain events (PVPERF_PROTO_SYNC) the vCPU waits until the NMI is
+ * raised (link.c).
  *
  * Context: everything here runs on the vCPU thread that owns the slots
  * (its callbacks, its doorbell and FAULT handlers); no locks, no
@@ -71,16 +73,16 @@
  */
 #include <string.h>
 
+#include "core.h"
 #include "guest.h"
 #include "link.h"
-#include "pvperf.h"
 #include "sample.h"
 
 /* Kernel instructions after which a held kernel-mode overflow is taken
  * as retired: a kernel page fault reaches the FAULT tracepoint in far
  * fewer (exception entry + handle_page_fault prologue). */
 #define CONFIRM_WINDOW 4096
-/* Halves, as indices of the instruction counters (pvperf.h ctr_insn). */
+/* Halves, as indices of the instruction counters (core.h ctr_insn). */
 #define HALF_K PVPERF_CTR_INSN_KERNEL
 #define HALF_U PVPERF_CTR_INSN_USER
 
@@ -95,7 +97,14 @@ static uint64_t prng_next(uint64_t *state)
 	return x;
 }
 
-static uint64_t slot_sum(const uint64_t *ctr, uint8_t mask)
+static model_counter_fn model_counter;
+
+void sample_init(model_counter_fn fn)
+{
+	model_counter = fn;
+}
+
+static uint64_t slot_sum(const uint64_t *ctr, uint64_t mask)
 {
 	uint64_t sum = 0;
 
@@ -106,7 +115,7 @@ static uint64_t slot_sum(const uint64_t *ctr, uint8_t mask)
 }
 
 /* Which halves' counters (bit ctr_insn(kernel)) a counter mask sums. */
-static unsigned slot_halves(uint8_t mask)
+static unsigned slot_halves(uint64_t mask)
 {
 	const unsigned k = 1u << PVPERF_CTR_INSN_KERNEL |
 			   1u << PVPERF_CTR_BRANCH_KERNEL;
@@ -121,8 +130,7 @@ static unsigned slot_halves(uint8_t mask)
 static uint64_t slot_room(const struct pvperf_sample_slot *sl,
 			  const uint64_t *count)
 {
-	const uint8_t insn_mask = 1u << PVPERF_CTR_INSN_KERNEL |
-				  1u << PVPERF_CTR_INSN_USER;
+	const uint64_t insn_mask = CTR_INSN_BITS;
 	uint64_t sum = slot_sum(count, sl->ctr_mask);
 	uint64_t left = sl->threshold > sum ? sl->threshold - sum : 0;
 
@@ -195,28 +203,62 @@ void sample_update_room(unsigned vcpu)
 	rebase(vcpu, HALF_U, room[HALF_U]);
 }
 
-/* A reply's slot table (service -> this vCPU): validate and copy the
- * slots on inline counters (those on model counters are models.c's). */
+bool sample_slot_on_models(uint64_t mask)
+{
+	const uint64_t all_bits = (1ull << PVPERF_NR_COUNTERS) - 1;
+	const uint64_t stall_bits =
+		1ull << PVPERF_CTR_MODEL(PVPERF_M_STALL, 0) |
+		1ull << PVPERF_CTR_MODEL(PVPERF_M_STALL, 1);
+
+	if (!mask || (mask & ~all_bits))
+		return false;
+	if (!(mask & CTR_INLINE_BITS))
+		return true;
+	return (mask & stall_bits) && !(mask & ~(CTR_INSN_BITS | stall_bits)) &&
+	       (mask & CTR_INSN_BITS);
+}
+
+bool sample_slot_on_inline(uint64_t mask)
+{
+	return mask && !(mask & ~CTR_INLINE_BITS);
+}
+
+/* A model slot armed: what the models must report (model_armed). */
+static void arm_model_slot(struct pvperf_vcpu *v,
+			   const struct pvperf_sample_slot *sl)
+{
+	v->model_slot[v->n_model_slots++] = *sl;
+	v->model_armed |= sl->ctr_mask & ~CTR_INLINE_BITS;
+	v->model_armed_cycles |= !!(sl->ctr_mask & CTR_INLINE_BITS);
+}
+
+/* A reply's slot table (service -> this vCPU): validate and copy each
+ * slot into the inline or the model table; one on neither is ignored. */
 void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
 	unsigned n = 0;
 
+	v->n_model_slots = 0;
+	v->model_armed = 0;
+	v->model_armed_cycles = false;
 	for (unsigned i = 0; i < reply->n_slots && i < PVPERF_PROTO_MAX_SLOTS; i++) {
 		const struct pvperf_proto_slot *ps = &reply->slot[i];
-
-		if (!ps->ctr_mask || ps->ctr_mask >> PVPERF_NR_INLINE_COUNTERS ||
-		    ps->rand_bits > 31)
-			continue;
-		v->slot[n] = (struct pvperf_sample_slot){
+		const struct pvperf_sample_slot sl = {
 			.threshold = ps->threshold,
 			.period = ps->period,
-			.event_id = ps->event_id,
 			.ctr_mask = ps->ctr_mask,
+			.event_id = ps->event_id,
 			.rand_bits = ps->rand_bits,
 			.flags = ps->flags & (PVPERF_PROTO_SYNC | PVPERF_PROTO_REGS),
 		};
-		n++;
+
+		if (ps->rand_bits > 31)
+			continue;
+		if (sample_slot_on_inline(ps->ctr_mask))
+			v->slot[n++] = sl;
+		else if (sample_slot_on_models(ps->ctr_mask))
+			arm_model_slot(v, &sl);
 	}
 	v->n_slots = n;
 	/* confirmed before the hypercall went out */
@@ -237,6 +279,7 @@ static void send_one(unsigned vcpu, const struct pvperf_sample_slot *sl,
 		.ip = p->ip,
 		.threshold = p->threshold,
 		.next_threshold = p->next_threshold,
+		.data_addr = p->data_addr,
 	};
 
 	if (p->has_regs)
@@ -302,8 +345,9 @@ static void confirm_held(unsigned vcpu, bool kernel, uint64_t kctr)
 	}
 }
 
-uint64_t sample_next_threshold(unsigned vcpu, uint64_t threshold,
-			       uint64_t period, unsigned rand_bits)
+/* The threshold a slot re-arms at after reaching threshold (~0: none). */
+static uint64_t sample_next_threshold(unsigned vcpu, uint64_t threshold,
+				      uint64_t period, unsigned rand_bits)
 {
 	uint64_t next;
 
@@ -325,11 +369,11 @@ static uint64_t next_threshold(struct pvperf_vcpu *v,
 /* How far this execution of the chunk lies from where it was translated. */
 static uint64_t runtime_delta(const struct sample_chunk *c)
 {
-	uint64_t rip;
+	uint64_t pc;
 
-	if (c->kernel || !guest_read_reg(REG_RIP, &rip))
+	if (c->kernel || !guest_read_reg(REG_PC, &pc))
 		return 0;	/* kernel code is mapped alike everywhere */
-	return (rip - c->tb_vaddr) & GUEST_PAGE_MASK;
+	return (pc - c->tb_vaddr) & GUEST_PAGE_MASK;
 }
 
 /* The insn index of the k-th (0-based) counted event of the chunk. */
@@ -421,7 +465,7 @@ void sample_chunk_exec(unsigned int vcpu, void *udata)
 	if (v->pending_mask)
 		confirm_held(vcpu, c->kernel, ctr[PVPERF_CTR_INSN_KERNEL]);
 	for (unsigned i = 0; i < v->n_slots; i++) {
-		uint8_t mask = v->slot[i].ctr_mask;
+		uint64_t mask = v->slot[i].ctr_mask;
 		bool insns = (mask & (1u << ci)) && c->n_insns;
 		bool branches = !insns && (mask & (1u << cb)) && c->n_branches;
 
@@ -461,62 +505,61 @@ void sample_capture_exec(unsigned int vcpu, void *udata)
 	sample_update_room(vcpu);
 }
 
-/* ---- checkpoints (state.c) ---- */
+/* ---- model events ---- */
 
-/* The vCPU's armed inline slots and held overflows, into a checkpoint.
- * Awaiting overflows are held without registers, as a fault would. */
-void sample_save(unsigned vcpu, struct pvperf_state_vcpu *s)
+/* A model slot's sum: its model counters, and for cycles the instruction
+ * counters too. */
+static uint64_t model_slot_sum(unsigned vcpu, uint64_t mask)
 {
-	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	uint64_t sum = 0, insn[PVPERF_NR_INLINE_COUNTERS];
 
-	hold_awaiting(v);
-	s->prng = v->prng;
-	s->n_slots = v->n_slots;
-	s->held_mask = v->pending_mask;
-	for (unsigned i = 0; i < v->n_slots; i++) {
-		const struct pvperf_sample_slot *sl = &v->slot[i];
-		const struct pvperf_pending *p = &v->pending[i];
+	if (mask & CTR_INLINE_BITS) {
+		score_count(vcpu, insn);
+		sum = slot_sum(insn, mask);
+	}
+	for (mask >>= PVPERF_NR_INLINE_COUNTERS; mask; mask &= mask - 1)
+		sum += model_counter(vcpu, __builtin_ctzll(mask));
+	return sum;
+}
 
-		s->slot[i] = (struct pvperf_proto_slot){
-			.threshold = sl->threshold, .period = sl->period,
-			.ctr_mask = sl->ctr_mask, .event_id = sl->event_id,
-			.rand_bits = sl->rand_bits, .flags = sl->flags,
-		};
-		if (!(v->pending_mask & (1u << i)))
+/*
+ * A model event is checked in the callback that saw it, so the overflow
+ * names that very instruction (and, for data events, the access's
+ * address), and it is sent at once: a memory callback runs after its
+ * access succeeded, so the instruction retires (unless a later access of
+ * it faults: a FIXME, rare).  A cycles slot (timing model) is also
+ * checked at each TB start, for the instructions: the count then already
+ * holds the whole first chunk, so its sample may name an instruction up
+ * to a block early.
+ */
+void __attribute__((noinline, cold))
+sample_model_event(uint64_t bits, bool kernel, struct event_at at)
+{
+	struct pvperf_vcpu *v = &pv.vcpu[at.vcpu];
+
+	for (unsigned i = 0; i < v->n_model_slots; i++) {
+		struct pvperf_sample_slot *sl = &v->model_slot[i];
+		struct pvperf_pending p;
+
+		if (!(sl->ctr_mask & bits) ||
+		    model_slot_sum(at.vcpu, sl->ctr_mask) < sl->threshold)
 			continue;
-		s->held[i] = (struct pvperf_state_held){
-			.chunk_ip = p->chunk_ip, .ip = p->ip,
-			.threshold = p->threshold,
-			.next_threshold = p->next_threshold,
-			.kctr_at = p->kctr_at, .idx = p->idx, .mode = p->mode,
-			.has_regs = p->has_regs,
+		p = (struct pvperf_pending){
+			.ip = at.ip,
+			.threshold = sl->threshold,
+			.mode = kernel ? PVPERF_MODE_KERNEL : PVPERF_MODE_USER,
+			.data_addr = at.addr,
 		};
-		memcpy(s->held[i].regs, p->regs, sizeof(p->regs));
+		if ((sl->flags & PVPERF_PROTO_REGS) && at.regs)
+			p.has_regs = guest_read_gprs(p.regs);
+		sl->threshold = p.next_threshold = next_threshold(v, sl);
+		send_one(at.vcpu, sl, &p);
 	}
 }
 
-/* Re-arm from a checkpoint (validated by state.c): the slots of the
- * synthetic reply, then the held overflows, then the countdown. */
-void sample_restore(unsigned vcpu, const struct pvperf_proto_reply *reply,
-		    const struct pvperf_state_vcpu *s)
+/* ---- checkpoints (state.c) ---- */
+
+void sample_hold_awaiting(unsigned vcpu)
 {
-	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
-
-	v->prng = s->prng;
-	sample_arm(vcpu, reply);
-	for (unsigned m = s->held_mask; m; m &= m - 1) {
-		unsigned i = __builtin_ctz(m);
-		const struct pvperf_state_held *h = &s->held[i];
-
-		v->pending[i] = (struct pvperf_pending){
-			.chunk_ip = h->chunk_ip, .ip = h->ip,
-			.threshold = h->threshold,
-			.next_threshold = h->next_threshold,
-			.kctr_at = h->kctr_at, .idx = h->idx, .mode = h->mode,
-			.has_regs = h->has_regs,
-		};
-		memcpy(v->pending[i].regs, h->regs, sizeof(h->regs));
-	}
-	v->pending_mask = s->held_mask;
-	sample_update_room(vcpu);
+	hold_awaiting(&pv.vcpu[vcpu]);
 }

@@ -12,9 +12,8 @@
 #include <string.h>
 #include <qemu-plugin.h>
 
-#include "guest.h"
+#include "core.h"
 #include "model_config.h"
-#include "pvperf.h"
 
 /*
  * The timing model: an instruction costs one cycle (the instruction

@@ -2,7 +2,7 @@
 /*
  * cachesim.h - a set-associative, write-allocate, LRU cache as cachegrind
  * models one, and its geometry as cachegrind spells it ("SIZE,ASSOC,LINE"
- * in bytes).  No QEMU dependency (unit-tested natively, tests/).
+ * in bytes).  No QEMU dependency (unit-tested natively, ../tests/).
  */
 #ifndef PVPERF_CACHESIM_H
 #define PVPERF_CACHESIM_H

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * mode.c - what is instrumented (mode.h), switched at the service's request
- * (PVPERF_REPLY_*) by qemu_plugin_reset(), which flushes every TB inside an exclusive section and unregisters all
- * our callbacks (plugins/loader.c plugin_flush_destroy); reset_done()
+ * instrument.c - what is instrumented (instrument.h), switched at the
+ * service's request (PVPERF_REPLY_*) by qemu_plugin_reset(), which
+ * flushes every TB inside an exclusive section and unregisters all our
+ * callbacks (plugins/loader.c plugin_flush_destroy); reset_done()
  * re-registers them through the reinstall hook.
  *
- * Modes are sets of MODE_* flags.
+ * An instrumentation is a set of INSTRUMENT_* flags ("mode", in the
+ * plugin, is only the CPU's: kernel or user).
  *
  * desired: what the service asked for last.  Written by any vCPU thread in
  *   a doorbell callback, read in reset_done; atomic.
@@ -29,14 +31,14 @@
  * old instrumentation: the guest must not put two hypercalls in one TB
  * (any branch ends a TB; the driver's hypercall helper returns with ret).
  */
-#include "mode.h"
+#include "instrument.h"
 #include "pvperf_proto.h"
 
 static qemu_plugin_id_t plugin_id;
 static void (*reinstall_cb)(qemu_plugin_id_t id);
 static void (*settled_cb)(void);
-static unsigned desired;	/* MODE_* flags */
-static unsigned applied;	/* MODE_* flags */
+static unsigned desired;	/* INSTRUMENT_* flags */
+static unsigned applied;	/* INSTRUMENT_* flags */
 static int reset_pending;
 
 static bool applied_has(unsigned flag)
@@ -44,40 +46,40 @@ static bool applied_has(unsigned flag)
 	return __atomic_load_n(&applied, __ATOMIC_RELAXED) & flag;
 }
 
-bool mode_counting(void)
+bool instrument_counting(void)
 {
-	return applied_has(MODE_COUNT);
+	return applied_has(INSTRUMENT_COUNT);
 }
 
-bool mode_branches(void)
+bool instrument_branches(void)
 {
-	return applied_has(MODE_BRANCHES);
+	return applied_has(INSTRUMENT_BRANCHES);
 }
 
-bool mode_sampling(void)
+bool instrument_sampling(void)
 {
-	return applied_has(MODE_SAMPLE);
+	return applied_has(INSTRUMENT_SAMPLE);
 }
 
-bool mode_cache(void)
+bool instrument_cache(void)
 {
-	return applied_has(MODE_CACHE);
+	return applied_has(INSTRUMENT_CACHE);
 }
 
-bool mode_bpred(void)
+bool instrument_bpred(void)
 {
-	return applied_has(MODE_BPRED);
+	return applied_has(INSTRUMENT_BPRED);
 }
 
-bool mode_tlb(void)
+bool instrument_tlb(void)
 {
-	return applied_has(MODE_TLB);
+	return applied_has(INSTRUMENT_TLB);
 }
 
-enum capture_at mode_capture(void)
+enum capture_at instrument_capture(void)
 {
-	return applied_has(MODE_CAPTURE_ALL) ? CAPTURE_ALL :
-	       applied_has(MODE_CAPTURE_FRAME) ? CAPTURE_FRAME : CAPTURE_NONE;
+	return applied_has(INSTRUMENT_CAPTURE_ALL) ? CAPTURE_ALL :
+	       applied_has(INSTRUMENT_CAPTURE_FRAME) ? CAPTURE_FRAME : CAPTURE_NONE;
 }
 
 /* Exclusive section, all our callbacks gone: apply the latest request. */
@@ -90,8 +92,9 @@ static void reset_done(qemu_plugin_id_t id)
 	__atomic_store_n(&reset_pending, 0, __ATOMIC_SEQ_CST);
 }
 
-/* Retranslate everything in the newest desired mode.  Any thread. */
-void mode_request_flush(void)
+/* Retranslate everything with the newest desired instrumentation.  Any
+ * thread. */
+void instrument_request_flush(void)
 {
 	if (__atomic_exchange_n(&reset_pending, 1, __ATOMIC_SEQ_CST))
 		return;		/* the pending reset flushes too */
@@ -99,45 +102,45 @@ void mode_request_flush(void)
 }
 
 /*
- * The mode a reply's PVPERF_REPLY_* flags ask for.  Each flag needs the
- * ones below it: overflows are detected on the instruction counters, and
- * captures happen at overflows.
+ * The instrumentation a reply's PVPERF_REPLY_* flags ask for.  Each flag
+ * needs the ones below it: overflows are detected on the instruction
+ * counters, and captures happen at overflows.
  */
-unsigned reply_mode(uint32_t flags)
+unsigned reply_instrumentation(uint32_t flags)
 {
-	unsigned mode = MODE_OFF;
+	unsigned what = INSTRUMENT_NONE;
 
 	if (!(flags & (PVPERF_REPLY_COUNTING | PVPERF_REPLY_SAMPLING)))
-		return MODE_OFF;
-	mode |= MODE_COUNT;
+		return INSTRUMENT_NONE;
+	what |= INSTRUMENT_COUNT;
 	if (flags & PVPERF_REPLY_BRANCHES)
-		mode |= MODE_BRANCHES;
+		what |= INSTRUMENT_BRANCHES;
 	if (flags & PVPERF_REPLY_CACHE)
-		mode |= MODE_CACHE;
+		what |= INSTRUMENT_CACHE;
 	if (flags & PVPERF_REPLY_BPRED)
-		mode |= MODE_BPRED;
+		what |= INSTRUMENT_BPRED;
 	if (flags & PVPERF_REPLY_TLB)
-		mode |= MODE_TLB;
+		what |= INSTRUMENT_TLB;
 	if (!(flags & PVPERF_REPLY_SAMPLING))
-		return mode;
-	mode |= MODE_SAMPLE;
+		return what;
+	what |= INSTRUMENT_SAMPLE;
 	if (flags & PVPERF_REPLY_REGS)
-		mode |= MODE_CAPTURE_ALL;
+		what |= INSTRUMENT_CAPTURE_ALL;
 	else if (flags & PVPERF_REPLY_FRAME)
-		mode |= MODE_CAPTURE_FRAME;
-	return mode;
+		what |= INSTRUMENT_CAPTURE_FRAME;
+	return what;
 }
 
-/* Doorbell callback (vCPU thread): the mode the service asked for. */
-void mode_request(unsigned mode)
+/* Doorbell callback (vCPU thread): what the service asked for. */
+void instrument_request(unsigned what)
 {
-	__atomic_store_n(&desired, mode, __ATOMIC_SEQ_CST);
-	if (mode == __atomic_load_n(&applied, __ATOMIC_SEQ_CST))
+	__atomic_store_n(&desired, what, __ATOMIC_SEQ_CST);
+	if (what == __atomic_load_n(&applied, __ATOMIC_SEQ_CST))
 		return;
-	mode_request_flush();	/* reset_done applies desired */
+	instrument_request_flush();	/* reset_done applies desired */
 }
 
-void mode_init(qemu_plugin_id_t id, unsigned initial,
+void instrument_init(qemu_plugin_id_t id, unsigned initial,
 	       void (*reinstall)(qemu_plugin_id_t id), void (*settled)(void))
 {
 	plugin_id = id;

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * arch.h - what the plugin needs to know of a guest architecture: one
+ * ops table (struct arch) that each architecture's file, named after it,
+ * fills and targets.c lists.  Shared code reaches an architecture only
+ * through it and names none.
+ *
+ * Every hook runs at translation time, at install or in a rare guest
+ * request (a FAULT's page walk), never per executed instruction: what a
+ * hot path needs of an architecture (the kernel half's start) is data,
+ * copied where the path reads it.
+ *
+ * No QEMU dependency, so an architecture's file is unit-tested natively
+ * (../tests/, ../fuzz/).
+ */
+#ifndef PVPERF_ARCH_H
+#define PVPERF_ARCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pvperf_abi.h"
+
+/* Bytes of an instruction a classifier is given: more than any
+ * architecture's longest instruction, so that a longer one shows. */
+#define INSN_MAX_BYTES 16
+
+/* Per-instruction flags, computed by the architecture at translation. */
+enum {
+	CLS_BRANCH	= 1 << 0,	/* a retired branch (PVPERF_CTR_BRANCH_*) */
+	CLS_MEM		= 1 << 1,	/* accesses data memory: may page-fault */
+	CLS_BOUNDARY	= 1 << 2,	/* may fault: it may not retire */
+	CLS_DOORBELL	= 1 << 3,	/* the hypercall store (pvperf_abi.h) */
+	CLS_FRAME	= 1 << 4,	/* writes sp or bp (or is undecodable) */
+	CLS_COND	= 1 << 5,	/* a conditional branch: taken or not */
+	CLS_INDIRECT	= 1 << 6,	/* jump or call through a register or
+					 * memory (not a return) */
+	CLS_ASPACE	= 1 << 7,	/* writes the page-table root: a new
+					 * address space */
+};
+
+/* One instruction as translated: its first bytes, its length (more than
+ * INSN_MAX_BYTES - 1 only if it is longer), its address. */
+struct cls_insn {
+	uint8_t bytes[INSN_MAX_BYTES];
+	size_t len;
+	uint64_t vaddr;
+};
+
+/*
+ * The registers the plugin reads (QEMU's register handles, by name):
+ * the general-purpose ones in the order of struct pvperf_sample's regs[]
+ * (pvperf_abi.h), then the pc and the root of the page tables (which
+ * names the address space).
+ */
+enum guest_reg {
+	REG_PC = PVPERF_NR_REGS,
+	REG_PAGE_TABLE,
+	N_GUEST_REGS
+};
+
+/* Not a gpa: code outside the RAM file (firmware ROM) or unknown. */
+#define GPA_NONE UINT64_MAX
+
+struct arch {
+	const char *target;		/* QEMU's info->target_name */
+	/* The first virtual address of the kernel half: code at or above
+	 * it counts as kernel code, the rest as user code. */
+	uint64_t kernel_start;
+	/* QEMU's names (qemu_plugin_get_registers) of enum guest_reg. */
+	const char *reg_names[N_GUEST_REGS];
+	/* The doorbell instruction (pvperf_abi.h): its length in bytes, and
+	 * whether bytes[0..len) are it. */
+	size_t doorbell_len;
+	bool (*is_doorbell)(const uint8_t *bytes, size_t len);
+	/*
+	 * The CLS_* flags of a TB's n instructions into cls[n]; kernel: the
+	 * TB runs in the kernel half.  CLS_DOORBELL only on kernel-half
+	 * doorbells (user code cannot issue a hypercall).
+	 */
+	void (*classify_tb)(const struct cls_insn *insn, size_t n, bool kernel,
+			    uint8_t *cls);
+	/* The taken target of a direct conditional branch at vaddr with these
+	 * bytes; false for anything else (then assume no target). */
+	bool (*cond_target)(const uint8_t *bytes, size_t len, uint64_t vaddr,
+			    uint64_t *target);
+	/* The gpa of vaddr in the address space whose page-table root is
+	 * root, or GPA_NONE; read_u64 reads guest RAM at a gpa (false:
+	 * outside RAM). */
+	uint64_t (*vaddr_to_gpa)(uint64_t root, uint64_t vaddr,
+				 bool (*read_u64)(uint64_t gpa, uint64_t *val));
+};
+
+#endif /* PVPERF_ARCH_H */

@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * targets.h - the guest architectures the plugin knows (arch.h), by
+ * QEMU's target name.
+ */
+#ifndef PVPERF_TARGETS_H
+#define PVPERF_TARGETS_H
+
+#include "arch.h"
+
+/* The architecture of QEMU's info->target_name, or NULL. */
+const struct arch *arch_of_target(const char *target_name);
+
+/* Their target names, for a message: "a, b". */
+const char *known_targets(void);
+
+#endif /* PVPERF_TARGETS_H */
