@@ -153,7 +153,7 @@ def model_counters(*ms: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 class CacheModel(CountingModel):
-    """L1I, L1D and a shared LL (qemu_plugin/cachesim.c), cachegrind's
+    """L1I, L1D and a shared LL (qemu_plugin/pvperf/cachesim.c), cachegrind's
     rules; the counters are cachegrind's (I1mr, ILmr, Dr, D1mr, ...)."""
 
     name = "cache"
@@ -212,7 +212,7 @@ class CacheModel(CountingModel):
 
 
 class BranchPredictorModel(CountingModel):
-    """Conditional and indirect branch prediction (qemu_plugin/bpred.c,
+    """Conditional and indirect branch prediction (qemu_plugin/pvperf/bpred.c,
     cachegrind's predictor)."""
 
     name = "bpred"
@@ -236,7 +236,7 @@ class BranchPredictorModel(CountingModel):
 
 
 class TlbModel(CountingModel):
-    """iTLB and dTLB (qemu_plugin/cachesim.c on pages).  A lookup is an
+    """iTLB and dTLB (qemu_plugin/pvperf/cachesim.c on pages).  A lookup is an
     access: dTLB-loads/-stores are the data reads/writes, iTLB-loads the
     instruction fetches, as on x86 where every access looks the TLB up."""
 

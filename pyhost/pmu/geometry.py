@@ -1,7 +1,7 @@
 """Cache geometries as cachegrind spells them: "SIZE,ASSOC,LINE" (bytes,
 ways, bytes), checked by cachegrind's rules before QEMU starts, so a bad
 ``--I1``/``--D1``/``--LL`` is a one-line usage error.  The plugin checks
-the same rules again (qemu_plugin/cachesim.c cache_geom_check;
+the same rules again (qemu_plugin/pvperf/cachesim.c cache_geom_check;
 tests/test_geometry.py runs the C unit test's cases through this file).
 
 TLBs (``--iTLB``/``--dTLB``) are caches of pages, spelt "ENTRIES,ASSOC,

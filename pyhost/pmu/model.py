@@ -75,8 +75,10 @@ def model_flags(counters) -> int:
 
 def samplable(mask: int) -> bool:
     """Whether the plugin can sample a sum of these raw counters: inline
-    counters only (sample.c), model counters only (models.c), or cycles
-    under the timing model, instructions plus stall cycles (models.c)."""
+    counters only (checked by the chunks' countdown), model counters only
+    (checked where the models report an increase), or cycles under the
+    timing model, instructions plus stall cycles (qemu_plugin/pvperf/
+    sample.c serves all three)."""
     inline = mask & INLINE_COUNTERS_MASK
     model = mask & ~INLINE_COUNTERS_MASK
     return not (inline and model) or (
@@ -298,8 +300,9 @@ class Pmu:
         if model_flags(event.counters) and not self.models_needed():
             self._models_cold = True
         if attr.sample_period and not samplable(event.ctr_mask):
-            # The plugin checks inline and model counters in different
-            # places (sample.c, models.c).
+            # The plugin checks inline and model counters at different
+            # points (a chunk's countdown, a model's report): a slot
+            # summing both would need both.
             raise PmuError(errno.EOPNOTSUPP, f"{ev.name} mixes inline and "
                            "model counters: cannot sample")
         # perf stat may set freq with a zero period: only a period samples.

@@ -206,7 +206,7 @@ class VcpuState:
 
 def parse_plugin_state(raw: bytes, n_vcpus: int) -> tuple[int, list[VcpuState]]:
     """(reply flags, per-vCPU records) of a plugin state file, checked as
-    the plugin checks it (qemu_plugin/state.c); ProtocolError says why
+    the plugin checks it (qemu_plugin/pvperf/state.c); ProtocolError says why
     it cannot be restored."""
     if len(raw) < STATE_HEADER.size:
         raise ProtocolError("plugin state: too short")

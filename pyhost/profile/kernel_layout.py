@@ -1,7 +1,7 @@
 """Where the guest kernel keeps the running task: offsets for pvperf-rmap.so.
 
 The reverse-map plugin names the task behind every guest CR3 write (see
-qemu_plugin/rmap.c, option ``task=``) by reading guest kernel memory:
+qemu_plugin/rmap/rmap.c, option ``task=``) by reading guest kernel memory:
 
   gs_base + CURR        this CPU's ``runqueues.curr`` (struct task_struct *)
   task + TGID, + COMM   the process id and name

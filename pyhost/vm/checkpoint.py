@@ -6,7 +6,7 @@ Taking one (``take``): QMP ``stop``; wait until the service has
 delivered every overflow sent before the stop and QEMU has every NMI it
 asked for; save the service's state; ``migrate`` the VM to a file;
 ``quit`` QEMU, whose plugin writes its own state at exit (counts, armed
-thresholds, held overflows: qemu_plugin/state.c).  The three parts are
+thresholds, held overflows: qemu_plugin/pvperf/state.c).  The three parts are
 taken at the same instant: the vCPUs do not run in between.
 
 The directory:
