@@ -109,7 +109,7 @@ write_if_changed() {  # FILE: stdin replaces FILE unless identical
 
 enable_deb_src() {
     # qemu-plugin.h only ships in QEMU's source package: derive a deb-src
-    # entry from the machine's own deb822 sources.
+    # entry from the machine's own deb822 sources, unless one is there.
     if grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ ||
        grep -qs '^deb-src' /etc/apt/sources.list; then
         return 1
@@ -194,8 +194,11 @@ setup_apt() {
     major=$(qemu_major)
     [ -n "$major" ] && [ "$major" -lt "$QEMU_MIN_MAJOR" ] &&
         missing="$missing ${APT[qemu]}"
-    if enable_deb_src; then updated=1; fi
+    # Backports first: on Debian 12 its stanza carries deb-src, which is
+    # where QEMU's source comes from, so the main suites' source indexes
+    # (most of a fresh machine's `apt-get update`) are not needed.
     if enable_backports; then updated=1; fi
+    if enable_deb_src; then updated=1; fi
     if [ -n "$updated" ] || [ -n "$missing" ]; then
         say "apt: apt-get update"
         sudo_ apt-get update -q >"$logs/apt-update.log" 2>&1 ||
