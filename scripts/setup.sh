@@ -47,10 +47,8 @@ declare -A APT=(
     # build-intree-kernel.sh, PVPERF_SLOW=1 tests/test_intree_kernel.py).
     [kernel]="flex bison bc libelf-dev libssl-dev"
 )
-declare -A TIER_APT=(
-    [main]="python qemu plugin driver image"
-    [test]="python qemu plugin driver image tests fuzz kernel"
-)
+declare -A TIER_APT=([main]="python qemu plugin driver image")
+TIER_APT[test]="${TIER_APT[main]} tests fuzz kernel"
 # pyproject.toml's extras: pytest and its helpers; Ray and pyarrow for
 # `pvperf sweep`.
 declare -A TIER_EXTRAS=([main]="" [test]="[test,sweep]")
@@ -61,13 +59,13 @@ QEMU_MIN_MAJOR=10
 tier=test
 while [ $# -gt 0 ]; do
     case $1 in
-    --tier) tier=${2:-}; shift ;;
+    --tier) tier=${2:-}; shift $(($# > 1)) ;;
     --tier=*) tier=${1#--tier=} ;;
     *) echo "setup.sh: unknown argument $1 (--tier main|test)" >&2; exit 2 ;;
     esac
     shift
 done
-[ -n "${TIER_APT[$tier]:-}" ] ||
+[ -n "$tier" ] && [ -n "${TIER_APT[$tier]:-}" ] ||
     { echo "setup.sh: unknown tier '$tier' (main, test)" >&2; exit 2; }
 
 # Seconds since FROM (EPOCHREALTIME's radix follows the locale).
