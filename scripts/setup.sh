@@ -1,27 +1,83 @@
-#!/bin/sh
-# Set up everything pvperf needs on a fresh Debian 12 machine, idempotently:
-# apt packages (deb-src enabled by deriving it from the existing sources),
-# a Python venv with pvperf, the TCG plugin, the guest driver, the guest
-# test programs and the default guest image.  Re-running is cheap.
-set -eu
+#!/bin/bash
+# Set pvperf up on a Debian 12 or 13 machine, idempotently (re-running is
+# cheap: what is there is kept):
+#
+#   scripts/setup.sh --tier main   what `pvperf run` uses (scripts/demo.sh):
+#                                  QEMU 10, pvperf in .venv, the TCG plugin,
+#                                  the guest PMU driver, the default image
+#   scripts/setup.sh [--tier test] main plus what the test suite uses
+#                                  (scripts/test.sh): valgrind, gdb, clang,
+#                                  the kernel build's tools, pytest, Ray...
+#
+# Each step says what it does and how long it took.  apt comes first; pip,
+# the plugin, the driver and the guest programs then build side by side
+# (each step's output in build/setup/STEP.log, shown if it fails); the
+# guest image last, since it carries the driver.
+set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
-say() { printf 'pvperf-setup: %s\n' "$*" >&2; }
 
-APT_PACKAGES="libglib2.0-dev libcapstone-dev pkg-config \
- cpio dpkg-dev linux-perf valgrind make gcc binutils kmod xz-utils \
- flex bison bc libelf-dev libssl-dev clang libclang-rt-dev gdb"
-# (flex ... libssl-dev: only the opt-in in-tree kernel build needs them;
-# clang, libclang-rt-dev (libFuzzer and the sanitizers' runtimes): the
-# libFuzzer harnesses, qemu_plugin/fuzz/; gdb: the soak test
-# shuts a socket down inside pvperf with it.)
-# QEMU comes from bookworm-backports on Debian 12 (10.0; bookworm itself has
-# 7.2, whose plugin API lacks scoreboards and conditional callbacks) and from
-# the distribution itself on Debian 13.
-QEMU_PACKAGES="qemu-system-x86 qemu-utils"
+# Debian packages, one list per purpose; a tier names the purposes it
+# installs.  (Another guest architecture adds its own lists, its QEMU and
+# cross compiler, and names them in a tier or a flag of its own.)
+declare -A APT=(
+    [python]="python3 python3-venv"
+    # Debian 12: from bookworm-backports (below).  qemu-system-x86 10.0:
+    # bookworm's 7.2 lacks the plugin API's scoreboards and conditional
+    # callbacks.
+    [qemu]="qemu-system-x86"
+    # The plugin; xz-utils unpacks QEMU's source tarball for qemu-plugin.h
+    # (qemu_plugin/fetch-plugin-header.sh).
+    [plugin]="gcc make pkg-config libglib2.0-dev libcapstone-dev xz-utils"
+    # The driver, built against Debian's unpacked headers packages
+    # (guest_kernel_patch/fetch-kbuild.sh): their prebuilt objtool needs
+    # libelf1 (not libelf-dev) and the kernel's own gcc.
+    [driver]="gcc make libelf1"
+    # The image copies the host's perf and binutils' objdump and addr2line
+    # into the guest (images/default/recipe.json).
+    [image]="linux-perf binutils"
+    # Test references and tools: valgrind (exact counts), gdb (a soak test
+    # shuts a socket down inside pvperf with it), patch (the in-tree patch
+    # dry run), cpio and kmod (image and driver checks).
+    [tests]="valgrind gdb patch cpio kmod"
+    # libFuzzer harnesses and the sanitizers' runtimes (qemu_plugin/fuzz/);
+    # clang also builds a guest test program (calltree-fp).
+    [fuzz]="clang libclang-rt-dev"
+    # The opt-in in-tree kernel build (guest_kernel_patch/
+    # build-intree-kernel.sh, PVPERF_SLOW=1 tests/test_intree_kernel.py).
+    [kernel]="flex bison bc libelf-dev libssl-dev"
+)
+declare -A TIER_APT=([main]="python qemu plugin driver image")
+TIER_APT[test]="${TIER_APT[main]} tests fuzz kernel"
+# pyproject.toml's extras: pytest and its helpers; Ray and pyarrow for
+# `pvperf sweep`.
+declare -A TIER_EXTRAS=([main]="" [test]="[test,sweep]")
+# The guest test programs: the demo runs loop; the tests, all of them.
+declare -A TIER_PROGRAMS=([main]="loop" [test]="all")
 QEMU_MIN_MAJOR=10
 
+tier=test
+while [ $# -gt 0 ]; do
+    case $1 in
+    --tier) tier=${2:-}; shift $(($# > 1)) ;;
+    --tier=*) tier=${1#--tier=} ;;
+    *) echo "setup.sh: unknown argument $1 (--tier main|test)" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ -n "$tier" ] && [ -n "${TIER_APT[$tier]:-}" ] ||
+    { echo "setup.sh: unknown tier '$tier' (main, test)" >&2; exit 2; }
+
+# Seconds since FROM (EPOCHREALTIME's radix follows the locale).
+now() { echo "${EPOCHREALTIME/,/.}"; }
+since() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.1f s", a - b }'; }
+start=$(now)
+say() { printf 'pvperf-setup: [%7s] %s\n' "$(since "$start")" "$*" >&2; }
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+logs=$top/build/setup
+mkdir -p "$logs"
+
+# -- apt ---------------------------------------------------------------------
 
 . /etc/os-release
 SOURCES=/etc/apt/sources.list.d/debian.sources
@@ -40,17 +96,18 @@ stanzas_for_suite() {
 }
 
 write_if_changed() {  # FILE: stdin replaces FILE unless identical
+    local tmp
     tmp=$(mktemp)
     cat > "$tmp"
     if cmp -s "$tmp" "$1"; then rm -f "$tmp"; return 1; fi
-    say "writing $1"
+    say "apt: writing $1"
     sudo_ install -m 644 "$tmp" "$1"
     rm -f "$tmp"
 }
 
 enable_deb_src() {
     # qemu-plugin.h only ships in QEMU's source package: derive a deb-src
-    # entry from the machine's own deb822 sources.
+    # entry from the machine's own deb822 sources, unless one is there.
     if grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ ||
        grep -qs '^deb-src' /etc/apt/sources.list; then
         return 1
@@ -66,7 +123,7 @@ enable_backports() {
     # apt preferences let only the QEMU packages come from there.
     [ "${VERSION_CODENAME:-}" = bookworm ] || return 1
     [ -f "$SOURCES" ] || { say "no $SOURCES to derive backports from"; exit 1; }
-    changed=1
+    local changed=1
     stanzas_for_suite bookworm |
         sed -e 's/^Types: .*/Types: deb deb-src/' \
             -e 's/^Suites: .*/Suites: bookworm-backports/' |
@@ -82,49 +139,137 @@ PREF
 }
 
 qemu_major() {
+    local v
     v=$(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null) || return 0
     v=${v#*:}
     echo "${v%%.*}"
 }
 
-missing=""
-for p in $APT_PACKAGES $QEMU_PACKAGES; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
-        missing="$missing $p"
-done
-major=$(qemu_major)
-[ -n "$major" ] && [ "$major" -lt "$QEMU_MIN_MAJOR" ] && missing="$missing $QEMU_PACKAGES"
-updated=""
-if enable_deb_src; then updated=1; fi
-if enable_backports; then updated=1; fi
-if [ -n "$updated" ] || [ -n "$missing" ]; then
-    say "apt-get update"
-    sudo_ apt-get update -q >/dev/null
-fi
-if [ -n "$missing" ]; then
-    say "installing:$missing"
+missing_packages() {  # PACKAGE...: those not installed, one line
+    local installed
+    installed=$(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "$@" \
+                2>/dev/null | awk '$2 == "installed" { print $1 }' || true)
+    for p in "$@"; do
+        grep -qx "$p" <<<"$installed" || printf ' %s' "$p"
+    done
+}
+
+# apt's machine-readable status (APT::Status-Fd) as a line per 20 %.
+apt_progress() {
+    awk -F: -v pre="pvperf-setup: apt: " '
+        function show(what, pct,   step) {
+            step = int(pct / 20) * 20
+            if (what != last || step > shown) {
+                printf("%s%s %d %%\n", pre, what, step) > "/dev/stderr"
+                fflush("/dev/stderr"); last = what; shown = step
+            }
+        }
+        $1 == "dlstatus" { show("downloading", $3) }
+        $1 == "pmstatus" { show("installing", $3) }'
+}
+
+apt_install() {  # PACKAGE...
+    local n
+    n=$(apt-get -s install --no-install-recommends "$@" 2>/dev/null |
+        grep -c '^Inst ' || true)
+    say "apt: installing $* ($n packages with their dependencies)"
+    # --force-unsafe-io: dpkg skips its fsync per unpacked file, a large
+    # part of installing a hundred packages on a fresh machine; what is
+    # given up is only a consistent disk after a power loss mid-install.
     sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-        --no-install-recommends $missing >/dev/null
-fi
-major=$(qemu_major)
-if [ -z "$major" ] || [ "$major" -lt "$QEMU_MIN_MAJOR" ]; then
-    say "qemu-system-x86 $(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null) is older than $QEMU_MIN_MAJOR.0; the plugin needs plugin API v4"
-    exit 1
-fi
+        --no-install-recommends -o Dpkg::Options::=--force-unsafe-io \
+        -o APT::Status-Fd=3 "$@" \
+        3>&1 >"$logs/apt.log" 2>&1 | apt_progress ||
+        { tail -20 "$logs/apt.log" >&2; say "apt-get install failed"; exit 1; }
+}
 
-if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt .venv/.pvperf-installed ]; then
-    say "creating .venv and installing pvperf"
-    python3 -m venv .venv
-    .venv/bin/pip install -q --disable-pip-version-check -e '.[test,sweep]'
-    touch .venv/.pvperf-installed
-fi
+setup_apt() {
+    local purposes=${TIER_APT[$tier]} packages="" p missing updated=""
+    for p in $purposes; do packages="$packages ${APT[$p]}"; done
+    # shellcheck disable=SC2086
+    missing=$(missing_packages $(tr ' ' '\n' <<<"$packages" | sort -u))
+    local major
+    major=$(qemu_major)
+    [ -n "$major" ] && [ "$major" -lt "$QEMU_MIN_MAJOR" ] &&
+        missing="$missing ${APT[qemu]}"
+    # Backports first: on Debian 12 its stanza carries deb-src, which is
+    # where QEMU's source comes from, so the main suites' source indexes
+    # (most of a fresh machine's `apt-get update`) are not needed.
+    if enable_backports; then updated=1; fi
+    if enable_deb_src; then updated=1; fi
+    if [ -n "$updated" ] || [ -n "$missing" ]; then
+        say "apt: apt-get update"
+        sudo_ apt-get update -q >"$logs/apt-update.log" 2>&1 ||
+            { tail -20 "$logs/apt-update.log" >&2; exit 1; }
+    fi
+    # shellcheck disable=SC2086
+    if [ -n "$missing" ]; then apt_install $missing; fi
+    major=$(qemu_major)
+    if [ -z "$major" ] || [ "$major" -lt "$QEMU_MIN_MAJOR" ]; then
+        say "qemu-system-x86 $(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null) is older than $QEMU_MIN_MAJOR.0; the plugin needs plugin API v4"
+        exit 1
+    fi
+    say "apt: ${tier} tier's packages installed"
+}
 
-say "building the TCG plugin"
-make -s -C qemu_plugin
-say "building the guest PMU driver"
-make -s -C guest_kernel_patch
-say "building the guest test programs"
-make -s -C tests/guest_programs
-say "building the guest image"
+# -- the steps after apt -----------------------------------------------------
+
+venv_current() {  # the venv has this tier's packages (the test tier's
+                  # include the main tier's) for this pyproject.toml
+    local t
+    for t in "$tier" test; do
+        [ .venv/.pvperf-installed-$t -nt pyproject.toml ] && return 0
+    done
+    return 1
+}
+
+setup_venv() {
+    if [ -x .venv/bin/python ] && venv_current; then
+        echo "up to date"; return
+    fi
+    [ -x .venv/bin/python ] || python3 -m venv .venv
+    .venv/bin/pip install --disable-pip-version-check \
+        -e ".${TIER_EXTRAS[$tier]}"
+    touch ".venv/.pvperf-installed-$tier"
+}
+
+build_plugin() { make -s -C qemu_plugin; }
+build_driver() { make -s -C guest_kernel_patch; }
+build_programs() { make -s -C tests/guest_programs ${TIER_PROGRAMS[$tier]}; }
+
+declare -A step_of=() begun=()
+step() {  # NAME WHAT FUNCTION: run FUNCTION in the background
+    say "$1: $2"
+    "$3" >"$logs/$1.log" 2>&1 &
+    step_of[$!]=$1
+    begun[$1]=$(now)
+}
+
+finish_steps() {  # wait for every step, reporting each as it ends
+    local pid status name failed=""
+    while [ ${#step_of[@]} -gt 0 ]; do
+        status=0
+        wait -n -p pid "${!step_of[@]}" || status=$?
+        name=${step_of[$pid]}
+        unset "step_of[$pid]"
+        if [ "$status" = 0 ]; then
+            say "$name: done in $(since "${begun[$name]}")"
+        else
+            say "$name: FAILED (exit $status); the end of $logs/$name.log:"
+            tail -25 "$logs/$name.log" >&2
+            failed=1
+        fi
+    done
+    [ -z "$failed" ] || exit 1
+}
+
+say "setting up the $tier tier"
+setup_apt
+step pip "pvperf${TIER_EXTRAS[$tier]} into .venv" setup_venv
+step plugin "the TCG plugin (the first run fetches qemu-plugin.h from QEMU's source package, ~40 MB)" build_plugin
+step driver "the guest PMU driver (the first run fetches the kernel's headers packages, ~14 MB)" build_driver
+step programs "the guest test programs (${TIER_PROGRAMS[$tier]})" build_programs
+finish_steps
+say "image: the default guest image (the first run fetches the kernel, ~70 MB, and test-boots it)"
 .venv/bin/pvperf image build
 say "ready"

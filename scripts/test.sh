@@ -1,8 +1,10 @@
 #!/bin/sh
-# Set everything up, then run the whole test suite.
+# Set up everything the tests use (scripts/setup.sh --tier test: the main
+# tier plus valgrind, gdb, clang, the kernel build's tools, pytest, Ray),
+# then run the whole test suite.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
-"$top/scripts/setup.sh"
+"$top/scripts/setup.sh" --tier test
 cd "$top"
 # Test scratch space lives in the tree (build/ is ignored), not in /tmp.
 mkdir -p "$top/build"

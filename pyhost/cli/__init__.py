@@ -164,49 +164,70 @@ def run_and_record(config: VMConfig, json_out: Path | None) -> int:
 @click.option("--checkpoint", "checkpoint_dir", type=click.Path(
     file_okay=False, path_type=Path), default=None,
     help="save the running guest, PMU state included, into this new "
-    "directory --checkpoint-after seconds into COMMAND, and stop; "
-    "`pvperf restore DIR` resumes it (docs/checkpoints.md)")
+    "directory when --checkpoint-after or --checkpoint-on-output says, "
+    "and stop; `pvperf restore DIR` resumes it (docs/checkpoints.md)")
 @click.option("--checkpoint-after", type=click.FloatRange(min=0),
-              default=None, metavar="S", help="when to take --checkpoint")
+              default=None, metavar="S",
+              help="take --checkpoint S seconds into COMMAND")
+@click.option("--checkpoint-on-output", default=None, metavar="TEXT",
+              help="take --checkpoint as soon as COMMAND's output "
+              "contains TEXT")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(command, json_out, checkpoint_dir, checkpoint_after, **opts) -> None:
+def run(command, json_out, checkpoint_dir, checkpoint_after,
+        checkpoint_on_output, **opts) -> None:
     """Boot the image (--image) and run COMMAND in /mnt/host as root.
 
     COMMAND's stdout and stderr stream to this terminal; pvperf exits
     with COMMAND's exit status.  With --json, COMMAND runs perf stat.
     """
-    if (checkpoint_dir is None) != (checkpoint_after is None):
-        raise click.UsageError("--checkpoint and --checkpoint-after go "
-                               "together")
+    trigger = checkpoint_trigger(checkpoint_dir, checkpoint_after,
+                                 checkpoint_on_output)
     if checkpoint_dir is not None and json_out is not None:
         raise click.UsageError("--json cannot span a checkpoint: give it "
                                "to `pvperf restore` instead")
     config = make_config(guest.RUN, shlex.join(command),
                          staged=checkpoint_dir is not None, **opts)
     if checkpoint_dir is not None:
-        sys.exit(run_to_checkpoint(config, checkpoint_dir, checkpoint_after))
+        sys.exit(run_to_checkpoint(config, checkpoint_dir, trigger))
     sys.exit(run_and_record(config, json_out))
 
 
+def checkpoint_trigger(directory: Path | None, after: float | None,
+                       on_output: str | None) -> vm_checkpoint.Trigger | None:
+    """--checkpoint's trigger: exactly one of --checkpoint-after and
+    --checkpoint-on-output, and neither without --checkpoint."""
+    given = (after is not None) + (on_output is not None)
+    if directory is None and given == 0:
+        return None
+    if directory is None or given != 1:
+        raise click.UsageError("--checkpoint takes one of --checkpoint-after "
+                               "and --checkpoint-on-output")
+    if on_output is not None:
+        if not on_output:
+            raise click.UsageError("--checkpoint-on-output: empty TEXT")
+        return vm_checkpoint.OnOutput(on_output)
+    return vm_checkpoint.AfterSeconds(after)
+
+
 def run_to_checkpoint(config: VMConfig, directory: Path,
-                      after: float) -> int:
+                      trigger: vm_checkpoint.Trigger) -> int:
     """`run --checkpoint`: COMMAND's status if it ended first, else 0
     once the checkpoint is complete."""
     vm_checkpoint.prepare(directory, config)
     taken = False
     try:
         status = run_async(vm_checkpoint.run_with_checkpoint(
-            config, directory, after))
+            config, directory, trigger))
         taken = status is None
     finally:
         if not taken:
             vm_checkpoint.discard(directory)
     if not taken:
-        click.echo(f"pvperf: COMMAND ended within {after:g} s: no "
-                   "checkpoint taken", err=True)
+        click.echo(f"pvperf: COMMAND ended before the checkpoint was due "
+                   f"({trigger.describe()}): no checkpoint taken", err=True)
         return status
     size = sum(p.stat().st_size for p in directory.iterdir())
-    click.echo(f"pvperf: checkpoint of the guest {after:g} s into COMMAND "
+    click.echo(f"pvperf: checkpoint of the guest {trigger.describe()} "
                f"saved in {directory} ({size / 2**20:.0f} MiB); resume it "
                f"with `pvperf restore {directory}`", err=True)
     return 0

@@ -11,8 +11,9 @@ pvperf at the same path and OUTPUT on a shared file system).
 
 State on disk, so that a re-run skips what is done:
   cell.json    written last and atomically (rename): the cell's settings,
-               status "ok" or "failed", the error, the wall time.  A cell
-               is finished when it says "ok" and its result.json loads.
+               status "ok" or "failed", the error, the wall time, the
+               Ray node that ran it.  A cell is finished when it says
+               "ok" and its result.json loads.
   result.json  `pvperf stat --json`'s schema-1 record (pyhost/results.py)
   log.txt      the run's stdout and stderr
 A failed cell is run again by the next sweep; a cell interrupted midway
@@ -123,7 +124,7 @@ def run_cell(cell: Cell, cell_dir: Path) -> tuple[str, str, float]:
     _write_atomic(cell_dir / "cell.json", {
         "cell": cell.name, "id": cell.id, "settings": cell.settings(),
         "status": status, "error": error, "seconds": round(seconds, 3),
-        "argv": argv[3:]})
+        "node": ray.get_runtime_context().get_node_id(), "argv": argv[3:]})
     return status, error, seconds
 
 

@@ -1,6 +1,12 @@
 """Checkpoints: a running guest, its PMU state included, saved to a
 directory and resumed later (``pvperf run --checkpoint DIR
---checkpoint-after S``, ``pvperf restore DIR``; docs/checkpoints.md).
+--checkpoint-after S`` or ``--checkpoint-on-output TEXT``, ``pvperf
+restore DIR``; docs/checkpoints.md).
+
+When to take one (a ``Trigger``): S seconds into the command, or as soon
+as the command's output contains TEXT, which the command prints once it
+has reached the state worth saving: that one does not depend on how
+fast the host runs the guest.
 
 Taking one (``take``): QMP ``stop``; wait until the service has
 delivered every overflow sent before the stop and QEMU has every NMI it
@@ -129,21 +135,108 @@ def discard(directory: Path) -> None:
         directory.rmdir()
 
 
+class Trigger:
+    """When ``run_with_checkpoint`` takes the checkpoint."""
+
+    def watch(self, out):
+        """``out`` (a binary file the command's output goes to), as the
+        trigger sees it."""
+        return out
+
+    async def wait(self) -> None:
+        """Return when the checkpoint is due."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """When, as a phrase: "5 s into COMMAND"."""
+        raise NotImplementedError
+
+    def manifest(self) -> dict:
+        """The manifest's record of the trigger."""
+        raise NotImplementedError
+
+
+class AfterSeconds(Trigger):
+    """S seconds of wall time into the command (as the host runs it)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    async def wait(self) -> None:
+        await asyncio.sleep(self.seconds)
+
+    def describe(self) -> str:
+        return f"{self.seconds:g} s into COMMAND"
+
+    def manifest(self) -> dict:
+        return {"after_s": self.seconds}
+
+
+class OnOutput(Trigger):
+    """As soon as the command's stdout or stderr contains ``text`` (the
+    command says it reached the state to save); the guest runs on for
+    the moment it takes the host to read the line and stop it."""
+
+    def __init__(self, text: str):
+        if not text:
+            raise ValueError("empty trigger text")
+        self.text = text
+        self.needle = text.encode()
+        self.seen = asyncio.Event()
+
+    def watch(self, out):
+        return _Watched(out, self.needle, self.seen.set)
+
+    async def wait(self) -> None:
+        await self.seen.wait()
+
+    def describe(self) -> str:
+        return f"when COMMAND printed {self.text!r}"
+
+    def manifest(self) -> dict:
+        return {"on_output": self.text}
+
+
+class _Watched:
+    """A binary file that calls ``found`` once what was written through
+    it contains ``needle``, also across two writes."""
+
+    def __init__(self, out, needle: bytes, found):
+        self.out, self.needle, self.found = out, needle, found
+        self.tail = b""
+
+    def write(self, chunk: bytes) -> None:
+        self.out.write(chunk)
+        if self.found is None:
+            return
+        seen = self.tail + chunk
+        if self.needle in seen:
+            self.found()
+            self.found = None
+        self.tail = seen[-(len(self.needle) - 1):] if len(self.needle) > 1 \
+            else b""
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
 async def run_with_checkpoint(config: VMConfig, directory: Path,
-                              after: float, stdout=None,
+                              trigger: Trigger, stdout=None,
                               stderr=None) -> int | None:
-    """Run ``config.command``; ``after`` seconds into it, checkpoint the
+    """Run ``config.command``; when ``trigger`` says so, checkpoint the
     guest into ``directory``.  The command's exit status if it ended
     first, else None (the checkpoint is complete)."""
-    stdout = stdout or sys.stdout.buffer
-    stderr = stderr or sys.stderr.buffer
+    stdout = trigger.watch(stdout or sys.stdout.buffer)
+    stderr = trigger.watch(stderr or sys.stderr.buffer)
     directory = directory.resolve()
     async with VM(config) as vm:
         pumps = await vm.pump_output(stdout, stderr)
         await vm.wait_ready()
+        began = time.monotonic()
         ended = asyncio.ensure_future(vm.wait_exit(config.timeout))
-        done, _ = await asyncio.wait([ended], timeout=after)
+        done = set() if await _due_first(trigger, ended) else {ended}
         if not done:
+            into = time.monotonic() - began
             ended.cancel()
             await asyncio.gather(ended, return_exceptions=True)
             try:
@@ -158,8 +251,18 @@ async def run_with_checkpoint(config: VMConfig, directory: Path,
         await asyncio.wait(pumps, timeout=5)
         if done:
             return ended.result()
-    _write(directory, config, state, after)
+    _write(directory, config, state, trigger, into)
     return None
+
+
+async def _due_first(trigger: Trigger, ended: asyncio.Future) -> bool:
+    """Wait for the trigger or the command's end, whichever comes first;
+    True if the trigger did and the command still runs."""
+    due = asyncio.ensure_future(trigger.wait())
+    await asyncio.wait([ended, due], return_when=asyncio.FIRST_COMPLETED)
+    due.cancel()
+    await asyncio.gather(due, return_exceptions=True)
+    return not ended.done()
 
 
 async def take(vm: VM, vmstate: Path) -> dict:
@@ -201,7 +304,7 @@ async def _quiesced_state(vm: VM) -> dict:
 
 
 def _write(directory: Path, config: VMConfig, pmu_state: dict,
-           after: float) -> None:
+           trigger: Trigger, into: float) -> None:
     plugin_state = directory / PLUGIN_STATE
     if not plugin_state.exists():
         raise CheckpointError("taking the checkpoint", "the plugin did not "
@@ -215,7 +318,8 @@ def _write(directory: Path, config: VMConfig, pmu_state: dict,
         "format": FORMAT, "version": VERSION, "pvperf": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc)
         .isoformat(timespec="seconds"),
-        "after_s": after, "qemu": qemu_identity(config),
+        "trigger": trigger.manifest(), "after_s": round(into, 3),
+        "qemu": qemu_identity(config),
         "firmware": config.arch.firmware,
         "vm": {**{k: getattr(config, _config_field(k)) for k in VM_FIELDS},
                "share": str(config.share) if config.share else None,

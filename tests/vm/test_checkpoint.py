@@ -1,7 +1,10 @@
 """Checkpoints (issue 15, item 5): `pvperf run --checkpoint DIR
---checkpoint-after S` saves a guest in the middle of `perf stat` and
-`perf record`, `pvperf restore DIR` resumes it, and the counts and
-samples that come out span both runs exactly.
+--checkpoint-on-output TEXT` saves a guest in the middle of `perf stat`
+and `perf record`, `pvperf restore DIR` resumes it, and the counts and
+samples that come out span both runs exactly.  The checkpoint waits for
+the guest to say that both events count and the sampling one has
+overflowed, never for a number of seconds: how far a guest gets in a
+second depends on the host.
 
 References are independent of pvperf: the loop's instruction count is
 valgrind's at a small N (as many digits) plus the loop's two
@@ -14,6 +17,8 @@ state file on its own too (it must, whoever hands it one).
 """
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import shutil
 import subprocess
@@ -22,21 +27,37 @@ import pytest
 
 from support import PROGRAMS, REPO, leftovers, perf_count, run_pvperf, \
     sections, valgrind_irefs
+from pyhost.cli import EXIT_USAGE
+from pyhost.vm.checkpoint import OnOutput
 from test_sampling import callgrind_shares, report_shares
 
-pytestmark = pytest.mark.vm
+# Every test that takes the checkpoint fixture boots guests; the trigger
+# and option tests at the end do not.
+vm = pytest.mark.vm
 
 N_LOOP = 4_000_000_000          # 8 G instructions: seconds under TCG
 N_HOTCOLD = 1_000_000           # 6 G instructions, ~60,000 samples
 PERIOD = 100003
-AFTER_S = 5.0                   # into the command: both still run
+# Turns of a shell loop the recorded task makes before it becomes
+# hotcold: busybox sh takes about 12,600 user instructions a turn (and
+# 47,500 to start), so ~680,000 instructions, six periods: a sample is
+# due before it prints MARK, whatever the host's speed.
+N_WARM = 50
+MARK = "pvperf-test: both events count, the sampling one has sampled"
 
 # Both workloads at once (two processes), their output after both ended,
-# so that every line comes from the restored guest.
+# so that every line after MARK comes from the restored guest.  loop's
+# counting event is enabled at its exec, before the task takes loop's
+# name: once a task is called loop, it counts.
 SCRIPT = f"""
-perf record -q -e instructions:u -c {PERIOD} -o /tmp/hc.data \
-    ./hotcold {N_HOTCOLD} > /tmp/rec.txt 2>&1 &
-perf stat -x, -e instructions:u -o /tmp/stat.txt ./loop {N_LOOP}
+perf stat -x, -e instructions:u -o /tmp/stat.txt ./loop {N_LOOP} &
+until grep -qsx loop /proc/[0-9]*/comm; do
+    kill -0 $! 2>/dev/null || break
+    sleep 0.1
+done
+perf record -q -e instructions:u -c {PERIOD} -o /tmp/hc.data -- sh -c \
+    'i=0; while [ $i -lt {N_WARM} ]; do i=$((i+1)); done
+     echo "{MARK}"; exec ./hotcold {N_HOTCOLD}' 2> /tmp/rec.txt
 wait
 echo "=== stat"; cat /tmp/stat.txt
 echo "=== record"; cat /tmp/rec.txt
@@ -52,7 +73,7 @@ def checkpoint(request, tmp_path_factory):
     d = tmp_path_factory.mktemp(f"ck{request.param}") / "ck"
     taken = run_pvperf(["run", "--smp", str(request.param), "--share",
                         str(PROGRAMS), "--checkpoint", str(d),
-                        "--checkpoint-after", str(AFTER_S), "--",
+                        "--checkpoint-on-output", MARK, "--",
                         "sh", "-c", SCRIPT], timeout=600)
     assert taken.returncode == 0, taken.stdout[-2000:] + taken.stderr
     restored = run_pvperf(["restore", str(d)], timeout=900)
@@ -60,12 +81,15 @@ def checkpoint(request, tmp_path_factory):
     return d, taken, restored
 
 
+@vm
 def test_checkpoint_taken_mid_command(checkpoint):
     """The taking run stops with the checkpoint, both perf events open
     and counting (the sampling one already sampled), nothing printed."""
     d, taken, _ = checkpoint
     assert "checkpoint of the guest" in taken.stderr, taken.stderr
-    assert "=== stat" not in taken.stdout
+    assert MARK in taken.stdout and "=== stat" not in taken.stdout
+    manifest = json.loads((d / "manifest.json").read_text())
+    assert manifest["trigger"] == {"on_output": MARK}
     state = json.loads((d / "pmu.json").read_text())
     events = state["events"]
     assert any(e["total"] > 0 or e["start"] is not None
@@ -76,6 +100,7 @@ def test_checkpoint_taken_mid_command(checkpoint):
          "initrd-overlay"])
 
 
+@vm
 def test_count_across_checkpoint_equals_valgrind(checkpoint):
     _, _, restored = checkpoint
     s = sections(restored.stdout)
@@ -87,6 +112,7 @@ def test_count_across_checkpoint_equals_valgrind(checkpoint):
     assert int(perf_count(s["stat"], "instructions:u")) == want, s["stat"]
 
 
+@vm
 def test_sampling_across_checkpoint_matches_callgrind(checkpoint):
     _, _, restored = checkpoint
     s = sections(restored.stdout)
@@ -98,6 +124,7 @@ def test_sampling_across_checkpoint_matches_callgrind(checkpoint):
     assert samples, s["record"]
 
 
+@vm
 def test_no_leftovers_after_restore(checkpoint):
     assert leftovers() == []
 
@@ -128,6 +155,7 @@ def _rehash(d, name: str) -> None:
     (d / "manifest.json").write_text(json.dumps(m))
 
 
+@vm
 @pytest.mark.parametrize("name", ["vmstate", "plugin.state", "pmu.json"])
 def test_corrupted_file_refused(checkpoint, tmp_path, name):
     d = _copy(checkpoint, tmp_path)
@@ -137,12 +165,14 @@ def test_corrupted_file_refused(checkpoint, tmp_path, name):
     _refused(d, f"{name} does not match its SHA-256")
 
 
+@vm
 def test_unfinished_checkpoint_refused(checkpoint, tmp_path):
     d = _copy(checkpoint, tmp_path)
     (d / "manifest.json").unlink()
     _refused(d, "no manifest.json")
 
 
+@vm
 def test_other_format_version_refused(checkpoint, tmp_path):
     d = _copy(checkpoint, tmp_path)
     m = json.loads((d / "manifest.json").read_text())
@@ -151,6 +181,7 @@ def test_other_format_version_refused(checkpoint, tmp_path):
     _refused(d, "checkpoint format 99")
 
 
+@vm
 def test_other_qemu_refused(checkpoint, tmp_path):
     d = _copy(checkpoint, tmp_path)
     m = json.loads((d / "manifest.json").read_text())
@@ -159,6 +190,7 @@ def test_other_qemu_refused(checkpoint, tmp_path):
     _refused(d, "taken under 'QEMU emulator version 9.2.0'")
 
 
+@vm
 def test_bad_plugin_state_refused(checkpoint, tmp_path):
     """A plugin state whose hash matches but whose contents are wrong
     (a slot count of 9) is refused as the plugin would refuse it."""
@@ -171,6 +203,7 @@ def test_bad_plugin_state_refused(checkpoint, tmp_path):
     _refused(d, "bad vCPU flags or slot count")
 
 
+@vm
 @pytest.mark.parametrize("edit,needle", [
     (lambda s: s["events"][0].update(running_on=7), "is not an integer"),
     (lambda s: s["events"][0].update(attr="00"), "bad attr"),
@@ -187,6 +220,7 @@ def test_bad_pmu_state_refused(checkpoint, tmp_path, edit, needle):
     _refused(d, needle)
 
 
+@vm
 def test_plugin_refuses_bad_state_itself(checkpoint, tmp_path):
     """Whoever hands the plugin a state file: a bad one stops QEMU at
     install with the reason, before any guest code."""
@@ -201,3 +235,38 @@ def test_plugin_refuses_bad_state_itself(checkpoint, tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "state version differs" in r.stderr, r.stderr
+
+
+# -- the trigger: the guest's own word, wherever the host splits it -------
+
+def test_output_trigger_sees_text_split_across_writes():
+    async def scenario():
+        trigger = OnOutput("sampling has begun")
+        sink = io.BytesIO()
+        out = trigger.watch(sink)
+        waiter = asyncio.ensure_future(trigger.wait())
+        for chunk in (b"perf: sampl", b"ing has", b" be"):
+            out.write(chunk)
+            await asyncio.sleep(0)
+            assert not waiter.done()
+        out.write(b"gun\nmore\n")
+        await asyncio.wait_for(waiter, 1)
+        out.write(b"sampling has begun again\n")      # already seen: no-op
+        assert sink.getvalue() == (b"perf: sampling has begun\nmore\n"
+                                   b"sampling has begun again\n")
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("args", [
+    ["--checkpoint", "ck"],
+    ["--checkpoint", "ck", "--checkpoint-after", "1",
+     "--checkpoint-on-output", "x"],
+    ["--checkpoint-on-output", "x"],
+    ["--checkpoint-after", "1"],
+    ["--checkpoint", "ck", "--checkpoint-on-output", ""],
+])
+def test_checkpoint_needs_exactly_one_trigger(tmp_path, args):
+    r = run_pvperf(["run", *args, "--", "true"], cwd=tmp_path, timeout=60)
+    assert r.returncode == EXIT_USAGE, r.stdout + r.stderr
+    assert "--checkpoint" in r.stderr and r.stdout == ""
+    assert not (tmp_path / "ck").exists()

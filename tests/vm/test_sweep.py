@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
 import signal
+import socket
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,6 +27,7 @@ from support import (PROGRAMS, cachegrind, leftovers, pvperf_cmd,
                       run_pvperf, sigint_default, valgrind_irefs)
 from pyhost.sweep import matrix as sweep_matrix
 from pyhost.sweep.matrix import MatrixError
+from pyhost.vm import channels
 
 D1 = "16384,4,64"
 
@@ -35,10 +41,9 @@ def matrix_text(events: list[str], workloads: dict[str, str],
     return text + extra
 
 
-MATRIX = matrix_text(
-    ["instructions:u", "L1-dcache-load-misses:u"],
-    {"loop": "./loop 1000000", "walk": "./memwalk 6 1 4096"},
-    f'''
+EVENTS = ["instructions:u", "L1-dcache-load-misses:u"]
+WORKLOADS = {"loop": "./loop 1000000", "walk": "./memwalk 6 1 4096"}
+MODELS = f"""
 [[model]]
 name = "default"
 
@@ -46,7 +51,8 @@ name = "default"
 name = "compat-d1"
 cachegrind_compat = true
 D1 = "{D1}"
-''')
+"""
+MATRIX = matrix_text(EVENTS, WORKLOADS, MODELS)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -232,3 +238,141 @@ def test_interrupted_sweep_completes_on_rerun(tmp_path):
     assert not [p for p in (*Path("/tmp").iterdir(),
                             *Path("/dev/shm").iterdir())
                 if p.name.startswith(("ray", "plasma"))]
+
+
+# -- on an existing cluster: --address ---------------------------------------
+
+RAY = Path(sys.executable).parent / "ray"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Ray 2.5x turns token authentication on for `ray start --head` when
+# ~/.ray/auth_token exists (a local `ray.init()`, pvperf's own sweep
+# included, writes one), but not for a node joining it, which is then
+# refused ("InvalidAuthToken"): the test cluster, on loopback only, says
+# how it authenticates instead of depending on the home directory.
+RAY_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+
+
+def ray_start(args: list[str], log: Path, sessions: list[int]) -> None:
+    """`ray start ARGS` in a session of its own, added to ``sessions``:
+    every process of the node it starts stays in that session.  (Its
+    daemons inherit its stdout: a file, since reading a pipe would not
+    end while they run.)"""
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(RAY), "start", *args], stdout=out,
+                                stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=RAY_ENV,
+                                start_new_session=True)
+        sessions.append(proc.pid)
+        status = proc.wait(timeout=180)
+    assert status == 0, log.read_text()[-3000:]
+
+
+def session_members(sid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == sid:
+                    members.append(int(entry.name))
+            except ProcessLookupError:
+                pass
+    return members
+
+
+def stop_session(sid: int) -> None:
+    """SIGTERM to the session's process group, SIGKILL to what is left
+    15 s later (as `ray stop` does, but to this node alone: `ray stop`
+    stops every Ray on the machine)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(sid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 15
+        while session_members(sid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not session_members(sid):
+            return
+    raise AssertionError(f"the Ray node of session {sid} did not stop")
+
+
+def alive_nodes(address: str) -> int:
+    probe = ("import ray; ray.init(address=%r, logging_level='ERROR', "
+             "log_to_driver=False); print(sum(n['Alive'] for n in "
+             "ray.nodes()))" % address)
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                       text=True, timeout=120, env=RAY_ENV)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return int(r.stdout.split()[-1])
+
+
+@pytest.fixture
+def two_node_cluster():
+    """A Ray head and a second node on loopback, started as a user would
+    (`ray start`), each in its own session, with its files (session,
+    object store) in a private directory; all of it stopped and removed
+    after the test.  Free ports, so that another Ray on this machine is
+    not disturbed."""
+    top = Path(tempfile.mkdtemp(prefix="pvperf-raytest-",
+                                dir=channels.run_dir_parent()))
+    (top / "plasma").mkdir()
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    node = ["--node-ip-address=127.0.0.1", "--num-cpus=1",
+            f"--plasma-directory={top / 'plasma'}",
+            f"--object-store-memory={80 << 20}", "--disable-usage-stats"]
+    sessions: list[int] = []
+    try:
+        ray_start(["--head", f"--port={port}", f"--temp-dir={top / 'ray'}",
+                   "--include-dashboard=false",
+                   f"--dashboard-port={free_port()}",
+                   f"--dashboard-agent-listen-port={free_port()}", *node],
+                  top / "head.log", sessions)
+        ray_start([f"--address={address}",
+                   f"--dashboard-agent-listen-port={free_port()}", *node],
+                  top / "node.log", sessions)
+        deadline = time.monotonic() + 120
+        while alive_nodes(address) < 2:       # the second one registered
+            assert time.monotonic() < deadline, "the second node never came"
+            time.sleep(1)
+        yield address, top
+    finally:
+        for sid in reversed(sessions):
+            stop_session(sid)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.vm
+def test_sweep_on_a_cluster_runs_on_both_nodes_like_a_local_one(
+        swept, two_node_cluster, tmp_path):
+    """`--address` on a two-node cluster (one CPU each): the cells run on
+    both nodes, and the table is the local sweep's for the same cells
+    (instructions exact; the data-miss model within one, as between any
+    two runs: docs/events.md)."""
+    _, local_out, _, _ = swept
+    address, cluster_files = two_node_cluster
+    m = write(tmp_path, matrix_text(EVENTS, {"loop": WORKLOADS["loop"]},
+                                    MODELS))
+    out = tmp_path / "out"
+    r = run_pvperf(["sweep", str(m), "-o", str(out), "--address", address],
+                   timeout=900, env=RAY_ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    nodes = {json.loads(p.read_text())["node"]
+             for p in (out / "cells").glob("*/cell.json")}
+    assert len(nodes) == 2, nodes
+    got, local = rows_by_cell(out), rows_by_cell(local_out)
+    assert len(got) == 4 and set(got) <= set(local), (got, local)
+    for cell, counts in got.items():
+        assert counts.keys() == local[cell].keys(), cell
+        assert counts["instructions:u"] == local[cell]["instructions:u"]
+        assert abs(counts["L1-dcache-load-misses"] -
+                   local[cell]["L1-dcache-load-misses"]) <= 1, cell
+    # (the cluster's own files go with it, after the test)
+    assert [p for p in leftovers() if p != str(cluster_files)] == []
