@@ -48,16 +48,32 @@ def run_pvperf(args, cwd=None, timeout=300, **kw) -> subprocess.CompletedProcess
 
 def leftovers() -> list[str]:
     """pvperf files in /dev/shm, /tmp and $XDG_RUNTIME_DIR (run
-    directories), and QEMU processes we started."""
-    found = [str(p) for p in Path("/dev/shm").glob("pvperf-*")]
-    found += [str(p) for p in Path("/tmp").glob("pvperf-*")]
+    directories), and QEMU processes we started, that no live pvperf
+    owns: another pvperf still running on the machine (a second test
+    session, a user's run) is not a leftover of the test asking."""
+    dirs = [Path("/dev/shm"), Path("/tmp")]
     if os.environ.get("XDG_RUNTIME_DIR"):
-        found += [str(p) for p in
-                  Path(os.environ["XDG_RUNTIME_DIR"]).glob("pvperf-*")]
+        dirs.append(Path(os.environ["XDG_RUNTIME_DIR"]))
+    found = [str(p) for d in dirs for p in d.glob("pvperf-*")
+             if not _owned_by_live_pvperf(p.name)]
     ps = subprocess.run(["pgrep", "-f", "qemu-system-.*org.pvperf"],
                         capture_output=True, text=True)
     found += [f"qemu pid {p}" for p in ps.stdout.split() if _orphaned(p)]
     return found
+
+
+def _is_pvperf(pid: str) -> bool:
+    try:
+        return b"pvperf" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False             # gone
+
+
+def _owned_by_live_pvperf(name: str) -> bool:
+    """pvperf names its files and run directories pvperf-PID-...; the
+    owner is alive if that pid is a pvperf process."""
+    m = re.match(r"pvperf-(\d+)-", name)
+    return bool(m) and _is_pvperf(m.group(1))
 
 
 def _orphaned(pid: str) -> bool:
