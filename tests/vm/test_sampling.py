@@ -10,6 +10,7 @@ the output.
 from __future__ import annotations
 
 import collections
+import math
 import re
 import subprocess
 
@@ -372,9 +373,12 @@ def test_top_shows_hot_first(guest, hotcold_shares):
 def test_top_frequency_mode(guest, hotcold_shares):
     """perf top in its default mode (frequency 4000 Hz, system-wide):
     samples keep arriving at the end (the last 3 refreshes), hot leads,
-    and hot/(hot+cold) matches valgrind within 3 points (>= 2,000 samples:
-    binomial sigma <= 0.9 points; runs here: 5,300-6,600 samples, 79.7 to
-    80.6%)."""
+    and hot/(hot+cold) matches valgrind within 3 points, or 3 binomial
+    standard deviations of the sample count where that is wider (runs on
+    a quiet host: 5,300-6,600 samples, 79.7 to 80.6%, sigma 0.55 points;
+    perf top runs for a fixed time, and on a loaded host the same run
+    collected 300-1,920 samples: how many arrive says how fast the host
+    is, not whether they are right)."""
     lines = guest["topfreq"]
     assert top_exit(lines) == "top exit 0", lines[-40:]
     tables = top_tables(lines)
@@ -384,11 +388,14 @@ def test_top_frequency_mode(guest, hotcold_shares):
     assert user and user[0][3] == "hot", tables[-1]
     got = {r[3]: r for r in user}
     assert "cold" in got, tables[-1]
-    assert got["hot"][1] + got["cold"][1] >= 2000, (rates, tables[-1])
+    n = got["hot"][1] + got["cold"][1]
+    assert n >= 200, (rates, tables[-1])
     share = 100.0 * got["hot"][0] / (got["hot"][0] + got["cold"][0])
     ref = hotcold_shares
     want = 100.0 * ref["hot"] / (ref["hot"] + ref["cold"])
-    assert abs(share - want) <= 3.0, (share, want, tables[-1])
+    sigma = 100.0 * math.sqrt(want / 100 * (1 - want / 100) / n)
+    assert abs(share - want) <= max(3.0, 3 * sigma), (share, want, n,
+                                                     tables[-1])
 
 
 def test_frequency_mode_periods_are_accepted(guest):
