@@ -8,7 +8,7 @@
   service  the host service alone: a separate Python client process sends
            the plugin's PROBE message to a pyhost.pmu.service.PluginService
            over its SOCK_SEQPACKET socket and waits for the reply, as the
-           plugin does (tests/test_service.py's round trip).
+           plugin does (tests/unit/pmu/test_service.py's round trip).
   echo     the same client against a bare recv/send thread on the same
            kind of socket: the transport and thread wake-ups, no backend.
 

@@ -31,7 +31,7 @@ from inside perf record (the guest's /proc/uptime just before and after
 hotcold, 10 ms resolution), so perf's own start-up and the writing of its
 data file (about 3 s under TCG) are not charged to sampling.  Periods come
 from the base run's rate (hotcold N retires 6,007*N + 9 instructions,
-checked with valgrind by tests/test_sampling.py's reference); each figure
+checked with valgrind by tests/vm/test_sampling.py's reference); each figure
 is the best of REPS.
 
   .venv/bin/python bench/bench_sampling.py [N] [REPS]

@@ -3,7 +3,7 @@
  * pvperf_abi.h - the paravirtual perf ABI between a guest kernel and the
  * pvperf host (QEMU TCG plugin + host service).  Defined once, here; the
  * guest driver and the TCG plugin include this file, pyhost/pmu/abi.py mirrors
- * it and tests/test_abi.py parses this file and compares.
+ * it and tests/contracts/test_abi.py parses this file and compares.
  *
  * It follows the KVM paravirtual perf interface (Zhang Yanmin, v2, 2010):
  * KVM_PERF_OP with the operations OPEN, ENABLE, DISABLE, CLOSE, READ, a

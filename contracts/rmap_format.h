@@ -2,7 +2,7 @@
 /*
  * rmap_format.h - the record file written by pvperf-rmap.so (rmap.c) and
  * read by pyhost/profile/rmap.py, defined once.  That module mirrors these
- * layouts with struct formats and asserts their sizes; tests/test_rmap.py
+ * layouts with struct formats and asserts their sizes; tests/unit/profile/test_rmap.py
  * parses this header and compares.
  *
  * The file is one half of the reverse map.  The other half is QEMU's own

@@ -4,7 +4,7 @@
 # build-intree-kernel.sh [PATCH] - build a Linux 6.1 kernel with the pvperf
 # driver BUILT IN, from the in-tree patch, bootable by the pvperf launcher
 # (`qemu-system-x86_64 -kernel vmlinux`, PVH entry) with the default
-# image's initramfs.  tests/test_intree_kernel.py runs it.
+# image's initramfs.  tests/vm/test_intree_kernel.py runs it.
 #
 #   1. check-patch.sh unpacks Debian's linux-source-6.1 once into
 #      ~/.cache/pvperf/linux-source/ (reused) and dry-runs the patch.

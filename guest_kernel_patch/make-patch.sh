@@ -14,7 +14,7 @@
 #   arch/x86/events/Makefile.
 #
 # Output is deterministic (fixed author and date): `make patch` rewrites
-# 0001-x86-events-pvperf-paravirtual-PMU.patch, tests/test_driver_build.py
+# 0001-x86-events-pvperf-paravirtual-PMU.patch, tests/vm/test_driver_build.py
 # checks the committed patch is what this script prints, and `make
 # check-patch` dry-runs it on linux-source-6.1.
 set -eu

@@ -26,7 +26,7 @@
 
 /*
  * The only place that executes the doorbell store: noinline keeps it one
- * instruction in the module text, which tests/test_driver_build.py checks,
+ * instruction in the module text, which tests/vm/test_driver_build.py checks,
  * and puts a return right after it, so no two hypercalls share a
  * translation block.  The store must be exactly "movl
  * $PVPERF_DOORBELL_MAGIC, (%rax)" (c7 00 50 56 50 46), the pattern the TCG

@@ -2,7 +2,7 @@
 guest image builder, the system-wide profiler and the CLI.
 
 Subsystems, each a package; imports only point down this list (checked
-by tests/test_layering.py), and nothing imports in a circle:
+by tests/unit/test_layering.py), and nothing imports in a circle:
 
   cli/       the `pvperf` command (click): run, stat, compare, sweep,
              shell, profile, report, events, image status|build

@@ -44,7 +44,7 @@ declare -A APT=(
     # clang also builds a guest test program (calltree-fp).
     [fuzz]="clang libclang-rt-dev"
     # The opt-in in-tree kernel build (guest_kernel_patch/
-    # build-intree-kernel.sh, PVPERF_SLOW=1 tests/test_intree_kernel.py).
+    # build-intree-kernel.sh, PVPERF_SLOW=1 tests/vm/test_intree_kernel.py).
     [kernel]="flex bison bc libelf-dev libssl-dev"
 )
 declare -A TIER_APT=([main]="python qemu plugin driver image")

@@ -4,7 +4,7 @@
  *
  * Plain C over <linux/types.h> and pvperf_abi.h (include that first), so
  * that it builds both in the guest module and on the host:
- * tests/test_robustness.py compiles it with the host gcc and checks that
+ * tests/vm/test_robustness.py compiles it with the host gcc and checks that
  * tests/hcfuzz.py, the Python twin that predicts every answer of the host,
  * generates exactly the same calls: one deterministic PRNG on both sides,
  * so the host's expected answers are computed, not written down.

@@ -4,7 +4,7 @@ Shared code names no architecture: it takes an ``Arch`` (``host()``, or
 the one a VMConfig carries) and reads the fields below.  Each
 architecture is one module named after it that fills an Arch in, and one
 entry in ARCHES; adding one adds those and a recipe in images/, and
-changes no shared line (tests/test_arch_seam.py checks that shared
+changes no shared line (tests/unit/test_arch_seam.py checks that shared
 modules name no architecture).
 
 The guest runs the host's architecture: the image carries the host's own

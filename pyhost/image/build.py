@@ -35,7 +35,7 @@ the cpio are rewritten (~0.3 s instead of ~10 s).
 
 The pure pieces (newc writer/reader, bzImage extractor, ELF note and
 ``.modinfo`` readers, module dependency resolution, the input hash) have
-no side effects and are unit-tested in tests/test_image.py.
+no side effects and are unit-tested in tests/unit/image/test_image.py.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Python mirror of contracts/pvperf_abi.h (the guest<->host ABI).
 
-The C header is the definition; tests/test_abi.py parses it and checks every
+The C header is the definition; tests/contracts/test_abi.py parses it and checks every
 constant and struct layout here against it.  Hypercall and operation numbers
 appear as literals only in the header and in this file.
 
@@ -74,7 +74,7 @@ SAMPLE_BUF_MAX = 1 << 20
 
 # pvperf_abi.h's kernel-half start: the doorbell must run here, and guest
 # code here is kernel code (counting).  The architecture's description
-# (pyhost/arch/) holds it for the rest of pyhost; tests/test_arch_seam.py
+# (pyhost/arch/) holds it for the rest of pyhost; tests/unit/test_arch_seam.py
 # checks that the two agree.
 KERNEL_HALF_START = 0xFFFF800000000000
 

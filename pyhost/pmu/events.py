@@ -9,7 +9,7 @@ models*; the PMU core (model.py) reaches them only through
 kvm_pmu_ops), so a model with a missing op fails at start-up.
 
 Everything else is derived from this table: ``pvperf events`` prints it,
-docs/events.md documents it (tests/test_events.py compares), and the
+docs/events.md documents it (tests/vm/test_events.py compares), and the
 guest driver's sysfs ``events/`` group, hence ``perf list`` in the guest,
 is what the host answers to PVPERF_OP_EVENTS (``sysfs_listing``; the
 driver has no event table of its own).

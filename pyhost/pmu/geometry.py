@@ -2,7 +2,7 @@
 ways, bytes), checked by cachegrind's rules before QEMU starts, so a bad
 ``--I1``/``--D1``/``--LL`` is a one-line usage error.  The plugin checks
 the same rules again (qemu_plugin/pvperf/cachesim.c cache_geom_check;
-tests/test_geometry.py runs the C unit test's cases through this file).
+tests/unit/pmu/test_geometry.py runs the C unit test's cases through this file).
 
 TLBs (``--iTLB``/``--dTLB``) are caches of pages, spelt "ENTRIES,ASSOC,
 PAGE" (entries, ways, page bytes): the same rules on the cache of

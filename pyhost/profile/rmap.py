@@ -25,7 +25,7 @@ Two recordings of one QEMU run are joined here:
   ``perf record -k mono``.
 * The records of ``qemu_plugin/pvperf-rmap.so`` (format defined once in
   ``contracts/rmap_format.h``; the struct formats below mirror it and
-  tests/test_rmap.py compares them with the header): per translation the
+  tests/unit/profile/test_rmap.py compares them with the header): per translation the
   guest instruction sizes and bytes, kernel/user, the translating vCPU's
   CR3, its thread and time; code-cache flushes; each vCPU's host thread;
   and every guest write to CR3 (the address-space timeline).

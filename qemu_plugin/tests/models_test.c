@@ -3,7 +3,7 @@
  * models_test.c - unit test of cachesim.c and bpred.c, natively: the
  * geometry checks cachegrind makes, LRU order, straddling accesses, and
  * the predictor's miss counts worked out by hand from its definition.
- * (The end-to-end check against cachegrind itself is tests/test_models.py.)
+ * (The end-to-end check against cachegrind itself is tests/vm/test_models.py.)
  *
  *   make -C qemu_plugin check
  */

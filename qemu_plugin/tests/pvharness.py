@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """pvharness - run the pvperf plugin on the freestanding test guest.
 
-Used by tests/test_plugin.py and bench_overhead.py.  Pieces:
+Used by tests/plugin/test_plugin.py and bench_overhead.py.  Pieces:
 
 * build()          make the plugin and the test guest (pvtest.S)
 * Guest            symbols of pvtest.elf and instruction/branch counts of

@@ -11,7 +11,7 @@
  * Every hypercall is the HCALL macro: fill this CPU's block (%r15), ring
  * the doorbell, read ->ret.  Marks are PVPERF_OP_READ hypercalls with
  * args[0] = mark number; the test service records the counter snapshot of
- * each and tests/test_plugin.py checks the differences between marks
+ * each and tests/plugin/test_plugin.py checks the differences between marks
  * against counts of the instructions in between, taken from the ELF with
  * objdump (global r_* labels delimit the regions; n_* give loop counts).
  *

@@ -442,7 +442,7 @@ def test_default_recipe_loads():
 
 
 def test_init_powers_off_and_opens_perf():
-    """The names /init shares with pyhost: tests/test_guest_contract.py."""
+    """The names /init shares with pyhost: tests/unit/test_guest_contract.py."""
     init = (REPO / "images" / "default" / "init").read_text()
     for word in ("poweroff -f", "perf_event_paranoid", "kptr_restrict"):
         assert word in init, word
