@@ -1,20 +1,20 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * rmap.c - pvperf-rmap.so, a TCG plugin for qemu-system-x86_64 (QEMU 10.0,
+ * rmap.c - pvperf-rmap.so, a TCG plugin for qemu-system-* (QEMU 10.0,
  * plugin API v4) that records what QEMU's own -jitdump lacks for mapping
  * host samples in the code cache back to guest code and guest processes.
  *
- *   qemu-system-x86_64 ... -jitdump -plugin qemu_plugin/pvperf-rmap.so,out=F
+ *   qemu-system-ARCH ... -jitdump -plugin qemu_plugin/pvperf-rmap.so,out=F
  *
  * Options:
  *   out=PATH          the record file (format: rmap_format.h); required
  *   task=CURR:TGID:COMM:MM:PGD:POB
- *                     how to name the task a CR3 write switches to (hex or
+ *                     how to name the task an address-space switch goes to (hex or
  *                     decimal, from the guest kernel's BTF and System.map,
  *                     see pyhost/profile/kernel_layout.py): CURR the per-cpu offset
  *                     of runqueues.curr, TGID/COMM/MM offsets in
  *                     task_struct, PGD the offset in mm_struct, POB the
- *                     address of page_offset_base.  Without it CR3 records
+ *                     address of page_offset_base.  Without it switch records
  *                     carry RMAP_NO_PID.
  *   verbose=on|off    a summary on stderr at exit
  *
@@ -25,7 +25,7 @@
  * CLOCK_MONOTONIC time.  This plugin adds, at translation only:
  *   - per TB: guest vaddr, instruction sizes and bytes (the symbolizer
  *     checks them against ELF bytes, which keeps apart two processes'
- *     different code at one user vaddr), kernel/user, the CR3 of the
+ *     different code at one user vaddr), kernel/user, the page-table base of the
  *     translating vCPU, the translating thread and the time;
  *   - the code-cache flushes (their time; addresses are reused after);
  *   - each vCPU's host thread id (host perf samples carry the tid).
@@ -33,26 +33,27 @@
  * thread and vaddr that follows it (translation on one thread is serial).
  * Nothing of this runs when TBs execute.
  *
- * The one execution-time hook: x86 system-mode TBs are PC-relative
+ * The one execution-time hook: system-mode TBs may be PC-relative
  * (CF_PCREL), so a TB translated while process A ran a shared page also
  * serves process B that maps the page elsewhere, and the translation-time
  * vaddr names A's address space.  To know whose code a sample ran, the
  * plugin gives pyhost a per-vCPU timeline of address spaces: at
- * translation it looks for `mov %reg,%cr3` in kernel TBs (a hand decoder
- * below: one opcode) and registers a QEMU_PLUGIN_CB_R_REGS callback on
- * that instruction only.  It runs once per address-space switch (in Linux
- * 6.1: switch_mm_irqs_off, exec, temporary mms and TLB flushes that
- * reload CR3), reads the source register (the value about to be written)
- * and, with task=, the task the CPU switches to: runqueues.curr of this
- * CPU (__schedule sets rq->curr = next before context_switch; at exec it
- * is current), accepted only if that task's mm->pgd is the CR3 written.
+ * translation it looks for the instruction that writes the page-table
+ * base in kernel TBs (the architecture's decoder, arch.h) and registers
+ * a QEMU_PLUGIN_CB_R_REGS callback on that instruction only.  It runs
+ * once per address-space switch, reads the source register (the value
+ * about to be written) and, with task=, the task the CPU switches to:
+ * runqueues.curr of this CPU (__schedule sets rq->curr = next before
+ * context_switch; at exec it is current), accepted only if that task's
+ * mm->pgd is the table written.  (The record format still calls the
+ * page-table base by x86's name; see contracts/rmap_format.h.)
  *
- * Contexts: tb_trans on vCPU threads (concurrently under MTTCG); the CR3
+ * Contexts: tb_trans on vCPU threads (concurrently under MTTCG); the switch
  * callback on the executing vCPU thread; vcpu_init on the vCPU's thread
  * (async_run_on_cpu); flush in an exclusive section (every vCPU stopped);
  * plugin_exit in the thread calling exit(), possibly while vCPUs still
  * run.  rm.lock protects rm.obuf, rm.sites and the plain counters; the
- * CR3 callback takes no lock: it writes its record with one write(2) on
+ * switch callback takes no lock: it writes its record with one write(2) on
  * the O_APPEND file descriptor (whole records never interleave) and bumps
  * atomic counters.
  */
@@ -69,65 +70,17 @@
 
 #include <qemu-plugin.h>
 
-#include "pvperf_abi.h"
-#include "rmap_format.h"
+#include "rmap.h"
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
-/* CR3 bits 12..51: the top-level table; below are PCID/PWT/PCD, above
- * the no-flush bit 63 (and LAM bits in later CPUs). */
-#define CR3_ADDR_MASK	0x000ffffffffff000ULL
 #define OBUF_FLUSH	(64 * 1024)
-#define N_GPRS		16
 
-/* GPR names in the gdb register list, in x86 encoding order (ModRM.rm
- * with REX.B), which is not the gdb order (rax, rbx, rcx, ...). */
-static const char *const gpr_names[N_GPRS] = {
-	"rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
-	"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
-};
+struct rmap_state rm = { .fd = -1 };
 
-/* Where the kernel keeps the running task and its address space. */
-struct task_layout {
-	bool valid;
-	uint64_t curr;		/* per-cpu offset of runqueues.curr */
-	uint64_t tgid, comm, mm;	/* offsets in task_struct */
-	uint64_t pgd;		/* offset in mm_struct */
-	uint64_t page_offset_base;	/* its address */
-};
-
-/* One `mov %reg,%cr3` in guest kernel code: the callback's udata. */
-struct cr3_site {
-	uint64_t guestpc;
-	unsigned gpr;
-};
-
-static struct {
-	int fd;
-	const char *out_path;
-	bool verbose;
-	unsigned max_vcpus;
-	struct task_layout task;
-	/* Register handles: set once, at the first vcpu_init (every vCPU
-	 * has the same gdb register list); read without the lock after. */
-	struct qemu_plugin_register *gpr[N_GPRS], *cr3, *gs_base;
-	gint have_regs;			/* atomic: handles are set */
-	/* Everything below but the atomics: rm.lock. */
-	GMutex lock;
-	GByteArray *obuf;
-	GHashTable *sites;		/* guestpc -> struct cr3_site */
-	bool closing;
-	uint64_t n_tbs, n_tb_no_cr3, n_flushes, n_vcpus;
-	uint64_t trans_ns;		/* time spent in tb_trans */
-	uint64_t n_cr3_writes, n_named, n_unnamed, n_reg_errors;  /* atomic */
-	uint64_t n_write_errors, cr3_ns;			  /* atomic */
-} rm = { .fd = -1 };
-
-static __thread GByteArray *scratch;	/* register and memory reads */
 static __thread GByteArray *tb_rec;	/* the TB record being built */
 
-static void rmap_log(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
-static void rmap_log(const char *fmt, ...)
+void rmap_log(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -137,7 +90,7 @@ static void rmap_log(const char *fmt, ...)
 	va_end(ap);
 }
 
-static uint64_t now_ns(void)
+uint64_t now_ns(void)
 {
 	struct timespec ts;
 
@@ -145,12 +98,12 @@ static uint64_t now_ns(void)
 	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
-static void count(uint64_t *counter)
+void count(uint64_t *counter)
 {
 	__atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
 }
 
-static GByteArray *thread_buf(GByteArray **buf)
+GByteArray *thread_buf(GByteArray **buf)
 {
 	if (!*buf)
 		*buf = g_byte_array_new();
@@ -162,7 +115,7 @@ static GByteArray *thread_buf(GByteArray **buf)
 /* Any thread, no lock: one write(2) per call on an O_APPEND descriptor,
  * so a whole record lands in one piece between other threads' records
  * (a partial write only happens on a full disk). */
-static void write_all(const void *buf, size_t n)
+void write_all(const void *buf, size_t n)
 {
 	const uint8_t *p = buf;
 
@@ -181,14 +134,14 @@ static void write_all(const void *buf, size_t n)
 }
 
 /* rm.lock */
-static void obuf_drain(void)
+void obuf_drain(void)
 {
 	write_all(rm.obuf->data, rm.obuf->len);
 	g_byte_array_set_size(rm.obuf, 0);
 }
 
 /* rm.lock */
-static void obuf_append(const void *rec, size_t size)
+void obuf_append(const void *rec, size_t size)
 {
 	if (rm.closing)
 		return;
@@ -197,183 +150,13 @@ static void obuf_append(const void *rec, size_t size)
 		obuf_drain();
 }
 
-static struct rmap_rec_header rec_header(uint16_t type, size_t size)
+struct rmap_rec_header rec_header(uint16_t type, size_t size)
 {
 	return (struct rmap_rec_header){ .type = type, .size = size,
 					 .monotonic_ns = now_ns() };
 }
 
-/* ---- reading guest state (vCPU thread, current_cpu set) ---- */
-
-static bool read_reg(struct qemu_plugin_register *reg, uint64_t *val)
-{
-	GByteArray *buf = thread_buf(&scratch);
-
-	g_byte_array_set_size(buf, 0);
-	if (!reg || qemu_plugin_read_register(reg, buf) != 8)
-		return false;
-	memcpy(val, buf->data, 8);	/* target order: little-endian */
-	return true;
-}
-
-static bool read_guest(uint64_t vaddr, void *out, size_t len)
-{
-	GByteArray *buf = thread_buf(&scratch);
-
-	if (!qemu_plugin_read_memory_vaddr(vaddr, buf, len))
-		return false;
-	memcpy(out, buf->data, len);
-	return true;
-}
-
-static bool read_guest_u64(uint64_t vaddr, uint64_t *val)
-{
-	return read_guest(vaddr, val, sizeof(*val));
-}
-
-/*
- * The task this CPU switches to, if its address space is `cr3`: the
- * CPU's runqueues.curr (kernel GS base = this CPU's per-cpu base).  A
- * kernel thread borrowing an mm, or a temporary mm (text_poke), fails
- * the mm->pgd check and stays unnamed.
- */
-static bool name_task(uint64_t cr3, struct rmap_cr3 *c)
-{
-	const struct task_layout *t = &rm.task;
-	uint64_t gs, task, mm, pgd, pob;
-	uint32_t tgid;
-
-	if (!read_reg(rm.gs_base, &gs) ||
-	    !read_guest_u64(gs + t->curr, &task) || !task ||
-	    !read_guest_u64(task + t->mm, &mm) || !mm ||
-	    !read_guest_u64(mm + t->pgd, &pgd) ||
-	    !read_guest_u64(t->page_offset_base, &pob) ||
-	    ((pgd - pob) & CR3_ADDR_MASK) != cr3 ||
-	    !read_guest(task + t->tgid, &tgid, sizeof(tgid)) ||
-	    !read_guest(task + t->comm, c->comm, sizeof(c->comm)))
-		return false;
-	c->tgid = tgid;
-	return true;
-}
-
-/* ---- the CR3 timeline (execution time, rare) ---- */
-
-static void cr3_write(unsigned int vcpu_index, void *udata)
-{
-	const struct cr3_site *site = udata;
-	struct {
-		struct rmap_rec_header h;
-		struct rmap_cr3 c;
-	} rec = {
-		.h = rec_header(RMAP_REC_CR3, sizeof(rec)),
-		.c = { .guestpc = site->guestpc, .vcpu = vcpu_index,
-		       .tgid = RMAP_NO_PID },
-	};
-	uint64_t val;
-
-	count(&rm.n_cr3_writes);
-	if (!read_reg(rm.gpr[site->gpr], &val)) {
-		count(&rm.n_reg_errors);
-		return;
-	}
-	rec.c.cr3 = val & CR3_ADDR_MASK;
-	if (rm.task.valid) {
-		if (name_task(rec.c.cr3, &rec.c)) {
-			count(&rm.n_named);
-		} else {
-			memset(rec.c.comm, 0, sizeof(rec.c.comm));
-			count(&rm.n_unnamed);
-		}
-	}
-	write_all(&rec, sizeof(rec));
-	__atomic_add_fetch(&rm.cr3_ns, now_ns() - rec.h.monotonic_ns,
-			   __ATOMIC_RELAXED);
-}
-
-static bool is_legacy_prefix(uint8_t b)
-{
-	switch (b) {
-	case 0x26: case 0x2e: case 0x36: case 0x3e: case 0x64: case 0x65:
-	case 0x66: case 0x67: case 0xf2: case 0xf3:
-		return true;
-	}
-	return false;
-}
-
-/*
- * The GPR (x86 encoding number, 0..15) that the 64-bit instruction in
- * code[0..len) moves into CR3, or -1: [prefixes] [REX] 0F 22 /r with
- * ModRM.reg == 3 (the mod bits are ignored: the source is always a
- * register).  REX.R would make it CR11 and LOCK (F0) CR8+reg on AMD.
- */
-static int mov_to_cr3_gpr(const uint8_t *code, size_t len)
-{
-	size_t i = 0;
-	uint8_t rex = 0, modrm;
-
-	while (i < len && is_legacy_prefix(code[i]))
-		i++;
-	if (i < len && (code[i] & 0xf0) == 0x40)
-		rex = code[i++];
-	if (i + 3 > len || code[i] != 0x0f || code[i + 1] != 0x22)
-		return -1;
-	modrm = code[i + 2];
-	if (((modrm >> 3) & 7) != 3 || (rex & 0x4))
-		return -1;
-	return (modrm & 7) | ((rex & 0x1) << 3);
-}
-
-/*
- * rm.lock: the interned site for a mov to CR3 at guestpc (a kernel TB is
- * translated again after every flush).  Sites are never freed: TBs in the
- * code cache hold them; new code at the same address (a module reloaded)
- * gets a new site.
- */
-static struct cr3_site *cr3_site(uint64_t guestpc, unsigned gpr)
-{
-	struct cr3_site *s = g_hash_table_lookup(rm.sites, &guestpc);
-
-	if (!s || s->gpr != gpr) {
-		s = g_new(struct cr3_site, 1);
-		s->guestpc = guestpc;
-		s->gpr = gpr;
-		g_hash_table_insert(rm.sites, &s->guestpc, s);
-	}
-	return s;
-}
-
-static void hook_cr3_write(struct qemu_plugin_insn *insn, const uint8_t *code,
-			   size_t len)
-{
-	int gpr = mov_to_cr3_gpr(code, len);
-	struct cr3_site *site;
-
-	if (gpr < 0 || !g_atomic_int_get(&rm.have_regs))
-		return;
-	g_mutex_lock(&rm.lock);
-	site = cr3_site(qemu_plugin_insn_vaddr(insn), gpr);
-	g_mutex_unlock(&rm.lock);
-	qemu_plugin_register_vcpu_insn_exec_cb(insn, cr3_write,
-					       QEMU_PLUGIN_CB_R_REGS, site);
-}
-
 /* ---- translation ---- */
-
-/*
- * The CR3 of the translating vCPU.  QEMU 10.0's qemu_plugin_read_register
- * only asserts current_cpu (plugins/api.c), which tb_trans has; a QEMU
- * that restricts it to R_REGS callbacks makes this fail, and pyhost then
- * takes the CR3 from the timeline instead.
- */
-static bool translation_cr3(uint64_t *cr3)
-{
-	uint64_t val;
-
-	if (!g_atomic_int_get(&rm.have_regs) || !read_reg(rm.cr3, &val))
-		return false;
-	*cr3 = val & CR3_ADDR_MASK;
-	return true;
-}
 
 static uint32_t tb_code_bytes(struct qemu_plugin_tb *tb, size_t n)
 {
@@ -384,7 +167,7 @@ static uint32_t tb_code_bytes(struct qemu_plugin_tb *tb, size_t n)
 	return total;
 }
 
-/* The TB's record into `rec`; hooks its CR3 writes on the way. */
+/* The TB's record into `rec`; hooks its page-table base writes on the way. */
 static void build_tb_record(struct qemu_plugin_tb *tb, size_t n,
 			    GByteArray *rec)
 {
@@ -406,7 +189,7 @@ static void build_tb_record(struct qemu_plugin_tb *tb, size_t n,
 	r->tid = gettid();
 	r->n_insns = n;
 	r->n_bytes = n_bytes;
-	r->flags = r->guestpc >= PVPERF_KERNEL_HALF_START ? RMAP_TB_KERNEL : 0;
+	r->flags = r->guestpc >= rm.arch->kernel_half_start ? RMAP_TB_KERNEL : 0;
 	if (translation_cr3(&r->cr3))
 		r->flags |= RMAP_TB_CR3_VALID;
 	for (size_t i = 0; i < n; i++) {
@@ -456,31 +239,6 @@ static void flush(qemu_plugin_id_t id)
 
 /* ---- vCPUs ---- */
 
-/* rm.lock: the handles of the registers the plugin reads. */
-static void find_registers(void)
-{
-	g_autoptr(GArray) regs = qemu_plugin_get_registers();
-
-	for (guint i = 0; i < regs->len; i++) {
-		qemu_plugin_reg_descriptor *d =
-			&g_array_index(regs, qemu_plugin_reg_descriptor, i);
-
-		for (unsigned k = 0; k < N_GPRS; k++) {
-			if (!strcmp(d->name, gpr_names[k]))
-				rm.gpr[k] = d->handle;
-		}
-		if (!strcmp(d->name, "cr3"))
-			rm.cr3 = d->handle;
-		else if (!strcmp(d->name, "gs_base"))
-			rm.gs_base = d->handle;
-	}
-	if (!rm.cr3 || !rm.gs_base || !rm.gpr[N_GPRS - 1])
-		rmap_log("register list lacks cr3, gs_base or a GPR: no CR3 "
-			 "timeline\n");
-	else
-		g_atomic_int_set(&rm.have_regs, 1);
-}
-
 /* On the vCPU's own thread (plugins/core.c runs it with
  * async_run_on_cpu), so gettid() is the thread host samples name. */
 static void vcpu_init(qemu_plugin_id_t id, unsigned int vcpu_index)
@@ -506,11 +264,12 @@ static void vcpu_init(qemu_plugin_id_t id, unsigned int vcpu_index)
 
 static void print_summary(void)
 {
-	rmap_log("%" PRIu64 " TBs (%" PRIu64 " without cr3), %" PRIu64
-		 " flushes, %" PRIu64 " vCPUs, %u cr3 write sites, %" PRIu64
-		 " cr3 writes (%" PRIu64 " named, %" PRIu64 " unnamed, %"
+	rmap_log("%" PRIu64 " TBs (%" PRIu64 " without a page-table base), %"
+		 PRIu64 " flushes, %" PRIu64 " vCPUs, %u address-space switch "
+		 "sites, %" PRIu64 " switches (%" PRIu64 " named, %" PRIu64
+		 " unnamed, %"
 		 PRIu64 " unread), %" PRIu64 " write errors; %.3f s in "
-		 "tb_trans, %.3f s in cr3 callbacks\n",
+		 "tb_trans, %.3f s in switch callbacks\n",
 		 rm.n_tbs, rm.n_tb_no_cr3, rm.n_flushes, rm.n_vcpus,
 		 g_hash_table_size(rm.sites),
 		 __atomic_load_n(&rm.n_cr3_writes, __ATOMIC_RELAXED),
@@ -523,7 +282,7 @@ static void print_summary(void)
 }
 
 /* atexit.  vCPUs may still run: TBs translated from now on are not
- * recorded (rm.closing); CR3 records still go straight to the file. */
+ * recorded (rm.closing); switch records still go straight to the file. */
 static void plugin_exit(qemu_plugin_id_t id, void *p)
 {
 	g_mutex_lock(&rm.lock);
@@ -594,6 +353,26 @@ static int parse_option(const char *arg)
 	return ok ? 0 : -1;
 }
 
+static const struct rmap_arch *find_arch(const char *target)
+{
+	for (const struct rmap_arch *const *a = rmap_arches; *a; a++) {
+		if (!strcmp((*a)->target, target))
+			return *a;
+	}
+	return NULL;
+}
+
+/* "a, b" for the refusal message (install time; leaks once). */
+static const char *known_arches(void)
+{
+	GString *s = g_string_new(NULL);
+
+	for (const struct rmap_arch *const *a = rmap_arches; *a; a++)
+		g_string_append_printf(s, "%s%s", a == rmap_arches ? "" : ", ",
+				       (*a)->target);
+	return g_string_free(s, FALSE);
+}
+
 static int open_output(void)
 {
 	struct rmap_file_header fh = {
@@ -619,8 +398,9 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 					   const qemu_info_t *info,
 					   int argc, char **argv)
 {
-	if (!info->system_emulation || strcmp(info->target_name, "x86_64")) {
-		rmap_log("needs qemu-system-x86_64\n");
+	if (!info->system_emulation || !(rm.arch = find_arch(info->target_name))) {
+		rmap_log("cannot run on target %s: needs system emulation of %s\n",
+			 info->target_name, known_arches());
 		return -1;
 	}
 	for (int i = 0; i < argc; i++) {

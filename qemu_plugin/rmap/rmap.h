@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * rmap.h - what the units of pvperf-rmap.so share: its state (rm) and the
+ * output and logging helpers of rmap.c.  aspace.c keeps the timeline of
+ * address spaces; arch.h and the architecture files describe the guest.
+ */
+#ifndef PVPERF_RMAP_H
+#define PVPERF_RMAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <glib.h>
+#include <qemu-plugin.h>
+
+#include "arch.h"
+#include "rmap_format.h"
+
+/* Where the kernel keeps the running task and its address space. */
+struct task_layout {
+	bool valid;
+	uint64_t curr;		/* per-cpu offset of runqueues.curr */
+	uint64_t tgid, comm, mm;	/* offsets in task_struct */
+	uint64_t pgd;		/* offset in mm_struct */
+	uint64_t page_offset_base;	/* its address */
+};
+
+/* One page-table base write in guest kernel code: the callback's udata. */
+struct cr3_site {
+	uint64_t guestpc;
+	unsigned gpr;
+};
+
+struct rmap_state {
+	int fd;
+	const char *out_path;
+	bool verbose;
+	unsigned max_vcpus;
+	const struct rmap_arch *arch;	/* set at install */
+	struct task_layout task;
+	/* Register handles: set once, at the first vcpu_init (every vCPU
+	 * has the same gdb register list); read without the lock after. */
+	struct qemu_plugin_register *gpr[RMAP_MAX_GPRS], *aspace, *percpu;
+	gint have_regs;			/* atomic: handles are set */
+	/* Everything below but the atomics: rm.lock. */
+	GMutex lock;
+	GByteArray *obuf;
+	GHashTable *sites;		/* guestpc -> struct cr3_site */
+	bool closing;
+	uint64_t n_tbs, n_tb_no_cr3, n_flushes, n_vcpus;
+	uint64_t trans_ns;		/* time spent in tb_trans */
+	uint64_t n_cr3_writes, n_named, n_unnamed, n_reg_errors;  /* atomic */
+	uint64_t n_write_errors, cr3_ns;			  /* atomic */
+};
+
+extern struct rmap_state rm;
+
+void rmap_log(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+uint64_t now_ns(void);
+void count(uint64_t *counter);
+GByteArray *thread_buf(GByteArray **buf);
+void write_all(const void *buf, size_t n);
+void obuf_drain(void);
+void obuf_append(const void *rec, size_t size);
+struct rmap_rec_header rec_header(uint16_t type, size_t size);
+
+/* aspace.c */
+bool translation_cr3(uint64_t *cr3);
+void hook_cr3_write(struct qemu_plugin_insn *insn, const uint8_t *code,
+		    size_t len);
+void find_registers(void);
+
+#endif /* PVPERF_RMAP_H */
