@@ -54,7 +54,7 @@ def leftovers() -> list[str]:
     if os.environ.get("XDG_RUNTIME_DIR"):
         found += [str(p) for p in
                   Path(os.environ["XDG_RUNTIME_DIR"]).glob("pvperf-*")]
-    ps = subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*org.pvperf"],
+    ps = subprocess.run(["pgrep", "-f", "qemu-system-.*org.pvperf"],
                         capture_output=True, text=True)
     found += [f"qemu pid {p}" for p in ps.stdout.split() if _orphaned(p)]
     return found
