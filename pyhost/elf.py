@@ -23,3 +23,11 @@ def open_elf(data: bytes):
     if elf.elfclass != 64 or not elf.little_endian:
         raise ValueError("not a little-endian ELF64 file")
     return elf
+
+
+def first_load_vaddr(data: bytes) -> int | None:
+    """The virtual address of an ELF file's first PT_LOAD segment (a
+    kernel's _text)."""
+    for seg in open_elf(data).iter_segments("PT_LOAD"):
+        return seg["p_vaddr"]
+    return None

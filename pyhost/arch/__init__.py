@@ -7,10 +7,11 @@ entry in ARCHES; adding one adds those and a recipe in images/, and
 changes no shared line (tests/unit/test_arch_seam.py checks that shared
 modules name no architecture).
 
-The guest runs the host's architecture: the image carries the host's own
-perf and tools (image/host.py), and busybox's applets are listed by
-running it on the host (image/root.py).  So the Arch is the host's,
-looked up by ``platform.machine()``.
+The guest runs the host's architecture by default (``host()``, looked up
+by ``platform.machine()``): its image carries the host's own perf and
+tools (image/host.py).  Another architecture's image (``--arch``) takes
+them from that architecture's Debian packages instead (image/foreign.py),
+since the host can neither run them nor ask ``ldd`` about them.
 """
 from __future__ import annotations
 
@@ -32,8 +33,11 @@ class UnbootableKernel(Exception):
 @dataclass(frozen=True)
 class BootKernel:
     """The kernel ``qemu -kernel`` boots, made from the Debian package's."""
-    elf: bytes                   # the ELF kernel (also read for symbols)
+    image: bytes                 # what QEMU boots (an ELF vmlinux, an Image)
     manifest: dict[str, str]     # what the image manifest records of it
+    # (symbol, address) the kernel is linked at, which the test boot's
+    # /proc/kallsyms (nokaslr) must agree with; None when unknown
+    anchor: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -44,12 +48,15 @@ class Arch:
     qemu_package: str            # the Debian package that ships it
     machine: str                 # -machine type (the launcher adds accel)
     cpu: str                     # -cpu model
-    firmware: str                # -bios file
+    firmware: str                # -bios file ("": none, -kernel boots alone)
     # the guest kernel
     console: str                 # serial console: console= and its /dev node
     console_rdev: tuple[int, int]  # that node's (major, minor)
-    kernel_args: tuple[str, ...]   # on every kernel command line
+    kernel_args: tuple[str, ...]   # on every kernel command line (may be ())
     kernel_half_start: int       # guest addresses from here up are kernel's
+    # guest physical address of the first byte of RAM, i.e. of the RAM
+    # file's offset 0 (one contiguous range from there)
+    ram_base: int
     # the package's compressed kernel -> BootKernel; ValueError if nothing
     # bootable is found in it, UnbootableKernel if it lacks what QEMU needs
     boot_kernel: Callable[[bytes], BootKernel]
@@ -59,6 +66,7 @@ class Arch:
     boot_entry: Callable[[bytes], int | None]
     # the guest userland
     debian_arch: str             # dpkg's name for it
+    elf_machine: str             # e_machine of its ELF files (pyelftools' name)
     default_recipe: str          # images/<this>/ is the image "default"
     dynamic_loader: str          # ld.so of dynamically linked programs
     # disassembly (annotate): capstone's CS_ARCH_* and CS_MODE_* names
@@ -67,6 +75,14 @@ class Arch:
     def is_kernel(self, guestpc: int) -> bool:
         """Is ``guestpc`` in the guest kernel's half of the address space?"""
         return guestpc >= self.kernel_half_start
+
+    def runs_on_host(self) -> bool:
+        """Can the host run this architecture's programs (busybox, ldd)?"""
+        return self.name == platform.machine()
+
+    def ram_offset(self, gpa: int) -> int:
+        """The RAM file offset of guest physical address ``gpa``."""
+        return gpa - self.ram_base
 
     def disassembler(self):
         """A capstone disassembler for this architecture's code (capstone
@@ -77,8 +93,8 @@ class Arch:
 
 
 def _registry() -> dict[str, Arch]:
-    from . import x86_64
-    return {a.name: a for a in (x86_64.ARCH,)}
+    from . import aarch64, x86_64
+    return {a.name: a for a in (x86_64.ARCH, aarch64.ARCH)}
 
 
 ARCHES = _registry()
@@ -95,5 +111,5 @@ def get(name: str) -> Arch:
 
 
 def host() -> Arch:
-    """The host's architecture, which the guest runs too."""
+    """The host's architecture, which the guest runs by default."""
     return get(platform.machine())

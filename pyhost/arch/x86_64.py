@@ -10,7 +10,7 @@ import lzma
 import struct
 import zlib
 
-from ..elf import ELF_MAGIC, open_elf
+from ..elf import ELF_MAGIC, first_load_vaddr, open_elf
 from . import Arch, BootKernel, UnbootableKernel
 
 _XZ_MAGIC = bytes.fromhex("fd377a585a00")
@@ -93,7 +93,8 @@ def boot_kernel(vmlinuz: bytes) -> BootKernel:
     if entry is None:
         raise UnbootableKernel("has no PVH entry point (CONFIG_PVH)",
                                "choose a kernel built with CONFIG_PVH=y")
-    return BootKernel(elf, {"pvh_entry": f"{entry:#x}"})
+    return BootKernel(elf, {"pvh_entry": f"{entry:#x}"},
+                      ("_text", first_load_vaddr(elf)))
 
 
 ARCH = Arch(
@@ -118,9 +119,13 @@ ARCH = Arch(
     # 4-level paging: the canonical upper half (pvperf_abi.h's
     # PVPERF_KERNEL_HALF_START, where the doorbell must run).
     kernel_half_start=0xFFFF800000000000,
+    # the pc machine's RAM starts at 0 (pvperf's RAM limit keeps it below
+    # the PCI hole, so the file offset is the physical address)
+    ram_base=0,
     boot_kernel=boot_kernel,
     extract_vmlinux=extract_vmlinux,
     boot_entry=pvh_entry,
+    elf_machine="EM_X86_64",
     debian_arch="amd64",
     default_recipe="default",
     dynamic_loader="/lib64/ld-linux-x86-64.so.2",

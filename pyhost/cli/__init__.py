@@ -29,11 +29,13 @@ from pathlib import Path
 import click
 
 # parse_mem: re-exported (the tests check it through the CLI module).
-from .options import ensure_image, make_config, parse_mem, vm_options  # noqa: F401
+from .options import arch_option, ensure_image, make_config, parse_mem, \
+    resolve_image, vm_options  # noqa: F401
 from .. import guest_contract as guest
 from ..errors import GuestTimeoutError, PvperfError
 from ..image import build as image_build
 from ..image import recipe as image_recipe
+from ..image import aptdir as image_aptdir
 from ..image import packages as image_packages
 from ..image.inputs import DEFAULT_DRIVER
 from ..paths import DRIVER_KO_PATH
@@ -410,6 +412,7 @@ def image() -> None:
 
 def image_options(fn):
     """The image to look at and the driver to put in it."""
+    fn = arch_option(fn)
     fn = click.option("--no-driver", is_flag=True,
                       help="without the guest PMU driver")(fn)
     fn = click.option("--driver-ko", type=click.Path(exists=True,
@@ -418,7 +421,7 @@ def image_options(fn):
                       "if built]")(fn)
     return click.option("--name", default="default", show_default=True,
                         help="image: a recipe in images/, or one built "
-                        "with --add")(fn)
+                        "with --add (default: --arch's own)")(fn)
 
 
 def _driver(driver_ko: Path | None, no_driver: bool):
@@ -430,8 +433,10 @@ def _driver(driver_ko: Path | None, no_driver: bool):
 
 @image.command("status")
 @image_options
-def image_status(name: str, driver_ko: Path | None, no_driver: bool) -> None:
+def image_status(name: str, driver_ko: Path | None, no_driver: bool,
+                 arch) -> None:
     """Say whether the image is up to date (exit 0) or not (exit 1)."""
+    name, _arch = resolve_image(name, arch)
     img = image_build.image_status(name, driver_ko=_driver(driver_ko,
                                                            no_driver))
     click.echo(f"{name}: " + (f"up to date ({img.vmlinux.parent})" if img
@@ -451,9 +456,10 @@ def _packages_callback(ctx, param, value: str | None) -> list[str] | None:
         raise click.BadParameter(str(e))
 
 
-def _save_added(name: str, add: list[str]) -> None:
-    """Check ``name`` and the packages (apt resolves them: an unknown one
-    is a usage error), then save the derived recipe."""
+def _save_added(name: str, add: list[str], arch) -> None:
+    """Check ``name`` and the packages (apt resolves them for ``arch``'s
+    default recipe: an unknown one is a usage error), then save the
+    derived recipe."""
     try:
         image_recipe.check_image_name(name)
     except ValueError as e:
@@ -462,9 +468,12 @@ def _save_added(name: str, add: list[str]) -> None:
         raise click.BadParameter(
             f"{name} is a recipe in images/; --add makes a new image: "
             "choose another name", param_hint="'--name'")
-    base = "default"
+    base, base_arch = resolve_image("default", arch)
+    ctx = image_aptdir.for_arch(base_arch)
+    ctx.ensure_lists(lambda m: click.echo(f"pvperf: image: {m}", err=True))
     try:
-        image_packages.resolve(image_recipe.load_recipe(base).packages + add)
+        image_packages.resolve(image_recipe.load_recipe(base).packages + add,
+                               ctx)
     except image_packages.PackageNotFound as e:
         raise click.BadParameter(f"{e.package}: {e.cause}",
                                  param_hint="'--add'")
@@ -480,15 +489,16 @@ def _save_added(name: str, add: list[str]) -> None:
               "builds and `pvperf run --image NAME` reuse the list)")
 @image_options
 def image_build_cmd(force: bool, add: list[str] | None, name: str,
-                    driver_ko: Path | None, no_driver: bool) -> None:
+                    driver_ko: Path | None, no_driver: bool, arch) -> None:
     """Build or refresh an image from Debian packages."""
     t0 = time.monotonic()
     if add is not None:
-        _save_added(name, add)
-    elif not image_recipe.image_exists(name):
+        _save_added(name, add, arch)
+    elif not image_recipe.image_exists(image_recipe.recipe_name(name, arch)):
         raise click.BadParameter(f"no image {name!r}: give the packages "
                                  "with --add PKG[,PKG...]",
                                  param_hint="'--name'")
+    name, _arch = resolve_image(name, arch)
     img = image_build.build_image(name, force=force,
                                   driver_ko=_driver(driver_ko, no_driver))
     click.echo(f"vmlinux:   {img.vmlinux}\ninitramfs: {img.initramfs}\n"

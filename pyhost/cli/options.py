@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from .. import arch as arches
 from ..errors import PvperfError
 from ..guest_contract import SHARE_MOUNT
 from ..image import build as image_build
@@ -63,9 +64,47 @@ def _image_callback(ctx, param, value: str) -> str:
     return value
 
 
+def _arch_callback(ctx, param, value: str | None):
+    if value is None:
+        return None
+    try:
+        return arches.get(value)
+    except PvperfError as e:
+        raise click.BadParameter(f"{value}: {e.cause} ({e.hint})")
+
+
+def arch_option(fn):
+    return click.option(
+        "--arch", "arch", default=None, callback=_arch_callback,
+        metavar="|".join(sorted(arches.ARCHES)),
+        help="guest architecture [default: the image's; the host's, "
+        f"{arches.host().name}, for the default image]")(fn)
+
+
+def resolve_image(name: str, arch) -> tuple[str, "arches.Arch"]:
+    """(image name, guest Arch) for --image NAME and --arch: the image
+    "default" is the architecture's own recipe (store.recipe_name); any
+    other image has the architecture its recipe names, which --arch, if
+    given, must be."""
+    recipe = image_recipe.recipe_name(name, arch)
+    if not image_recipe.image_exists(recipe):
+        raise click.BadParameter(
+            f"no image {recipe!r}: build it with `pvperf image build "
+            f"--name {recipe} --add PKG[,PKG...]`", param_hint="'--image'")
+    try:
+        own = arches.get(image_recipe.load_recipe(recipe).arch)
+    except PvperfError as e:
+        raise click.BadParameter(e.one_line(), param_hint="'--image'")
+    if arch is not None and arch.name != own.name:
+        raise click.BadParameter(f"image {recipe!r} is an {own.name} image, "
+                                 f"not {arch.name}", param_hint="'--arch'")
+    return recipe, own
+
+
 def vm_options(pmu_switch: bool = True):
     """Options shared by run, shell and profile (decorator factory)."""
     opts = [
+        arch_option,
         click.option("--smp", type=click.IntRange(1, 8), default=1,
                      show_default=True, help="number of vCPUs"),
         click.option("--mem", "mem", default="1G", show_default=True,
@@ -151,6 +190,7 @@ def ensure_image(name: str = "default"):
 def make_config(guest_action: str, command: str, smp: int, mem: int,
                 share: Path | None, timeout: float | None,
                 echo_console: bool, image_name: str = "default",
+                arch=None,
                 no_pmu: bool = False,
                 I1: str | None = None, D1: str | None = None,
                 LL: str | None = None, compat: bool = False,
@@ -170,6 +210,7 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
     if compat:
         models["compat"] = "on"
     share = (share or Path.cwd()).resolve()
+    image_name, arch = resolve_image(image_name, arch)
     if deterministic:
         try:
             determinism.check(smp)
@@ -181,7 +222,7 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
                       echo_console=echo_console, plugin_options=models,
                       timing=timing or bool(penalties),
                       deterministic=deterministic,
-                      staged=deterministic or staged)
+                      staged=deterministic or staged, arch=arch)
     preflight(config)
     if config.staged:
         # In guest RAM: at most a quarter of it (image/stage.py).

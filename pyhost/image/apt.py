@@ -13,8 +13,16 @@ from pathlib import Path
 
 from ..errors import ImageError
 from ..digest import sha256_file
+from .aptdir import AptContext
 from .host import run
 from .memo import memoized
+
+#: The host's own apt (callers that name no context).
+HOST_APT = None
+
+
+def _ctx(ctx: AptContext | None) -> list[str]:
+    return ctx.options() if ctx is not None else []
 
 _APT_HINT = ("run `apt-get update` (the apt lists are empty or stale), "
              "then retry")
@@ -48,9 +56,11 @@ def kernel_from_depends(depends: str) -> tuple[str, str | None] | None:
     return None
 
 
-def apt_show(packages: list[str]) -> dict[str, dict[str, str]]:
+def apt_show(packages: list[str], ctx: AptContext | None = HOST_APT
+             ) -> dict[str, dict[str, str]]:
     """Candidate records (``apt-cache show --no-all-versions``)."""
-    proc = run(["apt-cache", "show", "--no-all-versions", *packages],
+    proc = run(["apt-cache", *_ctx(ctx), "show", "--no-all-versions",
+                *packages],
                "cannot resolve Debian package versions", _APT_HINT,
                check=False)
     found = {r["Package"]: r for r in parse_apt_records(proc.stdout)
@@ -64,18 +74,22 @@ def apt_show(packages: list[str]) -> dict[str, dict[str, str]]:
     return found
 
 
-def resolve_packages(kernel_meta: str, others: list[str]
+def resolve_packages(kernel_meta: str, others: list[str],
+                     ctx: AptContext | None = HOST_APT
                      ) -> tuple[str, dict[str, str]]:
     """(concrete kernel package, {package: candidate version}) from the
     local apt lists; no network.  Memoized per apt state."""
-    kpkg, versions = memoized(["versions", kernel_meta, *others],
-                              lambda: _resolve_packages(kernel_meta, others))
+    key = ctx.memo_key() if ctx is not None else []
+    kpkg, versions = memoized(["versions", kernel_meta, *others, *key],
+                              lambda: _resolve_packages(kernel_meta, others,
+                                                        ctx))
     return kpkg, versions
 
 
-def _resolve_packages(kernel_meta: str, others: list[str]
+def _resolve_packages(kernel_meta: str, others: list[str],
+                      ctx: AptContext | None
                       ) -> tuple[str, dict[str, str]]:
-    records = apt_show([kernel_meta, *others])
+    records = apt_show([kernel_meta, *others], ctx)
     versions = {p: records[p]["Version"] for p in others}
     hit = kernel_from_depends(records[kernel_meta].get("Depends", ""))
     if hit is None:
@@ -87,7 +101,7 @@ def _resolve_packages(kernel_meta: str, others: list[str]
     else:
         kpkg, kver = hit
         if kver is None:
-            kver = apt_show([kpkg])[kpkg]["Version"]
+            kver = apt_show([kpkg], ctx)[kpkg]["Version"]
     versions[kpkg] = kver
     return kpkg, versions
 
@@ -96,18 +110,20 @@ def deb_filename(pkg: str, version: str) -> str:
     return f"{pkg}_{version.replace(':', '%3a')}_"
 
 
-def apt_sha256(pkg: str, version: str) -> str | None:
-    out = run(["apt-cache", "show", f"{pkg}={version}"],
+def apt_sha256(pkg: str, version: str, ctx: AptContext | None = HOST_APT
+               ) -> str | None:
+    out = run(["apt-cache", *_ctx(ctx), "show", f"{pkg}={version}"],
               f"cannot look up {pkg} {version}", _APT_HINT).stdout
     m = re.search(r"^SHA256:\s*([0-9a-f]{64})", out, re.M)
     return m.group(1) if m else None
 
 
-def fetch_deb(pkg: str, version: str, debs: Path) -> Path:
+def fetch_deb(pkg: str, version: str, debs: Path,
+              ctx: AptContext | None = HOST_APT) -> Path:
     """``apt-get download`` a package version into ``debs`` (cached and
     verified against apt's SHA-256)."""
     debs.mkdir(parents=True, exist_ok=True)
-    want = apt_sha256(pkg, version)
+    want = apt_sha256(pkg, version, ctx)
     prefix = deb_filename(pkg, version)
     for f in sorted(debs.glob(prefix + "*.deb")):
         if want is None or sha256_file(f) == want:
@@ -115,7 +131,7 @@ def fetch_deb(pkg: str, version: str, debs: Path) -> Path:
         f.unlink()                           # truncated or corrupt
     tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=debs))
     try:
-        run(["apt-get", "download", f"{pkg}={version}"],
+        run(["apt-get", *_ctx(ctx), "download", f"{pkg}={version}"],
             f"cannot download {pkg} {version}",
             "check network access to the Debian mirror, or run "
             "`apt-get update` if the version is no longer on it", cwd=tmp)

@@ -50,13 +50,15 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..arch import UnbootableKernel, host
+from .. import arch as arches
+from ..arch import UnbootableKernel
 from ..errors import ImageError
 from ..paths import cache_dir
-from . import apt, packages
+from . import apt, aptdir, packages
 from .cpio import write_initramfs
 from .inputs import DEFAULT_DRIVER, Inputs, gather
-from .kernel import first_load_vaddr, kernel_banner
+from .kernel import kernel_banner
+from .recipe import load_recipe
 from .root import install_driver, populate_root, write_image_json
 from .smoke import smoke_boot
 from .store import BuildLock, GuestImage, image_dir, image_from_dir, \
@@ -104,6 +106,8 @@ def build_image(name: str = "default", *, driver_ko=DEFAULT_DRIVER,
     images = images_dir()
     with BuildLock(images / f".lock-{name}"):
         report(1, "resolving packages")
+        aptdir.for_arch(arches.get(load_recipe(name).arch)).ensure_lists(
+            lambda m: report(1, m))
         inputs = gather(name, driver_ko)
         final = image_dir(name)
         current = image_from_dir(name, final)
@@ -132,18 +136,25 @@ def build_image(name: str = "default", *, driver_ko=DEFAULT_DRIVER,
 
 def _build_into(work: Path, final: Path, inputs: Inputs,
                 report: Callable[[int, str], None]) -> GuestImage:
-    recipe = inputs.recipe
-    debs = cache_dir() / "debs"
+    recipe, ctx = inputs.recipe, inputs.apt
+    debs = ctx.debs_dir() if ctx is not None else cache_dir() / "debs"
     kpkg, bbpkg = inputs.kernel_package, recipe.busybox_package
     report(2, f"fetching {kpkg} {inputs.versions[kpkg]} and {bbpkg} "
               f"{inputs.versions[bbpkg]}")
-    kdeb = apt.fetch_deb(kpkg, inputs.versions[kpkg], debs)
-    bbdeb = apt.fetch_deb(bbpkg, inputs.versions[bbpkg], debs)
+    kdeb = apt.fetch_deb(kpkg, inputs.versions[kpkg], debs, ctx)
+    bbdeb = apt.fetch_deb(bbpkg, inputs.versions[bbpkg], debs, ctx)
     added = []
     if inputs.debs:
         report(2, f"fetching {', '.join(recipe.packages)} and their "
                   f"dependencies: {len(inputs.debs)} packages")
-        added = packages.fetch(inputs.debs, debs, lambda m: report(2, m))
+        added = packages.fetch(inputs.debs, debs, lambda m: report(2, m), ctx)
+    userland = None
+    if inputs.userland:
+        report(2, f"fetching {recipe.perf_package} and the tools' packages "
+                  f"with their dependencies: {len(inputs.userland)} packages")
+        userland = work / "userland"
+        packages.unpack(packages.fetch(inputs.userland, debs,
+                                       lambda m: report(2, m), ctx), userland)
 
     report(3, f"unpacking {kpkg}")
     kdir, bbdir = work / "kernel-deb", work / "busybox-deb"
@@ -161,7 +172,7 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
     vmlinuz = kdir / "boot" / f"vmlinuz-{kver}"
     report(4, f"extracting vmlinux from {vmlinuz.name}")
     try:
-        boot = host().boot_kernel(vmlinuz.read_bytes())
+        boot = inputs.arch.boot_kernel(vmlinuz.read_bytes())
     except UnbootableKernel as e:
         raise ImageError("cannot use this kernel",
                          f"{vmlinuz.name} {e.cause}", e.hint) from e
@@ -169,37 +180,32 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
         raise ImageError("cannot extract vmlinux", str(e),
                          f"delete {kdeb} and retry; report a bug if it "
                          "persists") from e
-    elf, kernel_manifest = boot.elf, boot.manifest
-    (out / "vmlinux").write_bytes(elf)
-    banner = kernel_banner(elf)
-    load_vaddr = first_load_vaddr(elf)
-    del elf, boot
+    kernel_manifest, anchor = boot.manifest, boot.anchor
+    (out / "vmlinux").write_bytes(boot.image)
+    banner = kernel_banner(boot.image)
+    del boot
 
     root = out / "root"
     root.mkdir()
-    order = populate_root(root, inputs, kdir, kver, bbdir, report, added)
+    order = populate_root(root, inputs, kdir, kver, bbdir, report, added,
+                          userland)
     write_image_json(root, inputs, kver)
     shutil.rmtree(kdir)
     shutil.rmtree(bbdir)
 
     report(7, "writing initramfs.cpio")
-    write_initramfs(root, out / "initramfs.cpio", host())
+    write_initramfs(root, out / "initramfs.cpio", inputs.arch)
     size = (out / "initramfs.cpio").stat().st_size
 
     report(8, "test-booting the image (System.map from /proc/kallsyms)")
     t0 = time.monotonic()
     kallsyms, perf_version = smoke_boot(
         out / "vmlinux", out / "initramfs.cpio",
-        tools=[t.spec.guest for t in inputs.tools if t.libs])
+        tools=[t.spec.guest for t in inputs.tools
+               if t.libs or inputs.userland], arch=inputs.arch)
     smoke_seconds = round(time.monotonic() - t0, 2)
     system_map = system_map_from_kallsyms(kallsyms)
-    m = re.search(r"^([0-9a-f]{16}) T _text$", system_map, re.M)
-    if not m or int(m.group(1), 16) != load_vaddr:
-        raise ImageError("cannot make System.map",
-                         "the kernel's /proc/kallsyms does not match its "
-                         f"link address (_text {m and m.group(1)}, first "
-                         f"PT_LOAD {load_vaddr and hex(load_vaddr)})",
-                         "report a bug: the kernel was relocated (KASLR?)")
+    _check_link_address(system_map, anchor)
     (out / "System.map").write_text(system_map)
 
     manifest = {
@@ -207,6 +213,7 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
         "kernel_version": kver,
         "kernel_banner": banner,
         "kernel_package": kpkg,
+        "arch": inputs.arch.name,
         **kernel_manifest,
         "packages": inputs.data["packages"],
         "added": inputs.recipe.packages,
@@ -232,6 +239,23 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
     return install_image(out, final, recipe.name)
 
 
+def _check_link_address(system_map: str,
+                        anchor: tuple[str, int] | None) -> None:
+    """The test boot's kernel must sit where it is linked (no KASLR), or
+    System.map would not describe later boots."""
+    if anchor is None:
+        return
+    name, want = anchor
+    m = re.search(rf"^([0-9a-f]{{16}}) T {re.escape(name)}$", system_map,
+                  re.M)
+    if not m or int(m.group(1), 16) != want:
+        raise ImageError("cannot make System.map",
+                         "the kernel's /proc/kallsyms does not match its "
+                         f"link address ({name} {m and m.group(1)}, "
+                         f"linked at {want:#x})",
+                         "report a bug: the kernel was relocated (KASLR?)")
+
+
 def _update_driver(work: Path, final: Path, inputs: Inputs, old: dict,
                    report: Callable[[int, str], None]) -> GuestImage:
     """Only the driver changed: reuse the current image's kernel, System.map
@@ -248,7 +272,7 @@ def _update_driver(work: Path, final: Path, inputs: Inputs, old: dict,
     install_driver(out / "root", inputs)
     write_image_json(out / "root", inputs, old["kernel_version"])
     report(7, "writing initramfs.cpio")
-    write_initramfs(out / "root", out / "initramfs.cpio", host())
+    write_initramfs(out / "root", out / "initramfs.cpio", inputs.arch)
     size = (out / "initramfs.cpio").stat().st_size
     manifest = dict(old)
     manifest.update({

@@ -11,6 +11,10 @@ Inputs (all of them go into the input hash; any change rebuilds):
     * likewise for each recipe ``tools`` entry: the installed version of
       its package, the size/mtime of its binary (symlinks resolved) and of
       every library ``ldd`` lists for it, and its guest path;
+    * for an architecture the host cannot run (foreign.py), instead of
+      those two: every .deb of the closure of perf's and the tools'
+      packages, as that architecture's apt resolves them (aptdir.py);
+    * the guest's architecture;
     * the recipe's ``packages`` and every .deb (file name: package,
       version, architecture) of their dependency closure (packages.py);
     * every file of the recipe directory ``images/<name>/``;
@@ -31,10 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import arch, elf, guest_contract
+from ..arch import Arch
 from ..digest import sha256_file
 from ..errors import ImageError
 from ..paths import DRIVER_KO_PATH
-from . import apt, host, packages
+from . import apt, aptdir, host, packages
+from .aptdir import AptContext
 from .host import Tool
 from .memo import stat_key
 from .recipe import Recipe, load_recipe
@@ -90,6 +96,11 @@ class Inputs:
     data: dict
     tools: list[Tool] = field(default_factory=list)
     debs: list[packages.Deb] = field(default_factory=list)
+    arch: Arch = field(default_factory=arch.host)
+    apt: AptContext | None = None
+    # the .debs perf and the tools come from, when the host cannot run
+    # the guest's programs (foreign.py); empty: from the host
+    userland: list[packages.Deb] = field(default_factory=list)
 
     def programs(self) -> list[tuple[str, Path]]:
         """(guest path, host file) of perf and of every tool."""
@@ -116,10 +127,9 @@ class Inputs:
         return input_hash({k: v for k, v in self.data.items() if k != "driver"})
 
 
-def gather_inputs(name: str, driver_ko: Path | None) -> Inputs:
-    recipe = load_recipe(name)
-    kpkg, versions = apt.resolve_packages(recipe.kernel_package,
-                                          [recipe.busybox_package])
+def _host_userland(recipe: Recipe, versions: dict[str, str]):
+    """perf and the tools from the host's installed packages, with the
+    libraries ldd lists: (perf, its libs, tools, host files' stat keys)."""
     perf, perf_version = host.find_perf_binary(recipe)
     versions[recipe.perf_package] = perf_version
     libs = host.ldd_libraries(perf)
@@ -134,7 +144,36 @@ def gather_inputs(name: str, driver_ko: Path | None) -> Inputs:
         versions[spec.package] = version
         for f in [binary] + [h for _g, h in tool.libs]:
             host_files[str(f)] = stat_key(f)
-    debs = packages.resolve(recipe.packages)
+    return perf, libs, tools, host_files
+
+
+def _deb_userland(recipe: Recipe, versions: dict[str, str],
+                  ctx: AptContext) -> tuple[list[Tool], list[packages.Deb]]:
+    """perf and the tools from the guest architecture's packages: their
+    dependency closure (the library closure is taken at build time from
+    the unpacked .debs, foreign.py); the binaries' paths are inside them."""
+    wanted = [recipe.perf_package] + [t.package for t in recipe.tools]
+    userland = packages.resolve(list(dict.fromkeys(wanted)), ctx)
+    have = {d.name: d.version for d in userland}
+    versions.update({p: have[p] for p in wanted if p in have})
+    tools = [Tool(spec, Path(spec.binary), have.get(spec.package, ""), [])
+             for spec in recipe.tools]
+    return tools, userland
+
+
+def gather_inputs(name: str, driver_ko: Path | None) -> Inputs:
+    recipe = load_recipe(name)
+    guest_arch = arch.get(recipe.arch)
+    ctx = aptdir.for_arch(guest_arch)
+    kpkg, versions = apt.resolve_packages(recipe.kernel_package,
+                                          [recipe.busybox_package], ctx)
+    userland: list[packages.Deb] = []
+    if guest_arch.runs_on_host():
+        perf, libs, tools, host_files = _host_userland(recipe, versions)
+    else:
+        tools, userland = _deb_userland(recipe, versions, ctx)
+        perf, libs, host_files = Path(recipe.perf_binary), [], {}
+    debs = packages.resolve(recipe.packages, ctx)
     driver_bytes = None
     if driver_ko is not None:
         driver_ko = Path(driver_ko).resolve()
@@ -149,6 +188,9 @@ def gather_inputs(name: str, driver_ko: Path | None) -> Inputs:
         "format": IMAGE_FORMAT,
         "builder": builder_hash(),
         "recipe": _hash_tree(recipe.directory),
+        # a recipe may take them from another recipe's directory
+        "init": sha256_file(recipe.init),
+        "overlay": _hash_tree(recipe.overlay) if recipe.overlay else None,
         "packages": {p: versions[p] for p in sorted(versions)},
         "kernel_package": kpkg,
         "host_files": host_files,
@@ -157,21 +199,46 @@ def gather_inputs(name: str, driver_ko: Path | None) -> Inputs:
         "debs": sorted(d.filename for d in debs),
         "driver": (hashlib.sha256(driver_bytes).hexdigest()
                    if driver_bytes is not None else None),
+        "arch": guest_arch.name,
+        "userland": sorted(d.filename for d in userland),
     }
     return Inputs(recipe, kpkg, versions, perf, libs, driver_ko,
-                  driver_bytes, data, tools, debs)
+                  driver_bytes, data, tools, debs, guest_arch, ctx, userland)
 
 
-def _default_driver(driver_ko) -> Path | None:
+def _elf_machine(path: Path) -> str | None:
+    try:
+        return elf.open_elf(path.read_bytes()).header["e_machine"]
+    except (OSError, ValueError):
+        return None
+
+
+def _default_driver(driver_ko, guest_arch: Arch) -> Path | None:
+    """The driver to install: the one given, or by default
+    DRIVER_KO_PATH if it is built for the guest's architecture (an
+    image of another architecture gets none)."""
     if driver_ko is DEFAULT_DRIVER:
-        return DRIVER_KO_PATH if DRIVER_KO_PATH.is_file() else None
-    return Path(driver_ko) if driver_ko is not None else None
+        if DRIVER_KO_PATH.is_file() and \
+                _elf_machine(DRIVER_KO_PATH) == guest_arch.elf_machine:
+            return DRIVER_KO_PATH
+        return None
+    if driver_ko is None:
+        return None
+    driver_ko = Path(driver_ko)
+    machine = _elf_machine(driver_ko)
+    if machine is not None and machine != guest_arch.elf_machine:
+        raise ImageError("cannot add the guest PMU driver",
+                         f"{driver_ko} is built for {machine}, the image is "
+                         f"{guest_arch.name}",
+                         "give a driver built for the image's architecture, "
+                         "or build without it (--no-driver)")
+    return driver_ko
 
 
 def gather(name: str, driver_ko) -> Inputs:
     """gather_inputs with the default driver; the default one may vanish
     while guest_kernel_patch/ is being rebuilt: then build without it."""
-    driver = _default_driver(driver_ko)
+    driver = _default_driver(driver_ko, arch.get(load_recipe(name).arch))
     try:
         return gather_inputs(name, driver)
     except ImageError:

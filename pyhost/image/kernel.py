@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from ..arch import host
-from ..elf import open_elf
+from ..elf import first_load_vaddr, open_elf  # noqa: F401 (re-exported)
 
 
 def extract_vmlinux(blob: bytes) -> bytes:
@@ -21,13 +21,6 @@ def pvh_entry(vmlinux: bytes) -> int | None:
     """Where QEMU enters this ELF kernel, or None if it cannot boot it
     (on x86, its PVH entry note)."""
     return host().boot_entry(vmlinux)
-
-
-def first_load_vaddr(vmlinux: bytes) -> int | None:
-    """The virtual address of the first PT_LOAD segment (_text's)."""
-    for seg in open_elf(vmlinux).iter_segments("PT_LOAD"):
-        return seg["p_vaddr"]
-    return None
 
 
 def kernel_banner(vmlinux: bytes) -> str:

@@ -29,6 +29,7 @@ from typing import Callable
 
 from ..errors import ImageError
 from . import apt
+from .aptdir import AptContext
 from ..digest import sha256_file
 from .host import run
 from .memo import memoized
@@ -116,9 +117,10 @@ def apt_errors(packages: list[str], output: str) -> ImageError:
                       details=output.strip())
 
 
-def _apt_options(workdir: Path) -> list[str]:
+def _apt_options(workdir: Path, ctx: AptContext | None = None) -> list[str]:
     """Options that point apt at a private, empty dpkg status and archive
-    directory and take no lock (only the apt lists are read)."""
+    directory and take no lock (only the apt lists are read); after the
+    context's own (``ctx``: whose lists), which these override."""
     (workdir / "archives" / "partial").mkdir(parents=True, exist_ok=True)
     (workdir / "status").touch()
     opts = {"Dir::State::status": workdir / "status",
@@ -127,24 +129,26 @@ def _apt_options(workdir: Path) -> list[str]:
             "APT::Install-Recommends": "false"}
     if os.geteuid() == 0:            # else apt warns it cannot drop to _apt
         opts["APT::Sandbox::User"] = "root"
-    return [x for k, v in opts.items() for x in ("-o", f"{k}={v}")]
+    own = [x for k, v in opts.items() for x in ("-o", f"{k}={v}")]
+    return (ctx.options() if ctx is not None else []) + own
 
 
-def resolve(packages: list[str]) -> list[Deb]:
+def resolve(packages: list[str], ctx: AptContext | None = None) -> list[Deb]:
     """The .debs of ``packages`` and their dependency closure (apt's
-    resolver, empty status); memoized per apt state.  Raises
-    PackageNotFound or ImageError."""
+    resolver, empty status) from ``ctx``'s lists (None: the host's);
+    memoized per apt state.  Raises PackageNotFound or ImageError."""
     if not packages:
         return []
-    raw = memoized(["closure", *packages], lambda: [
-        asdict(d) for d in _resolve(packages)])
+    key = ctx.memo_key() if ctx is not None else []
+    raw = memoized(["closure", *packages, *key], lambda: [
+        asdict(d) for d in _resolve(packages, ctx)])
     return [Deb(**d) for d in raw]
 
 
-def _resolve(packages: list[str]) -> list[Deb]:
+def _resolve(packages: list[str], ctx: AptContext | None) -> list[Deb]:
     with tempfile.TemporaryDirectory(prefix=".apt-", dir=_workspace()) as d:
         proc = run(["apt-get", "install", "--print-uris", "-qq",
-                    *_apt_options(Path(d)), "--", *packages],
+                    *_apt_options(Path(d), ctx), "--", *packages],
                    "cannot resolve " + " ".join(packages), _HINT,
                    check=False)
     if proc.returncode != 0:
@@ -152,8 +156,8 @@ def _resolve(packages: list[str]) -> list[Deb]:
     try:
         debs = parse_print_uris(proc.stdout)
         if debs:
-            shown = run(["apt-cache", "show", *(f"{d.name}={d.version}"
-                                                for d in debs)],
+            shown = run(["apt-cache", *(ctx.options() if ctx else []),
+                         "show", *(f"{d.name}={d.version}" for d in debs)],
                         "cannot look up the packages' hashes", _HINT)
             debs = with_sha256(debs, apt.parse_apt_records(shown.stdout))
     except ValueError as e:
@@ -185,9 +189,10 @@ def deb_ok(path: Path, deb: Deb) -> bool:
 Report = Callable[[str], None]
 
 
-def fetch(debs: list[Deb], cache: Path, report: Report) -> list[Path]:
+def fetch(debs: list[Deb], cache: Path, report: Report,
+          ctx: AptContext | None = None) -> list[Path]:
     """The .deb files of ``debs`` in ``cache``; downloads what is missing
-    (one apt-get run, a progress line per package)."""
+    (one apt-get run of ``ctx``'s apt, a progress line per package)."""
     cache.mkdir(parents=True, exist_ok=True)
     missing = [d for d in debs if not deb_ok(cache / d.filename, d)]
     if not missing:
@@ -197,7 +202,7 @@ def fetch(debs: list[Deb], cache: Path, report: Report) -> list[Path]:
     report(f"downloading {len(missing)} of {len(debs)} packages ({mb:.1f} MB)")
     work = Path(tempfile.mkdtemp(prefix=".download-", dir=cache))
     try:
-        opts = _apt_options(work)
+        opts = _apt_options(work, ctx)
         for d in debs:             # apt re-verifies these and skips them
             if d not in missing:
                 _link_or_copy(cache / d.filename, work / "archives" / d.filename)

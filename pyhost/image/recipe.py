@@ -10,8 +10,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ImageError
-from .store import recipe_dir, user_recipe_path
+from .. import arch as arches
+from ..errors import ImageError, SetupError
+from .store import recipe_dir, recipe_name, user_recipe_path  # noqa: F401
 
 #: Debian package names (policy 5.6.1): lower case, digits, + - . ; two
 #: characters at least, starting alphanumeric.  Also keeps an option
@@ -45,6 +46,9 @@ class Recipe:
     packages: list[str] = field(default_factory=list)
     #: the recipe in images/ a saved derived recipe is based on, else None
     base: str | None = None
+    #: the guest's architecture (an Arch name; recipe key ``arch``,
+    #: default: the host's)
+    arch: str = field(default_factory=lambda: arches.host().name)
 
 
 _GUEST_RESERVED = {"/init", "/bin/busybox", "/usr/bin/perf"}
@@ -179,13 +183,15 @@ def _load_base(name: str) -> Recipe:
             init=d / raw.get("init", "init"),
             overlay=(d / raw["overlay"]) if raw.get("overlay") else None,
             tools=parse_tools(raw.get("tools")),
-            packages=parse_packages(raw.get("packages")))
+            packages=parse_packages(raw.get("packages")),
+            arch=raw.get("arch") or arches.host().name)
+        arches.get(recipe.arch)
     except (KeyError, TypeError) as e:
         raise ImageError(f"image recipe {f} is incomplete",
                          f"missing or malformed key {e}",
                          "see images/README.md for the recipe keys",
                          exc=e) from e
-    except ValueError as e:
+    except (ValueError, SetupError) as e:
         raise ImageError(f"image recipe {f} is malformed", str(e),
                          "see images/README.md for the recipe keys",
                          exc=e) from e

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 from .. import guest_contract as guest
 from ..errors import ImageError
 from ..guest_contract import in_root
-from . import packages
+from . import foreign, packages
 from .host import run
 from .inputs import Inputs
 from .modules import ModuleDB, modname
@@ -23,13 +23,22 @@ GUEST_DRIVER_PATH = in_root(guest.DRIVER_PATH)
 GUEST_MODULE_LIST = in_root(guest.MODULE_LIST)
 
 
-def _busybox_applets(busybox: Path) -> list[str]:
+def _busybox_applets(busybox: Path, runs_here: bool) -> list[str]:
     """Applet paths (relative, e.g. 'bin/sh') from ``busybox --list-full``
-    (run on the host: the static busybox is built for the guest's
-    architecture, which is the host's, pyhost/arch/)."""
-    out = run([str(busybox), "--list-full"], "cannot list busybox applets",
-              "delete the busybox-static .deb from the cache and retry")
-    applets = [a.strip() for a in out.stdout.splitlines() if a.strip()]
+    when the host can run the guest's busybox; else the names in the
+    binary's applet table, all in bin/ (foreign.py)."""
+    if runs_here:
+        out = run([str(busybox), "--list-full"],
+                  "cannot list busybox applets",
+                  "delete the busybox-static .deb from the cache and retry")
+        applets = [a.strip() for a in out.stdout.splitlines() if a.strip()]
+    else:
+        try:
+            applets = ["bin/" + n for n in
+                       foreign.busybox_applets(busybox.read_bytes())]
+        except ValueError as e:
+            raise ImageError("cannot list busybox applets", str(e),
+                             "check the recipe's busybox package") from e
     # /init is ours; busybox's init/linuxrc applets must not shadow it.
     return [a for a in applets if modname(a) not in ("init", "linuxrc")]
 
@@ -45,13 +54,16 @@ def _install(src: Path, dst: Path, mode: int | None = None) -> None:
 
 def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
                    busybox_dir: Path, report: Callable[[int, str], None],
-                   debs: Sequence[Path] = ()) -> list[str]:
+                   debs: Sequence[Path] = (),
+                   userland: Path | None = None) -> list[str]:
     """Fill the guest root tree; returns the module load order.
 
     ``debs`` (the recipe's packages and their dependencies) are unpacked
     first: their programs win over busybox applets of the same name (but
     /bin/sh stays busybox's: /init is written for it), and perf, the
-    recipe's tools, /init, the overlay and the driver go in last."""
+    recipe's tools, /init, the overlay and the driver go in last.
+    ``userland``: the unpacked packages perf and the tools come from when
+    the host cannot run them (foreign.py); None: from the host."""
     recipe = inputs.recipe
     for d in ("bin", "sbin", "usr/bin", "usr/sbin", "lib", "lib64", "etc",
               "etc/pvperf", "proc", "sys", "dev", "tmp", "run", "root",
@@ -96,15 +108,19 @@ def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
     # busybox and its applets
     names = ", ".join(["perf"] + [os.path.basename(t.spec.guest)
                                   for t in inputs.tools])
-    report(6, f"collecting busybox, {names} and "
-              f"{len(inputs.libraries())} shared libraries")
+    libs = (f"{len(inputs.libraries())} shared libraries" if userland is None
+            else "their libraries (DT_NEEDED closure)")
+    report(6, f"collecting busybox, {names} and {libs}")
     bb_src = busybox_dir / "bin" / "busybox"
     if not bb_src.is_file():
         raise ImageError("cannot install busybox",
                          f"{recipe.busybox_package} has no /bin/busybox",
                          "check the recipe's busybox package")
-    install_busybox(root, bb_src)
-    install_programs(root, inputs)
+    install_busybox(root, bb_src, inputs.arch.runs_on_host())
+    if userland is None:
+        install_programs(root, inputs)
+    else:
+        foreign.install_programs(root, userland, inputs.programs())
 
     # /init, recipe overlay, identification
     _install(recipe.init, root / "init", 0o755)
@@ -120,12 +136,13 @@ def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
     return order
 
 
-def install_busybox(root: Path, bb_src: Path) -> None:
+def install_busybox(root: Path, bb_src: Path, runs_here: bool = True
+                    ) -> None:
     """/bin/busybox and a link per applet where the image's packages put
     no program of that name; /bin/sh is busybox's whatever the packages
     brought (/init is written for it)."""
     _install(bb_src, root / "bin" / "busybox", 0o755)
-    for applet in _busybox_applets(bb_src):
+    for applet in _busybox_applets(bb_src, runs_here):
         link = root / applet
         if link.exists() or link.is_symlink():
             continue

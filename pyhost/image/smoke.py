@@ -63,14 +63,16 @@ def smoke_command(tools: Iterable[str] = (), arch: Arch | None = None
 
 def smoke_boot(vmlinux: Path, initramfs: Path,
                timeout: float = SMOKE_TIMEOUT,
-               tools: Iterable[str] = ()) -> tuple[str, str]:
+               tools: Iterable[str] = (),
+               arch: Arch | None = None) -> tuple[str, str]:
     """Boot the image once; returns (kallsyms text, perf version line).
     ``tools``: guest paths of dynamically linked recipe tools whose
     libraries must all load.  Raises ImageError."""
+    arch = arch or host()
     config = VMConfig(image=_Boot(vmlinux, initramfs), guest_action=RUN,
-                      command=smoke_command(tools), mem_mb=SMOKE_MEM_MB,
+                      command=smoke_command(tools, arch), mem_mb=SMOKE_MEM_MB,
                       pmu=False, timeout=timeout, boot_timeout=timeout,
-                      kernel_args=("nokaslr",))
+                      kernel_args=("nokaslr",), arch=arch)
     out, err = io.BytesIO(), io.BytesIO()
     try:
         status = asyncio.run(run_command(config, stdout=out, stderr=err))

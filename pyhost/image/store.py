@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..arch import host
+from ..arch import Arch, host
 from ..paths import RECIPES_DIR, cache_dir
 
 
@@ -48,11 +48,17 @@ def image_dir(name: str = "default") -> Path:
     return images_dir() / name
 
 
+def recipe_name(name: str, arch: Arch | None = None) -> str:
+    """The recipe (and cache directory) an image name stands for: the
+    image named "default" is ``arch``'s own recipe (Arch.default_recipe;
+    the host's by default), so each architecture has its "default" and
+    the host's stays images/default; any other name is itself."""
+    return (arch or host()).default_recipe if name == "default" else name
+
+
 def recipe_dir(name: str = "default") -> Path:
-    """images/<name>/; the image named "default" is built from the host
-    architecture's own recipe (Arch.default_recipe)."""
-    return RECIPES_DIR / (host().default_recipe if name == "default"
-                          else name)
+    """images/<name>/ (the image named "default": the host's recipe)."""
+    return RECIPES_DIR / recipe_name(name)
 
 
 def user_recipe_path(name: str) -> Path:

@@ -214,8 +214,9 @@ class VM:
                   "cryptomgr.notests", *arch.kernel_args,
                   guest.kernel_arg(guest.ACTION_KEY, c.guest_action),
                   *c.kernel_args]
+        firmware = ["-bios", arch.firmware] if arch.firmware else []
         argv = [find_qemu(c.qemu, arch), "-nodefaults", "-no-user-config",
-                "-bios", arch.firmware,
+                *firmware,
                 "-machine", f"{arch.machine},accel=tcg,memory-backend=ram",
                 "-cpu", arch.cpu, "-smp", str(c.smp), "-m", f"{c.mem_mb}M",
                 "-object", f"memory-backend-file,id=ram,size={c.mem_mb}M,"

@@ -35,14 +35,6 @@ static inline __attribute__((noreturn)) void sys_exit(long code)
 		sys3(60, code, 0, 0);
 }
 
-static inline u64 parse_u64(const char *s)
-{
-	u64 v = 0;
-	while (*s >= '0' && *s <= '9')
-		v = v * 10 + (u64)(*s++ - '0');
-	return v;
-}
-
 /* _start: pass the initial stack pointer (argc, argv...) to main_sp(). */
 #define FREESTANDING_START					\
 	asm(".globl _start\n_start:\n\t"			\
@@ -51,10 +43,6 @@ static inline u64 parse_u64(const char *s)
 	    "call main_sp\n\t"					\
 	    "ud2\n");
 
-/* The n-th argument as a number, or dflt. */
-static inline u64 arg_u64(long *sp, int n, u64 dflt)
-{
-	return sp[0] > n ? parse_u64((const char *)sp[1 + n]) : dflt;
-}
+#include "freestanding_args.h"
 
 #endif

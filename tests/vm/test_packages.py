@@ -177,7 +177,7 @@ def test_packages_then_busybox_then_perf(tmp_path, monkeypatch):
     busybox = tmp_path / "busybox"
     busybox.write_bytes(b"\x7fELF busybox")
     monkeypatch.setattr(image_root, "_busybox_applets",
-                        lambda bb: ["bin/sh", "bin/tar", "bin/ls"])
+                        lambda bb, runs_here=True: ["bin/sh", "bin/tar", "bin/ls"])
     image_root.install_busybox(root, busybox)
     assert (root / "bin/tar").read_text() == "GNU tar"
     assert os.readlink(root / "bin/ls") == "busybox"

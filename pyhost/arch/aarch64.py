@@ -1,0 +1,83 @@
+"""aarch64 guests: QEMU's virt machine, booted from the arm64 Image.
+
+Debian's arm64 "vmlinuz" is an uncompressed Image (no self-decompressor,
+unlike x86's bzImage), which ``qemu -kernel`` boots as it is on virt
+without firmware.  Measured facts behind each choice: docs/aarch64.md.
+"""
+from __future__ import annotations
+
+import struct
+
+from . import Arch, BootKernel, UnbootableKernel
+
+# The arm64 boot protocol's Image header (Documentation/arm64/booting.rst):
+# magic "ARM\x64" at 0x38, little-endian; text_offset at 8, image_size at 16.
+IMAGE_MAGIC = b"ARM\x64"
+IMAGE_MAGIC_OFFSET = 0x38
+# Where 6.1 links the kernel with 48-bit virtual addresses: _text at
+# KIMAGE_VADDR = MODULES_END = the start of the linear map's end + 128 MiB
+# of module space; /proc/kallsyms lists no _text on arm64, but _stext,
+# one SEGMENT_ALIGN (64 KiB) after it (vmlinux.lds: .head.text, then
+# .text aligned).  The test boot (nokaslr) checks System.map against it.
+KIMAGE_VADDR = 0xFFFF800008000000
+STEXT = KIMAGE_VADDR + 0x10000
+
+
+def is_image(blob: bytes) -> bool:
+    return blob[IMAGE_MAGIC_OFFSET:IMAGE_MAGIC_OFFSET + 4] == IMAGE_MAGIC
+
+
+def boot_kernel(vmlinuz: bytes) -> BootKernel:
+    """The package's Image, booted as it is (its header checked)."""
+    if not is_image(vmlinuz):
+        raise ValueError("not an arm64 Image (no ARM\\x64 magic at 0x38)")
+    text_offset, image_size = struct.unpack_from("<QQ", vmlinuz, 8)
+    if image_size == 0:
+        raise UnbootableKernel("is an Image older than Linux 3.17 "
+                               "(image_size 0)", "choose a newer kernel")
+    return BootKernel(vmlinuz, {"image_size": f"{image_size:#x}",
+                                "text_offset": f"{text_offset:#x}"},
+                      ("_stext", STEXT))
+
+
+def extract_vmlinux(blob: bytes) -> bytes:
+    """An Image holds no ELF kernel (the ELF vmlinux is in the -dbg
+    package only)."""
+    raise ValueError("an arm64 Image holds no ELF vmlinux")
+
+
+def boot_entry(vmlinux: bytes) -> int | None:
+    """QEMU's virt boots an ELF arm64 kernel at its ELF entry point."""
+    from ..elf import open_elf
+    return open_elf(vmlinux).header["e_entry"]
+
+
+ARCH = Arch(
+    name="aarch64",
+    qemu="qemu-system-aarch64",
+    qemu_package="qemu-system-arm",
+    machine="virt",
+    # A named core instead of `max`: `max` brings pointer authentication
+    # (QARMA5, slow under TCG: Debian's kernel signs every non-leaf
+    # function; ~1.8x the boot time), SVE and MTE, which valgrind 3.19
+    # and capstone 4 do not handle.  pmu=off: QEMU's own PMUv3 out of the
+    # device tree, so the guest's PMU is pvperf's.
+    cpu="neoverse-n1,pmu=off",
+    firmware="",                 # virt boots -kernel without firmware
+    console="ttyAMA0",           # the PL011 UART
+    console_rdev=(204, 64),
+    kernel_args=(),
+    # 48-bit VA: TTBR1's range, 0xffff000000000000 up (bit 55 set).
+    kernel_half_start=0xFFFF000000000000,
+    # virt's RAM starts at 1 GiB, one contiguous range (checked both ways
+    # through the RAM file, docs/aarch64.md section 4).
+    ram_base=0x40000000,
+    boot_kernel=boot_kernel,
+    extract_vmlinux=extract_vmlinux,
+    boot_entry=boot_entry,
+    elf_machine="EM_AARCH64",
+    debian_arch="arm64",
+    default_recipe="aarch64",
+    dynamic_loader="/lib/ld-linux-aarch64.so.1",
+    capstone=("CS_ARCH_ARM64", "CS_MODE_ARM"),
+)
