@@ -18,8 +18,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
 # Debian packages, one list per purpose; a tier names the purposes it
-# installs.  (Another guest architecture adds its own lists, its QEMU and
-# cross compiler, and names them in a tier or a flag of its own.)
+# installs.  (A guest architecture adds its own list, its QEMU and cross
+# compiler, named by the tier that needs it: aarch64's by the tests.)
 declare -A APT=(
     [python]="python3 python3-venv"
     # Debian 12: from bookworm-backports (below).  qemu-system-x86 10.0:
@@ -46,9 +46,14 @@ declare -A APT=(
     # The opt-in in-tree kernel build (guest_kernel_patch/
     # build-intree-kernel.sh, PVPERF_SLOW=1 tests/vm/test_intree_kernel.py).
     [kernel]="flex bison bc libelf-dev libssl-dev"
+    # arm64 guests (docs/aarch64.md): their QEMU (bookworm-backports, the
+    # same pin as qemu-system-x86) and the cross compiler that builds the
+    # arm64 test programs; the guest's own packages come from a private
+    # apt directory (pyhost/image/aptdir.py), not from here.
+    [aarch64]="qemu-system-arm gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu libc6-dev-arm64-cross"
 )
 declare -A TIER_APT=([main]="python qemu plugin driver image")
-TIER_APT[test]="${TIER_APT[main]} tests fuzz kernel"
+TIER_APT[test]="${TIER_APT[main]} tests fuzz kernel aarch64"
 # pyproject.toml's extras: pytest and its helpers; Ray and pyarrow for
 # `pvperf sweep`.
 declare -A TIER_EXTRAS=([main]="" [test]="[test,sweep]")
