@@ -17,9 +17,18 @@
               nothing is on disk, so even a SIGKILL then leaves nothing;
               one killed during start-up is swept by a later run
               (``sweep_run_dirs``), like the RAM files in /dev/shm.
+  output files
+              deterministic runs only: the command's stdout and stderr
+              ports write into anonymous in-memory files (memfd, ``-chardev
+              file``) instead of sockets.  A socket fills when the host
+              reads late (load, a slow terminal) and the guest then waits
+              on the host: how long is host time, and the guest's idle
+              jumps to its next timer deadline while it waits change every
+              later count.  A file write never waits; pvperf tails it.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -154,3 +163,55 @@ class SocketPairs:
             s.close()
         self._ours.clear()
         self._theirs.clear()
+
+
+class OutputFiles:
+    """One anonymous in-memory file per port that QEMU writes into
+    (``-chardev file`` on /dev/fd/N: QEMU reopens the inherited memfd, so
+    the file has no name on disk); pvperf reads each with ``tail``."""
+
+    def __init__(self, names):
+        self._fds = {name: os.memfd_create(PREFIX + name) for name in names}
+        for fd in self._fds.values():
+            os.set_inheritable(fd, True)    # as SocketPairs' QEMU ends
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._fds
+
+    def chardev(self, name: str) -> list[str]:
+        return ["-chardev", f"file,id={name},path=/dev/fd/{self._fds[name]}"]
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return tuple(self._fds.values())
+
+    def tail(self, name: str, writer_alive) -> "FileTail":
+        return FileTail(self._fds[name], writer_alive)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+class FileTail:
+    """A file another process appends to, read as a stream: ``read`` waits
+    for more while ``writer_alive()``, and returns b"" once the writer has
+    exited and everything it wrote was read (the StreamReader.read shape
+    the port pumps expect)."""
+
+    POLL_S = 0.02
+
+    def __init__(self, fd: int, writer_alive):
+        self.fd, self.offset, self.writer_alive = fd, 0, writer_alive
+
+    async def read(self, n: int) -> bytes:
+        while True:
+            # Asked before reading: a writer that was gone then has
+            # written everything this read can see.
+            alive = self.writer_alive()
+            chunk = os.pread(self.fd, n, self.offset)
+            if chunk or not alive:
+                self.offset += len(chunk)
+                return chunk
+            await asyncio.sleep(self.POLL_S)

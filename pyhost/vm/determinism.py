@@ -24,7 +24,10 @@ removes it:
                  request still completes in a QEMU worker thread whenever
                  the host gets there, so the share is staged in guest RAM
                  (image/stage.py: appended to the initramfs) and 9p is used
-                 only after the command, to copy its files back.
+                 only after the command, to copy its files back.  The
+                 command's stdout and stderr ports write into files, not
+                 sockets (vm/channels.py): a socket fills when the host
+                 reads late and the guest would wait for the host.
   randomness     RDRAND under TCG comes from QEMU's guest RNG, seeded
                  (``-seed``); no KASLR, no user address-space randomization
                  (``norandmaps``: a dynamically linked program's libraries
@@ -45,8 +48,7 @@ removes it:
 
 Not deterministic: anything the command reads from outside the guest
 while it runs (there is no network; the host's stdin is not forwarded),
-and output larger than the ports' socket buffers when the host reads
-slowly (the guest then waits on the host).
+and kernel messages on the serial console when the host reads it late.
 """
 from __future__ import annotations
 

@@ -64,6 +64,8 @@ log = logging.getLogger("pvperf.vm")
 
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "pvperf-"
+# Ports that write into files in deterministic runs (vm/channels.py).
+OUTPUT_PORTS = ("stdout", "stderr")
 BOOT_TIMEOUT = 60.0
 PLUGIN_CONNECT_TIMEOUT = 10.0
 POWEROFF_TIMEOUT = 15.0
@@ -182,6 +184,7 @@ class VM:
         tag = f"{os.getpid()}-{os.urandom(4).hex()}"
         self.ram_path = SHM_DIR / f"{SHM_PREFIX}{tag}"
         self.channels: channels.SocketPairs | None = None
+        self.output_files: channels.OutputFiles | None = None
         self.run_dir: Path | None = None
         self.initrd_path = SHM_DIR / f"{SHM_PREFIX}{tag}-initrd"
         self.console: Console | None = None
@@ -257,7 +260,12 @@ class VM:
 
     def _chardev(self, port: str) -> list[str]:
         if self.channels is None:           # qemu_argv() before start()
-            self.channels = channels.SocketPairs((*guest.PORTS, "qmp"))
+            files = OUTPUT_PORTS if self.config.deterministic else ()
+            self.output_files = channels.OutputFiles(files)
+            self.channels = channels.SocketPairs(
+                [p for p in (*guest.PORTS, "qmp") if p not in files])
+        if port in self.output_files:
+            return self.output_files.chardev(port)
         return self.channels.chardev(port)
 
     def _plugin_arg(self) -> str:
@@ -318,7 +326,8 @@ class VM:
         self.console = Console.spawn(argv, echo=c.echo_console,
                                      preexec_fn=functools.partial(
                                          set_pdeathsig, os.getpid()),
-                                     pass_fds=self.channels.pass_fds)
+                                     pass_fds=(*self.channels.pass_fds,
+                                               *self.output_files.pass_fds))
         self.channels.spawned()
         if self.service is not None:
             self.service.allow_peer(self.console.child.pid)
@@ -334,6 +343,10 @@ class VM:
         if self.service is not None:
             await self._wait_plugin_connected()
         for port in guest.PORTS:
+            if port in self.output_files:
+                self._ports[port] = (self.output_files.tail(
+                    port, self.console.alive), None)
+                continue
             self._ports[port] = await asyncio.open_unix_connection(
                 sock=self.channels.ours(port))
         if c.incoming is not None:
@@ -341,7 +354,8 @@ class VM:
         if c.deterministic or c.incoming is not None:
             # Held (-S) until now, so the guest finds every port open
             # instead of seeing the host connect at a host-timed moment.
-            await qmp.wait_connected(self.qmp, guest.PORTS)
+            await qmp.wait_connected(self.qmp, [
+                p for p in guest.PORTS if p not in self.output_files])
             await qmp.cont(self.qmp)
 
     def _restore_pmu(self, state: dict) -> None:
@@ -413,7 +427,8 @@ class VM:
         await qmp.close(self.qmp)
         self.qmp = None
         for _, writer in self._ports.values():
-            writer.close()
+            if writer is not None:      # None: an output file's tail
+                writer.close()
         self._ports.clear()
         if self.console is not None:
             self.console.terminate()
@@ -432,6 +447,9 @@ class VM:
         if self.channels is not None:
             self.channels.close()
             self.channels = None
+        if self.output_files is not None:
+            self.output_files.close()
+            self.output_files = None
 
     # -- running -------------------------------------------------------------
 

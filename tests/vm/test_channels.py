@@ -264,3 +264,33 @@ def test_sigkill_during_startup_leaves_a_run_dir_the_next_run_sweeps(
     assert r.returncode == 0, r.stderr
     assert not run_dir.exists()
     assert leftovers() == []
+
+
+def test_file_tail_reads_until_the_writer_is_gone():
+    """The deterministic runs' output files: a tail reads what was
+    written, waits while the writer lives, and ends at its exit."""
+    import asyncio
+    import os
+    files = channels.OutputFiles(["stdout"])
+    try:
+        fd = os.open(files.chardev("stdout")[1].split("path=")[1], os.O_WRONLY)
+        alive = [True]
+        tail = files.tail("stdout", lambda: alive[0])
+
+        async def scenario():
+            os.write(fd, b"abc")
+            assert await tail.read(2) == b"ab"
+            assert await tail.read(10) == b"c"
+            waiting = asyncio.ensure_future(tail.read(10))
+            await asyncio.sleep(0.1)
+            assert not waiting.done()          # nothing new, writer alive
+            os.write(fd, b"de")
+            assert await waiting == b"de"
+            os.write(fd, b"f")
+            alive[0] = False
+            assert await tail.read(10) == b"f"     # written before the exit
+            assert await tail.read(10) == b""
+        asyncio.run(scenario())
+        os.close(fd)
+    finally:
+        files.close()

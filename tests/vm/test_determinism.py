@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import tempfile
+import time
 
 import pytest
 
-from support import (PROGRAMS, TUNABLES, run_pvperf, sections,
+from support import (PROGRAMS, TUNABLES, pvperf_cmd, run_pvperf, sections,
                       valgrind_irefs)
 
 pytestmark = pytest.mark.vm
@@ -46,15 +50,20 @@ def script() -> str:
     return "\n".join(lines + ["sec end"])
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    import subprocess
+def fresh_shares(tmp_path_factory, stem: str):
+    """A share per run, each holding freshly built hotcold and qs."""
     subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
-    outs = []
     for i in range(RUNS):
-        share = tmp_path_factory.mktemp(f"share{i}")
+        share = tmp_path_factory.mktemp(f"{stem}{i}")
         for prog in ("hotcold", "qs"):
             shutil.copy2(PROGRAMS / prog, share / prog)
+        yield share
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    outs = []
+    for share in fresh_shares(tmp_path_factory, "share"):
         r = run_pvperf(["run", "--deterministic", "--share", str(share),
                         "--", "sh", "-c", script()], timeout=600)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr
@@ -97,3 +106,112 @@ def test_smp_above_one_is_refused():
     assert r.returncode == 64
     assert r.stderr.startswith("pvperf: usage: ") and "--smp" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+# -- a long mixed command, with the host reading its output late -----------
+#
+# Several perf record and perf stat runs in one boot, files written to the
+# share, and a large stdout (perf script of ~40,000 samples, 1.3 MB: more
+# than a socket buffer).  Every other run stops pvperf (its service and
+# the reader of the ports) for 0.7 s every 2 s, as a loaded host does: the
+# guest must not see it.  With the stdout port on a socket the stopped
+# runs' last perf stat differed (50,198,898 against 50,202,908
+# instructions): the guest had waited on the host with a full socket.
+
+MIXED_EVENTS = "instructions,instructions:u,branches"
+
+
+def mixed_script() -> str:
+    qs, hot = " ".join(QS), " ".join(HOTCOLD)
+    return "\n".join([
+        f"export GLIBC_TUNABLES={TUNABLES}", 'sec() { echo "=== $1"; }',
+        "sec stat-1",
+        f"perf stat -x, -e {MIXED_EVENTS} {qs} 2>&1 >/dev/null",
+        f"perf record -q -o r1.data -e instructions:u -c {PERIOD} {qs} "
+        ">/dev/null 2>&1",
+        "perf script -i r1.data -F ip,sym,period > script-1.txt 2>/dev/null",
+        f"perf record -q -o r2.data -e branches:u -c 1009 {hot} "
+        ">/dev/null 2>&1",
+        "sec script-2",
+        "perf script -i r2.data -F ip,sym,period 2>/dev/null",
+        "sec stat-2",
+        f"perf stat -x, -e {MIXED_EVENTS} {hot} 2>&1 >/dev/null",
+        f"perf record -q -o r3.data {qs} >/dev/null 2>&1",
+        "perf report -i r3.data --stdio --sort sym 2>/dev/null "
+        "| grep -v '^#' > report-3.txt",
+        "sec stat-3",
+        f"perf stat -x, -e {MIXED_EVENTS} {qs} 2>&1 >/dev/null",
+        "sec end"])
+
+
+def run_stalling_host(args: list[str], stall: bool, timeout: float = 900
+                      ) -> tuple[int, str]:
+    """pvperf ``args``; with ``stall``, SIGSTOP it 0.7 s of every 2 s, and
+    for 2 s once the large output has begun (so that the guest writes it
+    while nobody reads: more than a socket holds)."""
+    def pause(proc, seconds):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(seconds)
+            proc.send_signal(signal.SIGCONT)
+
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(pvperf_cmd() + args, stdout=out,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        long_pause_done = False
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                for _ in range(13):
+                    time.sleep(0.1)
+                    if stall and not long_pause_done and \
+                            b"=== script-2" in out_so_far(out):
+                        pause(proc, 2.0)
+                        long_pause_done = True
+                if stall:
+                    pause(proc, 0.7)
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+            proc.wait()
+        assert long_pause_done or not stall, "the large output never began"
+        out.seek(0)
+        return proc.returncode, out.read().decode()
+
+
+def out_so_far(f) -> bytes:
+    """What a child has written to the file ``f`` so far."""
+    return os.pread(f.fileno(), 1 << 20, 0)
+
+
+@pytest.fixture(scope="module")
+def mixed_runs(tmp_path_factory):
+    runs = []
+    for i, share in enumerate(fresh_shares(tmp_path_factory, "mixed")):
+        rc, out = run_stalling_host(
+            ["run", "--deterministic", "--share", str(share), "--",
+             "sh", "-c", mixed_script()], stall=i % 2 == 1)
+        assert rc == 0, out[-2000:]
+        assert "end" in sections(out), out[-2000:]
+        runs.append((out, share))
+    return runs
+
+
+def test_mixed_command_identical_every_run(mixed_runs):
+    first_out, first_share = mixed_runs[0]
+    first = sections(first_out)
+    for name in ("stat-1", "stat-2", "stat-3"):
+        c = counts(first[name])
+        assert c["instructions"] > c["instructions:u"] > 0      # kernel too
+    assert len(first["script-2"]) > 30000      # more than a socket buffer
+    for i, (out, share) in enumerate(mixed_runs[1:], 2):
+        s = sections(out)
+        for name in ("stat-1", "stat-2", "stat-3"):
+            assert counts(s[name]) == counts(first[name]), \
+                f"run {i}: {name} differs"
+        for name in first:
+            assert s[name] == first[name], f"run {i}: section {name} differs"
+        for f in ("script-1.txt", "report-3.txt"):
+            assert (share / f).read_bytes() == (first_share / f).read_bytes(), \
+                f"run {i}: {f} differs"
