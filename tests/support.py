@@ -105,6 +105,22 @@ def valgrind_irefs(argv: list[str]) -> int:
     return refs[0][1]
 
 
+def start_long_run(share: Path, *args: str,
+                   boot_timeout: float = 60) -> subprocess.Popen:
+    """Start `pvperf run ARGS` on a command that sleeps a minute in the
+    share; return once the guest reports it runs (it touches 'started')."""
+    proc = subprocess.Popen(pvperf_cmd() + ["run", "--share", str(share),
+                                            *args, "--", "sh", "-c",
+                                            "touch started; sleep 60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=sigint_default)
+    deadline = time.monotonic() + boot_timeout
+    while not (share / "started").exists():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    return proc
+
+
 def sigint_default() -> None:
     """A Popen preexec_fn: start pvperf as a shell starts a foreground job.
     A job started with `&` (a CI runner under nohup, say) inherits SIGINT

@@ -13,8 +13,7 @@ import pytest
 
 from pyhost.cli import EXIT_INTERRUPTED
 
-from support import PROGRAMS, leftovers, pvperf_cmd, run_pvperf, \
-    sigint_default
+from support import PROGRAMS, leftovers, run_pvperf, start_long_run
 
 pytestmark = pytest.mark.vm
 
@@ -64,16 +63,7 @@ def test_run_uname_status_share_and_a_cross_compiled_program(
 
 
 def test_sigterm_stops_and_cleans_up(image, tmp_path):
-    proc = subprocess.Popen(pvperf_cmd() + ["run", *ARCH, "--no-pmu",
-                                            "--share", str(tmp_path), "--",
-                                            "sh", "-c",
-                                            "touch started; sleep 60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=sigint_default)
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "started").exists():
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.1)
+    proc = start_long_run(tmp_path, *ARCH, "--no-pmu", boot_timeout=120)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == EXIT_INTERRUPTED

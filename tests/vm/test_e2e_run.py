@@ -1,7 +1,6 @@
 """End to end: boot the real default image under qemu-system-x86_64 and run
 commands in it through the `pvperf` CLI, as a user would."""
 import signal
-import subprocess
 import time
 
 import pexpect
@@ -9,7 +8,7 @@ import pytest
 
 from pyhost.cli import EXIT_FAILURE, EXIT_TIMEOUT, EXIT_USAGE
 
-from support import leftovers, pvperf_cmd, run_pvperf, sigint_default
+from support import leftovers, pvperf_cmd, run_pvperf, start_long_run
 
 pytestmark = pytest.mark.vm
 
@@ -70,20 +69,6 @@ def test_timeout_is_reported_and_cleaned_up(tmp_path):
     assert leftovers() == []
 
 
-def _start_and_wait(tmp_path, *args):
-    """Start `pvperf run` on a long command; return once it runs."""
-    proc = subprocess.Popen(pvperf_cmd() + ["run", "--share", str(tmp_path),
-                                            *args, "--", "sh", "-c",
-                                            "touch started; sleep 60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=sigint_default)
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "started").exists():
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.1)
-    return proc
-
-
 def _wait_clean(timeout=5.0):
     deadline = time.monotonic() + timeout
     while leftovers() and time.monotonic() < deadline:
@@ -92,14 +77,14 @@ def _wait_clean(timeout=5.0):
 
 
 def test_forced_kill_leaves_nothing(tmp_path):
-    proc = _start_and_wait(tmp_path)
+    proc = start_long_run(tmp_path)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert _wait_clean() == []
 
 
 def test_ctrl_c_stops_and_cleans_up(tmp_path):
-    proc = _start_and_wait(tmp_path)
+    proc = start_long_run(tmp_path)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130
