@@ -14,10 +14,12 @@
  * taken or not; so do we, for: b.cond, bc.cond, cbz, cbnz, tbz, tbnz
  * (conditional, CLS_COND, with a taken target: cond_target), b, bl
  * (direct), br, blr and their PAC forms (indirect, CLS_INDIRECT), ret and
- * retaa/retab (returns).  Not counted: exception-generating instructions
- * (svc, hvc, smc, brk, hlt) and eret, which are not in the A64 branch
- * class (whether a core counts them in BR_RETIRED is its own choice:
- * unlike x86's syscall/iret here, which a real x86 counts).
+ * retaa/retab (returns).  Not counted: the exception-generating
+ * instructions (svc, hvc, smc, brk, hlt) and eret.  They change the pc as
+ * exception entry and return rather than as branches, and we could not
+ * check here
+ * whether BR_RETIRED includes them on real cores (x86_64.c counts syscall and
+ * iret, which x86's branch event does): a FIXME for a run on hardware.
  *
  * Memory (CLS_MEM: may page-fault): every load and store the models see
  * through QEMU's memory callbacks: ldr/str of every size and addressing
@@ -27,7 +29,11 @@
  * casp: one load and one store each), the SIMD&FP register loads and
  * stores and ld1-4/st1-4, SVE's, the MTE tag ones, and dc zva (a store of
  * a block).  prfm/prfum are not: QEMU executes them as nops, with no
- * access and no fault.
+ * access and no fault.  The cache and TLB models see what QEMU's memory
+ * callbacks report of these: one per access QEMU's translation makes (how
+ * it splits a pair or a vector structure is QEMU's choice, not checked
+ * here), while an instruction is one may-fault point however many
+ * accesses it makes.
  *
  * Faults other than a data access (CLS_BOUNDARY alone): the exception-
  * generating instructions, eret, udf and unallocated encodings, and the
