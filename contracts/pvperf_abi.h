@@ -40,6 +40,14 @@
 #define PVPERF_DOORBELL_INSN_LEN	6
 #define PVPERF_DOORBELL_INSN_BYTES	{ 0xc7, 0x00, 0x50, 0x56, 0x50, 0x46 }
 
+/*
+ * The arm64 guest's marker store: `stur w16, [x17]` (one little-endian
+ * instruction word), with w16 = PVPERF_DOORBELL_MAGIC and x17 pointing at
+ * the caller's struct pvperf_hcall; the same rules as above otherwise.
+ */
+#define PVPERF_AARCH64_DOORBELL_INSN	0xb8000230
+#define PVPERF_AARCH64_DOORBELL_INSN_LEN	4
+
 /* Hypercall number (seed: KVM_PERF_OP) and its operations. */
 #define PVPERF_HC_PERF_OP		3
 #define PVPERF_OP_OPEN			1
@@ -103,6 +111,8 @@
  * kernel and user for counting and profiles.
  */
 #define PVPERF_KERNEL_HALF_START	0xffff800000000000ULL
+/* The same on arm64 (VA_BITS = 48, 4K pages): TTBR1_EL1's range. */
+#define PVPERF_AARCH64_KERNEL_HALF_START	0xffff000000000000ULL
 
 /* Execution modes, also the counter split the plugin keeps per vCPU. */
 #define PVPERF_MODE_KERNEL		0

@@ -20,6 +20,9 @@ ABI_VERSION = 4   # 2: sampling (SET_PERIOD, SAMPLE_BUF, sample records)
 
 DOORBELL_MAGIC = 0x46505650
 DOORBELL_INSN_BYTES = bytes([0xC7, 0x00, 0x50, 0x56, 0x50, 0x46])
+# The A64 marker store `stur w16, [x17]`: w16 = DOORBELL_MAGIC, x17 = the block.
+AARCH64_DOORBELL_INSN = 0xB8000230
+AARCH64_DOORBELL_INSN_LEN = 4
 
 HC_PERF_OP = 3
 OP_OPEN = 1
@@ -77,6 +80,7 @@ SAMPLE_BUF_MAX = 1 << 20
 # (pyhost/arch/) holds it for the rest of pyhost; tests/unit/test_arch_seam.py
 # checks that the two agree.
 KERNEL_HALF_START = 0xFFFF800000000000
+AARCH64_KERNEL_HALF_START = 0xFFFF000000000000
 
 HCALL_ALIGN = 64
 

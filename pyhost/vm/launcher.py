@@ -308,7 +308,8 @@ class VM:
             determinism.write_initrd(self.initrd_path, c.image.initramfs,
                                      c.initrd_overlay)
         if c.pmu:
-            self.memory = GuestMemory.open_file(str(self.ram_path))
+            self.memory = GuestMemory.open_file(str(self.ram_path),
+                                                base=c.arch.ram_base)
             # The host half of sampling raises NMIs through QMP, which is
             # not up yet: the injector is bound to it below, explicitly.
             self.nmi = NmiInjector()

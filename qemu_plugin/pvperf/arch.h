@@ -68,6 +68,9 @@ struct arch {
 	/* The first virtual address of the kernel half: code at or above
 	 * it counts as kernel code, the rest as user code. */
 	uint64_t kernel_start;
+	/* The gpa of the RAM file's first byte (the machine's RAM base):
+	 * a gpa indexes the file at gpa - ram_base. */
+	uint64_t ram_base;
 	/* QEMU's names (qemu_plugin_get_registers) of enum guest_reg. */
 	const char *reg_names[N_GUEST_REGS];
 	/* The doorbell instruction (pvperf_abi.h): its length in bytes, and

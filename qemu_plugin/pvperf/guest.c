@@ -5,8 +5,9 @@
  * RAM.  Guest RAM is a memory-backend-file (share=on) that we map
  * MAP_SHARED read-write at install (QEMU creates the backend before it
  * loads plugins: system/vl.c qemu_create_late_backends).  Its file
- * offset is the guest physical address (the architecture's file says
- * why that holds on the machine pvperf boots).
+ * offset is the guest physical address less the machine's RAM base
+ * (arch.h ram_base; the architecture's file says why that holds on the
+ * machine pvperf boots).
  *
  * Physical addresses of code.  System-mode TBs are PC-relative
  * (CF_PCREL): one TB serves every process that maps its physical page, at whatever
@@ -40,7 +41,7 @@
 static uint8_t *ram;		/* our mapping, or NULL */
 static uint64_t ram_size;
 static char *ram_real_path;	/* for QEMU's mapping in /proc/self/maps */
-/* QEMU's host address of gpa 0, or UINTPTR_MAX. */
+/* QEMU's host address of the RAM file's first byte, or UINTPTR_MAX. */
 static uintptr_t qemu_ram_base = UINTPTR_MAX;
 
 static int map_ram(int fd, const char *path, uint64_t *size)
@@ -130,9 +131,12 @@ void guest_ram_exit(void)
 /* [gpa, gpa + len) inside RAM: our pointer to it, else NULL. */
 void *guest_ram_block(uint64_t gpa, uint64_t len)
 {
-	if (!ram || len > ram_size || gpa > ram_size - len)
+	uint64_t off = gpa - pv.arch->ram_base;
+
+	if (!ram || gpa < pv.arch->ram_base || len > ram_size ||
+	    off > ram_size - len)
 		return NULL;
-	return ram + gpa;
+	return ram + off;
 }
 
 /* tb_trans: the gpa of a translated instruction, or GPA_NONE. */
@@ -143,7 +147,7 @@ uint64_t guest_insn_gpa(const struct qemu_plugin_insn *insn)
 
 	if (base == UINTPTR_MAX || !h || h < base || h - base >= ram_size)
 		return GPA_NONE;
-	return h - base;
+	return h - base + pv.arch->ram_base;
 }
 
 static bool read_ram_u64(uint64_t gpa, uint64_t *val)

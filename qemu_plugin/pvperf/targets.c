@@ -9,9 +9,11 @@
 #include "targets.h"
 
 extern const struct arch arch_x86_64;
+extern const struct arch arch_aarch64;
 
 static const struct arch *const arches[] = {
 	&arch_x86_64,
+	&arch_aarch64,
 };
 
 #define N_ARCHES (sizeof(arches) / sizeof(arches[0]))

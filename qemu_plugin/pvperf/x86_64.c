@@ -447,6 +447,7 @@ _Static_assert(PVPERF_REG_AX == 0 && PVPERF_REG_BX == 1 &&
 const struct arch arch_x86_64 = {
 	.target = "x86_64",
 	.kernel_start = PVPERF_KERNEL_HALF_START,
+	.ram_base = 0,
 	.reg_names = {
 		"rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
 		"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",

@@ -192,6 +192,19 @@ def test_guest_memory_bounds():
     assert mem.read(8, 4) == b"abcd"
 
 
+def test_guest_memory_from_a_ram_base():
+    """RAM from gpa 0x40000000 (arm64's virt): the gpa less the base
+    indexes the buffer, and gpas below the base are outside RAM."""
+    buf = bytearray(4096)
+    mem = GuestMemory(buf, base=0x40000000)
+    mem.write(0x40000008, b"abcd", align=8)
+    assert buf[8:12] == b"abcd"
+    assert mem.read(0x40000008, 4) == b"abcd"
+    for gpa, size in ((8, 4), (0x3ffffffc, 8), (0x40000ffc, 8)):
+        with pytest.raises(GuestMemoryError):
+            mem.read(gpa, size)
+
+
 def test_events_the_host_does_not_count_log_at_debug(caplog):
     """perf in the guest probes events (perf list, fallbacks) and gets
     -ENOENT, its documented fallback: routine, so DEBUG, not WARNING.

@@ -1,0 +1,346 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * aarch64.c - the arm64 guest (arch.h): instruction classes, registers,
+ * the doorbell and the page walk, on QEMU's virt machine.
+ *
+ * Instruction classes come from the 32-bit encoding alone (Arm ARM, "A64
+ * instruction set encoding": op0 = bits 28:25, then each class's own
+ * fields), not from capstone: capstone 4 cannot decode the LSE atomics,
+ * ldapr or SVE, and does not tell bl/blr as calls.  A few masks per
+ * instruction, so no decode cache either.
+ *
+ * Branches (PVPERF_CTR_BRANCH_*).  The Arm ARM's BR_RETIRED counts the
+ * architecturally executed branch instructions, a conditional one whether
+ * taken or not; so do we, for: b.cond, bc.cond, cbz, cbnz, tbz, tbnz
+ * (conditional, CLS_COND, with a taken target: cond_target), b, bl
+ * (direct), br, blr and their PAC forms (indirect, CLS_INDIRECT), ret and
+ * retaa/retab (returns).  Not counted: the exception-generating
+ * instructions (svc, hvc, smc, brk, hlt) and eret.  They change the pc as
+ * exception entry and return rather than as branches, and we could not
+ * check here
+ * whether BR_RETIRED includes them on real cores (x86_64.c counts syscall and
+ * iret, which x86's branch event does): a FIXME for a run on hardware.
+ *
+ * Memory (CLS_MEM: may page-fault): every load and store the models see
+ * through QEMU's memory callbacks: ldr/str of every size and addressing
+ * mode (literal, pre/post-index, register offset, unscaled), ldp/stp/
+ * ldnp/stnp/ldpsw, the exclusives and acquire/release forms (ldxr stxr
+ * ldaxr stlxr ldar stlr ldapr ...), the LSE atomics (ldadd.. swp cas
+ * casp: one load and one store each), the SIMD&FP register loads and
+ * stores and ld1-4/st1-4, SVE's, the MTE tag ones, and dc zva (a store of
+ * a block).  prfm/prfum are not: QEMU executes them as nops, with no
+ * access and no fault.  The cache and TLB models see what QEMU's memory
+ * callbacks report of these: one per access QEMU's translation makes (how
+ * it splits a pair or a vector structure is QEMU's choice, not checked
+ * here), while an instruction is one may-fault point however many
+ * accesses it makes.
+ *
+ * Faults other than a data access (CLS_BOUNDARY alone): the exception-
+ * generating instructions, eret, udf and unallocated encodings, and the
+ * system instructions but hints and barriers (a system register access
+ * can trap).
+ *
+ * Frame (CLS_FRAME, where sampling captures registers): writes sp, the
+ * frame pointer x29 or the link register x30, the registers an unwinder
+ * reads.  Over-approximated (one more capture point costs little): any
+ * data-processing instruction whose Rd is x29, x30 or sp (not the zero
+ * register, also 31), any general-register load or store of
+ * Rt/Rt2 29 or 30, any writeback to a base of sp or x29, bl and blr, and
+ * every system or exception instruction (they switch stacks).
+ *
+ * The doorbell.  A hypercall is the store `stur w16, [x17]`
+ * (PVPERF_AARCH64_DOORBELL_INSN) at a kernel-half address, w16 holding
+ * PVPERF_DOORBELL_MAGIC and x17 pointing at the caller's struct
+ * pvperf_hcall (pvperf_abi.h).
+ *
+ * Registers: QEMU's (gdb's) names.  The address space is TTBR0_EL1, the
+ * user page-table base Linux writes at a context switch (CLS_ASPACE: msr
+ * ttbr0_el1; the kernel's own tables, in TTBR1_EL1, do not change).
+ *
+ * Guest physical addresses.  virt's RAM starts at 0x40000000 and is one
+ * range: the RAM file's offset is the gpa minus ram_base.  A FAULT's page
+ * walk is the 4K-granule, 4-level one (VA_BITS = 48) of a user address
+ * under TTBR0_EL1; kernel-half addresses (TTBR1_EL1) are not walked.
+ */
+#include <string.h>
+
+#include "arch.h"
+
+#define A64_INSN_LEN 4
+
+static uint32_t bits(uint32_t w, unsigned hi, unsigned lo)
+{
+	return (w >> lo) & ((1u << (hi - lo + 1)) - 1);
+}
+
+/* ---- branches, exception generation, system ---- */
+
+/* b.cond bc.cond cbz cbnz tbz tbnz. */
+static bool is_cond_branch(uint32_t w)
+{
+	return (w & 0x7e000000) == 0x34000000 ||	/* cbz, cbnz */
+	       (w & 0x7e000000) == 0x36000000 ||	/* tbz, tbnz */
+	       (w & 0xff000000) == 0x54000000;		/* b.cond, bc.cond */
+}
+
+/* Unconditional branch (register): opc = bits 24:21, op2 = 11111. */
+static uint8_t branch_register(uint32_t w)
+{
+	if (bits(w, 20, 16) != 0x1f)
+		return CLS_BOUNDARY | CLS_FRAME;	/* unallocated */
+	switch (bits(w, 24, 21)) {
+	case 0x0: case 0x8:		/* br, braaz/brabz, braa/brab */
+		return CLS_BRANCH | CLS_INDIRECT;
+	case 0x1: case 0x9:		/* blr, blraaz/blrabz, blraa/blrab */
+		return CLS_BRANCH | CLS_INDIRECT | CLS_FRAME;
+	case 0x2:			/* ret, retaa, retab */
+		return CLS_BRANCH;
+	default:			/* eret, drps, unallocated */
+		return CLS_BOUNDARY | CLS_FRAME;
+	}
+}
+
+/* msr ttbr0_el1, xt (op0 3, op1 0, CRn 2, CRm 0, op2 0). */
+static bool writes_ttbr0(uint32_t w)
+{
+	return (w & 0xffffffe0) == 0xd5182000;
+}
+
+static uint8_t system_insn(uint32_t w)
+{
+	if ((w & 0xfffff01f) == 0xd503201f)	/* hints: nop, yield, bti, pac.. */
+		return 0;
+	if ((w & 0xfffff01f) == 0xd503301f)	/* clrex, dsb, dmb, isb, sb */
+		return 0;
+	if ((w & 0xffffffe0) == 0xd50b7420)	/* dc zva, xt: stores a block */
+		return CLS_MEM | CLS_BOUNDARY;
+	if (writes_ttbr0(w))
+		return CLS_ASPACE | CLS_BOUNDARY | CLS_FRAME;
+	return CLS_BOUNDARY | CLS_FRAME;	/* mrs, msr, sys, sysl */
+}
+
+static uint8_t branch_exception_system(uint32_t w)
+{
+	if ((w & 0x7c000000) == 0x14000000)	/* b, bl (bit 31: writes x30) */
+		return CLS_BRANCH | (w >> 31 ? CLS_FRAME : 0);
+	if (is_cond_branch(w))
+		return CLS_BRANCH | CLS_COND;
+	if ((w & 0xfe000000) == 0xd6000000)
+		return branch_register(w);
+	if ((w & 0xffc00000) == 0xd5000000)
+		return system_insn(w);
+	/* svc hvc smc brk hlt dcps, and unallocated */
+	return CLS_BOUNDARY | CLS_FRAME;
+}
+
+/* ---- loads and stores ---- */
+
+/* The general-register loads and stores, not SIMD&FP (V, bit 26). */
+static bool is_gpr_access(uint32_t w)
+{
+	return !bits(w, 26, 26);
+}
+
+/* prfm (immediate, register, literal) and prfum: size 11, V 0, opc 10. */
+static bool is_prefetch(uint32_t w)
+{
+	if ((w & 0xff000000) == 0xd8000000)	/* prfm (literal) */
+		return true;
+	return (w & 0xffc00000) == 0xf9800000 ||	/* prfm (unsigned imm) */
+	       (w & 0xffe00c00) == 0xf8a00800 ||	/* prfm (register) */
+	       (w & 0xffe00c00) == 0xf8800000;		/* prfum */
+}
+
+/* Writes back its base register: pre/post-index pairs and single
+ * registers, post-index SIMD structures. */
+static bool writes_back(uint32_t w)
+{
+	if ((w & 0x38000000) == 0x28000000)		/* ldp/stp family */
+		return bits(w, 23, 23);			/* 01 post, 11 pre */
+	if ((w & 0xbe000000) == 0x0c000000)		/* ld1-4, st1-4.. */
+		return bits(w, 23, 23);			/* post-index */
+	if ((w & 0x3b200000) == 0x38000000)		/* imm9 forms */
+		return bits(w, 10, 10);			/* 01 post, 11 pre */
+	return false;
+}
+
+static bool is_pair(uint32_t w)
+{
+	return (w & 0x38000000) == 0x28000000 ||	/* ldp/stp/ldnp/stnp */
+	       (w & 0x3f200000) == 0x08200000;		/* ldxp/stxp, casp */
+}
+
+static bool writes_frame_reg(uint32_t w)
+{
+	unsigned rn = bits(w, 9, 5);
+
+	if (writes_back(w) && (rn == 29 || rn == 31))
+		return true;
+	if (!is_gpr_access(w))
+		return false;
+	return bits(w, 4, 0) == 29 || bits(w, 4, 0) == 30 ||
+	       (is_pair(w) && (bits(w, 14, 10) == 29 || bits(w, 14, 10) == 30));
+}
+
+static uint8_t load_store(uint32_t w)
+{
+	if (is_prefetch(w))
+		return 0;
+	return CLS_MEM | CLS_BOUNDARY | (writes_frame_reg(w) ? CLS_FRAME : 0);
+}
+
+/* SVE (op0 0010): its loads and stores have bit 31 set. */
+static uint8_t sve(uint32_t w)
+{
+	return w >> 31 ? CLS_MEM | CLS_BOUNDARY : 0;
+}
+
+/* Rd 31 is sp (not the zero register) for add/sub (immediate, with
+ * tags, extended register) and the logical immediates but ands, the
+ * flag-setting forms (cmp, cmn, tst) excepted. */
+static bool rd31_is_sp(uint32_t w)
+{
+	bool sets_flags = bits(w, 29, 29);
+
+	if ((w & 0x1f000000) == 0x11000000)		/* add/sub (imm, tags) */
+		return !sets_flags;
+	if ((w & 0x1f800000) == 0x12000000)		/* logical (imm) */
+		return bits(w, 30, 29) != 3;
+	if ((w & 0x1f200000) == 0x0b200000)		/* add/sub (ext reg) */
+		return !sets_flags;
+	return false;
+}
+
+/* Data processing, immediate (op0 100x) or register (x101): Rd is 4:0. */
+static uint8_t data_processing(uint32_t w)
+{
+	unsigned rd = bits(w, 4, 0);
+
+	return rd == 29 || rd == 30 || (rd == 31 && rd31_is_sp(w)) ?
+	       CLS_FRAME : 0;
+}
+
+static uint8_t classify_word(uint32_t w)
+{
+	unsigned op0 = bits(w, 28, 25);
+
+	if ((op0 & 0xe) == 0xa)			/* 101x */
+		return branch_exception_system(w);
+	if ((op0 & 0x5) == 0x4)			/* x1x0 */
+		return load_store(w);
+	if ((op0 & 0xe) == 0x8 || (op0 & 0x7) == 0x5)	/* 100x, x101 */
+		return data_processing(w);
+	if ((op0 & 0x7) == 0x7)			/* x111: SIMD&FP data */
+		return 0;
+	if (op0 == 0x2)
+		return sve(w);
+	return CLS_BOUNDARY | CLS_FRAME;	/* udf, unallocated, SME */
+}
+
+static uint32_t insn_word(const uint8_t *b)
+{
+	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+	       (uint32_t)b[3] << 24;
+}
+
+static bool is_doorbell(const uint8_t *bytes, size_t len)
+{
+	return len == PVPERF_AARCH64_DOORBELL_INSN_LEN &&
+	       insn_word(bytes) == PVPERF_AARCH64_DOORBELL_INSN;
+}
+
+static void classify_tb(const struct cls_insn *insn, size_t n, bool kernel,
+			uint8_t *cls)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (insn[i].len != A64_INSN_LEN) {
+			cls[i] = CLS_BOUNDARY | CLS_FRAME;
+			continue;
+		}
+		cls[i] = classify_word(insn_word(insn[i].bytes));
+		if (kernel && is_doorbell(insn[i].bytes, insn[i].len))
+			cls[i] |= CLS_DOORBELL;
+	}
+}
+
+static int64_t sign_extend(uint32_t v, unsigned width)
+{
+	return (int64_t)((uint64_t)v << (64 - width)) >> (64 - width);
+}
+
+static bool cond_target(const uint8_t *bytes, size_t len, uint64_t vaddr,
+			uint64_t *target)
+{
+	uint32_t w;
+	int64_t words;
+
+	if (len != A64_INSN_LEN)
+		return false;
+	w = insn_word(bytes);
+	if ((w & 0x7e000000) == 0x36000000)		/* tbz, tbnz: imm14 */
+		words = sign_extend(bits(w, 18, 5), 14);
+	else if (is_cond_branch(w))			/* imm19 */
+		words = sign_extend(bits(w, 23, 5), 19);
+	else
+		return false;
+	*target = vaddr + (uint64_t)(words * 4);
+	return true;
+}
+
+/* ---- the page walk ---- */
+
+#define DESC_VALID	(1ULL << 0)
+#define DESC_TABLE	(1ULL << 1)	/* levels 0-2: table, else block;
+					 * level 3: page (else reserved) */
+#define DESC_ADDR	0x0000fffffffff000ULL
+#define TTBR_BADDR	0x0000fffffffffffeULL	/* CnP in bit 0, ASID above */
+#define USER_VA_END	(1ULL << 48)
+
+/* The 4K-granule, 4-level walk of a user vaddr under TTBR0_EL1. */
+static uint64_t vaddr_to_gpa(uint64_t ttbr0, uint64_t vaddr,
+			     bool (*read_u64)(uint64_t gpa, uint64_t *val))
+{
+	uint64_t table = ttbr0 & TTBR_BADDR & DESC_ADDR;
+
+	if (vaddr >= USER_VA_END)
+		return GPA_NONE;
+	for (int level = 0; level <= 3; level++) {
+		unsigned shift = 39 - 9 * level;
+		uint64_t desc, span = 1ULL << shift;
+
+		if (!read_u64(table + ((vaddr >> shift) & 0x1ff) * 8, &desc) ||
+		    !(desc & DESC_VALID))
+			return GPA_NONE;
+		if (level == 3 || !(desc & DESC_TABLE)) {
+			/* a block at levels 1 and 2, a page at level 3 */
+			if ((level == 3) != !!(desc & DESC_TABLE) || level == 0)
+				return GPA_NONE;
+			return (desc & DESC_ADDR & ~(span - 1)) |
+			       (vaddr & (span - 1));
+		}
+		table = desc & DESC_ADDR;
+	}
+	return GPA_NONE;
+}
+
+/*
+ * The sample's 16 register slots (pvperf_abi.h) keep their roles where
+ * arm64 has one: slot 6 (x86's bp) is the frame pointer x29, slot 7 (sp)
+ * is sp; slot 8 holds the link register x30, the others x0-x12.  A full
+ * arm64 set (x0-x30, sp, pc) needs a larger slot array in the ABI.
+ */
+const struct arch arch_aarch64 = {
+	.target = "aarch64",
+	.kernel_start = PVPERF_AARCH64_KERNEL_HALF_START,
+	.ram_base = 0x40000000,			/* virt */
+	.reg_names = {
+		"x0", "x1", "x2", "x3", "x4", "x5", "x29", "sp",
+		"x30", "x6", "x7", "x8", "x9", "x10", "x11", "x12",
+		[REG_PC] = "pc", [REG_PAGE_TABLE] = "TTBR0_EL1",
+	},
+	.doorbell_len = PVPERF_AARCH64_DOORBELL_INSN_LEN,
+	.is_doorbell = is_doorbell,
+	.classify_tb = classify_tb,
+	.cond_target = cond_target,
+	.vaddr_to_gpa = vaddr_to_gpa,
+};

@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * a64_classify_test.c - unit test of aarch64.c through its ops table
+ * (arch.h), natively (no QEMU).
+ *
+ * Instruction classes: a64insns.S, cross-assembled, gives the
+ * instructions and their expected classes; objdump's listing of it gives
+ * each instruction word and mnemonic.  Every instruction is classified
+ * and compared with its expected class, and, as a check independent of
+ * the expectations written by hand, its branch and memory classes with
+ * what objdump's mnemonic says.  Then the taken targets of conditional
+ * branches, the doorbell in user code, and the page walk.
+ *
+ *   make -C qemu_plugin check
+ *   tests/a64_classify_test LISTING EXPECT   (objdump -d, objcopy -j .expect)
+ */
+#include <glib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "arch.h"
+
+extern const struct arch arch_aarch64;
+
+#define KERNEL_VADDR 0xffff800008001000ULL
+#define USER_VADDR   0x400000ULL
+
+struct listed {
+	uint32_t word;
+	char mnemonic[32];
+	char operands[96];
+};
+
+static struct cls_insn insn_of(uint32_t word, uint64_t vaddr)
+{
+	struct cls_insn in = { .len = 4, .vaddr = vaddr };
+
+	for (int i = 0; i < 4; i++)
+		in.bytes[i] = word >> (8 * i);
+	return in;
+}
+
+static uint8_t classify(uint32_t word, bool kernel)
+{
+	struct cls_insn in = insn_of(word, kernel ? KERNEL_VADDR : USER_VADDR);
+	uint8_t cls;
+
+	arch_aarch64.classify_tb(&in, 1, kernel, &cls);
+	return cls;
+}
+
+/* objdump -d lines "   c:\t8b020020 \tadd\tx0, x1, x2". */
+static GArray *read_listing(const char *path)
+{
+	GArray *out = g_array_new(FALSE, TRUE, sizeof(struct listed));
+	char *text, **lines;
+
+	if (!g_file_get_contents(path, &text, NULL, NULL))
+		return out;
+	lines = g_strsplit(text, "\n", -1);
+	for (char **l = lines; *l; l++) {
+		struct listed e = { 0 };
+		unsigned off;
+
+		if (sscanf(*l, " %x: %8x %31s %95[^\n]", &off, &e.word,
+			   e.mnemonic, e.operands) >= 3)
+			g_array_append_val(out, e);
+	}
+	g_strfreev(lines);
+	g_free(text);
+	return out;
+}
+
+/* What the mnemonic alone says: a branch of the A64 branch class. */
+static bool mnemonic_is_branch(const char *m)
+{
+	static const char *const names[] = {
+		"b", "bl", "br", "blr", "ret", "cbz", "cbnz", "tbz", "tbnz",
+		"braa", "brab", "braaz", "brabz", "blraa", "blrab", "blraaz",
+		"blrabz", "retaa", "retab",
+	};
+
+	if (g_str_has_prefix(m, "b.") || g_str_has_prefix(m, "bc."))
+		return true;
+	for (size_t i = 0; i < G_N_ELEMENTS(names); i++)
+		if (!strcmp(m, names[i]))
+			return true;
+	return false;
+}
+
+/* Loads, stores, atomics and dc zva access memory; prefetches do not. */
+static bool mnemonic_accesses_memory(const char *m, const char *operands)
+{
+	if (g_str_has_prefix(m, "prf"))
+		return false;
+	if (!strcmp(m, "dc"))
+		return g_str_has_prefix(operands, "zva");
+	return g_str_has_prefix(m, "ld") || g_str_has_prefix(m, "st") ||
+	       g_str_has_prefix(m, "cas") || g_str_has_prefix(m, "swp");
+}
+
+static int check_listing(const char *listing, const char *expect_path)
+{
+	GArray *insns = read_listing(listing);
+	gchar *expect;
+	gsize n_expect;
+	int fails = 0;
+
+	if (!g_file_get_contents(expect_path, &expect, &n_expect, NULL) ||
+	    insns->len == 0 || insns->len != n_expect) {
+		printf("FAIL %s: %u instructions, %s: %zu expectations\n",
+		       listing, insns->len, expect_path, (size_t)n_expect);
+		return 1;
+	}
+	for (guint i = 0; i < insns->len; i++) {
+		const struct listed *e = &g_array_index(insns, struct listed, i);
+		uint8_t cls = classify(e->word, true);
+		uint8_t want = (uint8_t)expect[i];
+
+		if (cls != want) {
+			printf("FAIL %08x %s %s: cls 0x%x, want 0x%x\n", e->word,
+			       e->mnemonic, e->operands, cls, want);
+			fails++;
+		}
+		if (!!(cls & CLS_BRANCH) != mnemonic_is_branch(e->mnemonic) ||
+		    !!(cls & CLS_MEM) !=
+		    mnemonic_accesses_memory(e->mnemonic, e->operands)) {
+			printf("FAIL %08x %s %s: cls 0x%x against objdump's "
+			       "mnemonic\n", e->word, e->mnemonic, e->operands,
+			       cls);
+			fails++;
+		}
+	}
+	printf("a64_classify_test: %u instructions classified\n", insns->len);
+	g_array_free(insns, TRUE);
+	g_free(expect);
+	return fails;
+}
+
+/* User code cannot ring: the same store is no doorbell there. */
+static int check_user_doorbell(void)
+{
+	uint8_t cls = classify(PVPERF_AARCH64_DOORBELL_INSN, false);
+
+	if (cls == (CLS_MEM | CLS_BOUNDARY))
+		return 0;
+	printf("FAIL doorbell in user code: cls 0x%x\n", cls);
+	return 1;
+}
+
+static int check_targets(void)
+{
+	static const struct {
+		const char *name;
+		uint32_t word;
+		bool direct;
+		uint64_t target;
+	} t[] = {
+		{ "b.ne .-8",		0x54ffffc1, true, 0x400ff8 },
+		{ "b.eq .+0x10",	0x54000080, true, 0x401010 },
+		{ "cbz x0, .+0x100",	0xb4000800, true, 0x401100 },
+		{ "cbnz w1, .-4",	0x35ffffe1, true, 0x400ffc },
+		{ "tbz x2, #63, .+8",	0xb6f80042, true, 0x401008 },
+		{ "tbnz w3, #0, .-0x20",	0x3707ff03, true, 0x400fe0 },
+		{ "b .+8",		0x14000002, false, 0 },
+		{ "bl .+8",		0x94000002, false, 0 },
+		{ "ret",		0xd65f03c0, false, 0 },
+		{ "add x0, x1, x2",	0x8b020020, false, 0 },
+	};
+	int fails = 0;
+
+	for (size_t i = 0; i < G_N_ELEMENTS(t); i++) {
+		struct cls_insn in = insn_of(t[i].word, 0x401000);
+		uint64_t target = 0;
+		bool direct = arch_aarch64.cond_target(in.bytes, in.len,
+						       0x401000, &target);
+
+		if (direct != t[i].direct ||
+		    (direct && target != t[i].target)) {
+			printf("FAIL %s: %d %#" G_GINT64_MODIFIER "x, want "
+			       "%d %#" G_GINT64_MODIFIER "x\n", t[i].name,
+			       direct, target, t[i].direct, t[i].target);
+			fails++;
+		}
+	}
+	return fails;
+}
+
+/* ---- the page walk, over a small RAM at virt's base ---- */
+
+#define RAM_BASE 0x40000000ULL
+#define RAM_PAGES 8
+static uint64_t fake_ram[RAM_PAGES * 512];
+
+static bool read_fake(uint64_t gpa, uint64_t *val)
+{
+	if (gpa < RAM_BASE || gpa - RAM_BASE + 8 > sizeof(fake_ram))
+		return false;
+	*val = fake_ram[(gpa - RAM_BASE) / 8];
+	return true;
+}
+
+static void set_desc(int page, uint64_t index, uint64_t desc)
+{
+	fake_ram[page * 512 + index] = desc;
+}
+
+#define PAGE_GPA(p) (RAM_BASE + (uint64_t)(p) * 4096)
+
+static int check_walk(void)
+{
+	/* TTBR0 with ASID 5 and CnP: the walk uses only the base. */
+	uint64_t ttbr0 = 5ULL << 48 | PAGE_GPA(0) | 1;
+	static const struct {
+		uint64_t vaddr, gpa;
+	} t[] = {
+		{ 0x400123, 0x45678123 },	/* 4K page */
+		{ 0x20145678, 0x80145678 },	/* 2M block */
+		{ 0x401000, GPA_NONE },		/* not present */
+		{ 0xffff800008000000ULL, GPA_NONE },	/* kernel half */
+	};
+	int fails = 0;
+
+	memset(fake_ram, 0, sizeof(fake_ram));
+	set_desc(0, 0, PAGE_GPA(1) | 3);		/* L0[0] -> L1 */
+	set_desc(1, 0, PAGE_GPA(2) | 3);		/* L1[0] -> L2 */
+	set_desc(2, 2, PAGE_GPA(3) | 3);		/* L2[2] -> L3 */
+	set_desc(3, 0, 0x45678000ULL | 0x403);		/* L3[0]: page, AF */
+	set_desc(2, 0x100, 0x80000000ULL | 0x401);	/* L2[256]: block */
+	for (size_t i = 0; i < G_N_ELEMENTS(t); i++) {
+		uint64_t gpa = arch_aarch64.vaddr_to_gpa(ttbr0, t[i].vaddr,
+							 read_fake);
+
+		if (gpa != t[i].gpa) {
+			printf("FAIL walk %#" G_GINT64_MODIFIER "x: %#"
+			       G_GINT64_MODIFIER "x, want %#" G_GINT64_MODIFIER
+			       "x\n", t[i].vaddr, gpa, t[i].gpa);
+			fails++;
+		}
+	}
+	return fails;
+}
+
+int main(int argc, char **argv)
+{
+	int fails = 0;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s LISTING EXPECT\n", argv[0]);
+		return 2;
+	}
+	fails += check_listing(argv[1], argv[2]);
+	fails += check_user_doorbell();
+	fails += check_targets();
+	fails += check_walk();
+	if (fails) {
+		printf("a64_classify_test: %d failures\n", fails);
+		return 1;
+	}
+	printf("a64_classify_test: all passed\n");
+	return 0;
+}
