@@ -7,7 +7,9 @@ A result file is JSON, schema 1 (``SCHEMA``; a reader refuses others):
   events          [{"name", "value" (int, float, or null when perf said
                    <not supported>/<not counted>), "unit"}], in perf's order;
                    a name met again (two perf stat runs in one command)
-                   gets "#2", "#3"...
+                   gets "#2", "#3"...; with the events asked known
+                   (`pvperf stat -e`), each is named as it was asked
+                   (``names_as_asked``)
   command         the guest command line; exit_status its status
   deterministic   whether it ran with --deterministic
   model           the PMU models' options: pmu, I1, D1, LL (size,ways,line),
@@ -34,6 +36,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from .errors import PvperfError
 from .paths import REPO_ROOT
@@ -71,8 +74,9 @@ def _number(text: str) -> int | float | None:
     return float(text) if "." in text else int(text)
 
 
-def parse_perf_stat(text: str) -> list[Event]:
-    """Events of every perf stat block in ``text`` (a command's stderr)."""
+def parse_perf_stat(text: str, asked: Sequence[str] = ()) -> list[Event]:
+    """Events of every perf stat block in ``text`` (a command's stderr);
+    ``asked``: the -e lists perf stat was given, if known."""
     events: list[Event] = []
     in_table = False
     for line in text.splitlines():
@@ -87,7 +91,42 @@ def parse_perf_stat(text: str) -> list[Event]:
         if m:
             events.append(Event(m.group("name"), _number(m.group("value")),
                                 m.group("unit") or ""))
-    return _unique(events)
+    return _unique(names_as_asked(events, asked))
+
+
+def split_event_list(text: str) -> list[str]:
+    """perf's -e list split at its top-level commas: a group
+    ``{a,b}:u`` or a PMU event ``cpu/event=0xc0,umask=0/`` stays whole."""
+    items, depth, in_pmu, start = [], 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        elif ch == "/":
+            in_pmu = not in_pmu
+        elif ch == "," and depth == 0 and not in_pmu:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return [item for item in items if item]
+
+
+def names_as_asked(events: list[Event], asked: Sequence[str]) -> list[Event]:
+    """Name each event as it was asked for.  perf 6.1 names a
+    hardware-cache event by its type, op and result alone, so
+    ``L1-dcache-loads:u`` prints as ``L1-dcache-loads``
+    (tools/perf/util/parse-events.c: parse_events_add_cache()), on
+    hardware as here; a table keyed by that name would lose the modifier.
+    Only a one-to-one match is renamed: as many events as asked, each
+    printed as asked or as asked without its modifier."""
+    wanted = [name for text in asked for name in split_event_list(text)]
+    if len(wanted) != len(events):
+        return events
+    for ev, name in zip(events, wanted):
+        if ev.name == name.partition(":")[0] and "/" not in name:
+            ev.name = name
+    return events
 
 
 def _unique(events: list[Event]) -> list[Event]:

@@ -127,16 +127,19 @@ def run_async(coro):
     return asyncio.run(_cancelled_by_sigterm(coro))
 
 
-def run_and_record(config: VMConfig, json_out: Path | None) -> int:
+def run_and_record(config: VMConfig, json_out: Path | None,
+                   asked: tuple[str, ...] = ()) -> int:
     """Run ``config``; with ``json_out``, write the perf stat counts found
-    in the command's stderr (pyhost/results.py)."""
+    in the command's stderr (pyhost/results.py), named as ``asked`` (the
+    -e lists given to perf stat) names them."""
     if json_out is None:
         return run_async(run_command(config))
     # Read now: another pvperf may replace the cached image meanwhile.
     image_meta = results.image_meta(config.image.manifest)
     tee = _Tee(sys.stderr.buffer)
     status = run_async(run_command(config, stderr=tee))
-    events = results.parse_perf_stat(tee.kept.decode("utf-8", "replace"))
+    events = results.parse_perf_stat(tee.kept.decode("utf-8", "replace"),
+                                     asked)
     if not events:
         raise results.ResultError(
             f"--json {json_out}", "no perf stat counts on the command's "
@@ -267,7 +270,7 @@ def stat(command, events, json_out, **opts) -> None:
     does) and exit with COMMAND's status; --json writes the counts."""
     argv = ["perf", "stat"] + (["-e", ",".join(events)] if events else [])
     config = make_config(guest.RUN, shlex.join(argv + ["--", *command]), **opts)
-    sys.exit(run_and_record(config, json_out))
+    sys.exit(run_and_record(config, json_out, events))
 
 
 @cli.command()

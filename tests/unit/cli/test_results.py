@@ -45,6 +45,49 @@ def test_csv_format_and_repeated_events():
         ("instructions:u#2", 120480075), ("cycles#2", None)]
 
 
+# perf 6.1 in the guest, `perf stat -x, -e
+# L1-dcache-loads:u,cache-misses:u,dTLB-loads,branch-loads:k -- true`:
+# the hardware-cache events are printed without their modifiers.
+CSV_CACHE = """3457,,L1-dcache-loads,145939476,100.00,,
+801,,cache-misses:u,6980465,100.00,,
+3457,,dTLB-loads,6561883,100.00,,
+3454,,branch-loads,79488848,100.00,,
+"""
+ASKED = ("L1-dcache-loads:u,cache-misses:u", "dTLB-loads", "branch-loads:k")
+
+
+def test_events_named_as_asked():
+    evs = results.parse_perf_stat(CSV_CACHE, ASKED)
+    assert [(e.name, e.value) for e in evs] == [
+        ("L1-dcache-loads:u", 3457), ("cache-misses:u", 801),
+        ("dTLB-loads", 3457), ("branch-loads:k", 3454)]
+
+
+def test_only_a_one_to_one_match_is_renamed():
+    """Two perf stat runs, or a list that is not what perf printed: the
+    names stay perf's."""
+    evs = results.parse_perf_stat(CSV_CACHE + CSV_CACHE, ASKED)
+    assert evs[0].name == "L1-dcache-loads" and \
+        evs[4].name == "L1-dcache-loads#2"
+    evs = results.parse_perf_stat(CSV_CACHE, ("LLC-loads:u,cache-misses:u,"
+                                              "dTLB-loads,branch-loads:k",))
+    assert evs[0].name == "L1-dcache-loads"
+
+
+def test_repeated_asked_names_stay_apart():
+    text = "10,,L1-dcache-loads,1,100.00,,\n7,,L1-dcache-loads,1,100.00,,\n"
+    evs = results.parse_perf_stat(text, ("L1-dcache-loads,L1-dcache-loads:u",))
+    assert [e.name for e in evs] == ["L1-dcache-loads", "L1-dcache-loads:u"]
+
+
+def test_event_list_split_at_top_level_commas():
+    assert results.split_event_list(
+        "{instructions,L1-dcache-loads}:u,cpu/event=0xc0,umask=0/u,"
+        "sched:sched_switch") == [
+        "{instructions,L1-dcache-loads}:u", "cpu/event=0xc0,umask=0/u",
+        "sched:sched_switch"]
+
+
 def test_no_counts_in_plain_text():
     assert results.parse_perf_stat("hello\n12 apples\n") == []
 
