@@ -26,5 +26,5 @@ def cache_dir() -> Path:
 def driver_ko_paths(debian_arch: str) -> tuple[Path, Path]:
     """Where ``make -C guest_kernel_patch`` leaves pvperf.ko for guests of
     ``debian_arch``: the host's build stays next to the sources, another
-    architecture's (``make KARCH=arm64``) is in a directory named after it."""
+    architecture's (``make KARCH=...``) is in a directory named after it."""
     return DRIVER_KO_PATH, DRIVER_KO_PATH.parent / debian_arch / "pvperf.ko"
