@@ -11,6 +11,13 @@
 #   fetch-kbuild.sh          make sure the tree exists; print its KDIR
 #   fetch-kbuild.sh --kver   print the KVER that would be used
 #
+# KARCH=arm64 makes the tree for arm64 guests instead (default amd64): the
+# headers come from the private arm64 apt directory the image builder keeps
+# (${XDG_CACHE_HOME:-~/.cache}/pvperf/apt/arm64, pyhost/image/aptdir.py;
+# `pvperf image build --arch aarch64` fills its lists), linux-kbuild from
+# the host's apt, since its fixdep and modpost run on the host.  Build with
+# ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- (the Makefile does).
+#
 # KVER defaults to what linux-image-amd64 depends on, the same resolution
 # the images/ builder uses for the guest kernel, so the module's vermagic
 # matches the booted image.  Override with KVER=6.1.0-NN-amd64.
@@ -24,17 +31,37 @@ die() {
 	exit 1
 }
 
-# The first "Depends:" of package $1 that matches the sed pattern $2.
+karch=${KARCH:-amd64}
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/pvperf
+# apt options selecting the guest architecture's packages (none: the host's).
+guest_apt=""
+case "$karch" in
+amd64)	;;
+arm64)	d=$cache/apt/arm64
+	ls "$d"/lists/*_Packages* >/dev/null 2>&1 ||
+		die "no arm64 package lists in $d" \
+			"(run pvperf image build --arch aarch64 once)"
+	guest_apt="-o APT::Architectures::=arm64 -o APT::Architecture=arm64
+		-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=$d/sources
+		-o Dir::State=$d/state -o Dir::State::Lists=$d/lists
+		-o Dir::State::status=$d/state/status -o Dir::Cache=$d/cache
+		-o Debug::NoLocking=true" ;;
+*)	die "KARCH=$karch: amd64 or arm64" ;;
+esac
+
+# The first "Depends:" of the guest architecture's package $1 that matches
+# the sed pattern $2.
 depends_on() {
-	apt-cache depends "$1" 2>/dev/null |
+	# shellcheck disable=SC2086 # word splitting of the options is wanted
+	apt-cache $guest_apt depends "$1" 2>/dev/null |
 		sed -n "s/^ *Depends: \($2\)\$/\1/p" | head -n 1
 }
 
 resolve_kver() {
 	[ -n "${KVER:-}" ] && { echo "$KVER"; return; }
-	img=$(depends_on linux-image-amd64 'linux-image-[0-9].*')
-	[ -n "$img" ] || die "cannot resolve linux-image-amd64 with apt-cache" \
-		"(run apt-get update, or set KVER=6.1.0-NN-amd64)"
+	img=$(depends_on "linux-image-$karch" 'linux-image-[0-9].*')
+	[ -n "$img" ] || die "cannot resolve linux-image-$karch with apt-cache" \
+		"(run apt-get update, or set KVER=6.1.0-NN-$karch)"
 	echo "${img#linux-image-}"
 }
 
@@ -44,7 +71,7 @@ if [ "${1:-}" = "--kver" ]; then
 	exit 0
 fi
 
-cache=${XDG_CACHE_HOME:-$HOME/.cache}/pvperf/kbuild
+cache=$cache/kbuild
 top=$cache/$kver
 root=$top/root
 kdir=$root/usr/src/linux-headers-$kver
@@ -77,9 +104,11 @@ rm -rf "$tmp"
 mkdir -p "$tmp/debs" "$tmp/root"
 # As root, apt drops to _apt to download and warns that _apt cannot write
 # into a directory under root's home: download as root instead.
+# shellcheck disable=SC2086 # word splitting of the options is wanted
 (cd "$tmp/debs" &&
-	apt-get download -q -o APT::Sandbox::User=root \
-		"$headers" "$common" "$kbuild" >&2) ||
+	apt-get $guest_apt download -q -o APT::Sandbox::User=root \
+		"$headers" "$common" >&2 &&
+	apt-get download -q -o APT::Sandbox::User=root "$kbuild" >&2) ||
 	die "apt-get download $headers $common $kbuild failed"
 for deb in "$tmp"/debs/*.deb; do
 	dpkg -x "$deb" "$tmp/root"
@@ -102,8 +131,9 @@ done
 # kernel): it must be on the host, as must libelf for objtool.
 cc=$(sed -n 's/^CC = .*\$(CROSS_COMPILE)\(gcc-[0-9]*\)$/\1/p' \
 	"$tmp/root/usr/src/$headers/.kernelvariables")
+[ "$karch" = amd64 ] || cc=${cc:+aarch64-linux-gnu-$cc}
 [ -z "$cc" ] || command -v "$cc" >/dev/null ||
-	die "$headers builds with $cc: apt-get install $cc"
+	die "$headers builds with $cc: install the package that has it"
 
 touch "$tmp/root/.pvperf-kbuild-ready"
 rm -rf "$root"

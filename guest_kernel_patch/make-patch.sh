@@ -47,8 +47,11 @@ obj-$(CONFIG_CPU_SUP_ZHAOXIN)		+= zhaoxin/
 '
 events_mk_new='obj-$(CONFIG_PVPERF_PMU)		+= pvperf/
 '
-# The object lines of Kbuild ("pvperf-... := / +=" and their continuations).
-kbuild_objects=$(awk '/^pvperf-/ { more = 1 } more { print; more = /\\$/ }' Kbuild)
+# The object lines of Kbuild ("pvperf-... := / +=" and their continuations)
+# that an x86 kernel builds: the patch goes under arch/x86, so other
+# architectures' lines (pvperf-$(CONFIG_ARM64)) stay out, with their files.
+kbuild_objects=$(awk '/^pvperf-/ { more = !/^pvperf-\$\(CONFIG_/ || /CONFIG_X86_64/ }
+	more { print; more = /\\$/ }' Kbuild)
 pvperf_mk="# SPDX-License-Identifier: GPL-2.0
 obj-\$(CONFIG_PVPERF_PMU)	+= pvperf.o
 $kbuild_objects

@@ -49,7 +49,9 @@ void pvperf_arch_sample_regs(struct pt_regs *regs,
  * routes it to @handler on the CPU it arrived at, with the interrupted
  * registers; @handler returns true if the interrupt was the host's, which
  * the architecture then treats as handled.  Register/unregister run in
- * process context at module init and exit.
+ * process context at module init and exit.  Register returns -EOPNOTSUPP
+ * when the architecture has no overflow interrupt (yet): the driver then
+ * counts but refuses sampling events; unregister is still called.
  */
 typedef bool (*pvperf_overflow_handler_fn)(struct pt_regs *regs);
 

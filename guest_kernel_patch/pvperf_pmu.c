@@ -81,7 +81,7 @@ static int pvperf_event_init(struct perf_event *event)
 	}
 
 	if (is_sampling_event(event) && !pvperf_can_sample()) {
-		pr_debug("sampling needs perf_event_overflow, which was not found\n");
+		pr_debug("sampling needs perf_event_overflow and an overflow interrupt, and one is missing\n");
 		return -EOPNOTSUPP;
 	}
 	if (attr->precise_ip > 3) {
@@ -319,7 +319,7 @@ static int __init pvperf_init(void)
 		pr_info("PMU \"cpu\" registered, %d counters per CPU, sampling with exact IPs\n",
 			PVPERF_COUNTERS_PER_CPU);
 	else
-		pr_info("PMU \"cpu\" registered, %d counters per CPU, counting only (perf_event_overflow not found)\n",
+		pr_info("PMU \"cpu\" registered, %d counters per CPU, counting only (no perf_event_overflow or no overflow interrupt: see above)\n",
 			PVPERF_COUNTERS_PER_CPU);
 	return 0;
 

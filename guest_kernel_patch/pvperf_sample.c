@@ -408,7 +408,10 @@ int pvperf_samples_init(void)
 	if (err)
 		return err;
 	err = pvperf_arch_overflow_irq_register(pvperf_overflow_interrupt);
-	if (err) {
+	if (err == -EOPNOTSUPP) {
+		/* Counting still works: only sampling events are refused. */
+		pvperf_overflow = NULL;
+	} else if (err) {
 		pvperf_rings_exit();
 		return err;
 	}

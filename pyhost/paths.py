@@ -21,3 +21,10 @@ def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or ""
     root = Path(base) if base else Path.home() / ".cache"
     return root / "pvperf"
+
+
+def driver_ko_paths(debian_arch: str) -> tuple[Path, Path]:
+    """Where ``make -C guest_kernel_patch`` leaves pvperf.ko for guests of
+    ``debian_arch``: the host's build stays next to the sources, another
+    architecture's (``make KARCH=...``) is in a directory named after it."""
+    return DRIVER_KO_PATH, DRIVER_KO_PATH.parent / debian_arch / "pvperf.ko"

@@ -420,8 +420,9 @@ def image_options(fn):
                       help="without the guest PMU driver")(fn)
     fn = click.option("--driver-ko", type=click.Path(exists=True,
                       dir_okay=False, path_type=Path), default=None,
-                      help=f"guest PMU driver [default: {DRIVER_KO_PATH} "
-                      "if built]")(fn)
+                      help=f"guest PMU driver [default: {DRIVER_KO_PATH}, "
+                      "or for another architecture's image the one make "
+                      "KARCH=<its Debian name> built beside it, if built]")(fn)
     return click.option("--name", default="default", show_default=True,
                         help="image: a recipe in images/, or one built "
                         "with --add (default: --arch's own)")(fn)

@@ -38,7 +38,7 @@ from .. import arch, elf, guest_contract
 from ..arch import Arch
 from ..digest import sha256_file
 from ..errors import ImageError
-from ..paths import DRIVER_KO_PATH
+from ..paths import driver_ko_paths
 from . import apt, aptdir, host, packages
 from .aptdir import AptContext
 from .host import Tool
@@ -47,7 +47,7 @@ from .recipe import Recipe, load_recipe
 
 #: Version of the image layout, recorded in the manifest and the hash.
 IMAGE_FORMAT = 1
-#: build_image's and image_status's default driver: DRIVER_KO_PATH if built.
+#: build_image's and image_status's default driver: driver_ko_paths' if built.
 DEFAULT_DRIVER = object()
 
 
@@ -214,13 +214,14 @@ def _elf_machine(path: Path) -> str | None:
 
 
 def _default_driver(driver_ko, guest_arch: Arch) -> Path | None:
-    """The driver to install: the one given, or by default
-    DRIVER_KO_PATH if it is built for the guest's architecture (an
-    image of another architecture gets none)."""
+    """The driver to install: the one given, or by default the one
+    guest_kernel_patch/ built for the guest's architecture (none if it
+    built none)."""
     if driver_ko is DEFAULT_DRIVER:
-        if DRIVER_KO_PATH.is_file() and \
-                _elf_machine(DRIVER_KO_PATH) == guest_arch.elf_machine:
-            return DRIVER_KO_PATH
+        for path in driver_ko_paths(guest_arch.debian_arch):
+            if path.is_file() and \
+                    _elf_machine(path) == guest_arch.elf_machine:
+                return path
         return None
     if driver_ko is None:
         return None

@@ -82,8 +82,12 @@ class PerfBackend:
                  max_vcpus: int = 64, limiter: RateLimiter | None = None,
                  nmi: Callable[..., None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 deterministic: bool = False, timing: bool = False):
+                 deterministic: bool = False, timing: bool = False,
+                 kernel_half_start: int = abi.KERNEL_HALF_START):
         self.memory = memory
+        # The guest architecture's kernel half (Arch.kernel_half_start):
+        # a doorbell below it rang from user mode.
+        self.kernel_half_start = kernel_half_start
         # Without a Pmu given, one follows from the run's two settings.
         self.pmu = pmu or Pmu(timing=timing, sync_samples=deterministic)
         if deterministic and not self.pmu.sync_samples:
@@ -183,7 +187,7 @@ class PerfBackend:
     def _serve(self, msg: proto.HcallMessage) -> int | None:
         """Return the value for ->ret, or None if the block is unusable."""
         self.stats.calls += 1
-        if msg.insn_vaddr < abi.KERNEL_HALF_START:
+        if msg.insn_vaddr < self.kernel_half_start:
             self._complain(msg.vcpu, "doorbell from user mode at "
                            f"{msg.insn_vaddr:#x} ignored")
             return None

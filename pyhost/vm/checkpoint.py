@@ -392,7 +392,8 @@ def _check_pmu_state(config: VMConfig, what: str) -> None:
     refused before anything is printed or started."""
     memory = GuestMemory(b"", size=config.mem_mb << 20)
     backend = PerfBackend(memory, max_vcpus=config.smp, timing=config.timing,
-                          deterministic=config.deterministic)
+                          deterministic=config.deterministic,
+                          kernel_half_start=config.arch.kernel_half_start)
     try:
         snapshot.restore(backend, config.pmu_state, config.smp)
     except snapshot.StateError as e:

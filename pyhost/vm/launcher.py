@@ -315,7 +315,8 @@ class VM:
             self.nmi = NmiInjector()
             self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
                                        nmi=self.nmi, timing=c.timing,
-                                       deterministic=c.deterministic)
+                                       deterministic=c.deterministic,
+                                       kernel_half_start=c.arch.kernel_half_start)
             if c.pmu_state is not None:
                 self._restore_pmu(c.pmu_state)
             self.run_dir = channels.make_run_dir()

@@ -8,6 +8,8 @@
 
 typedef unsigned long u64;
 
+#define SYS_mmap 9
+
 static inline long sys3(long nr, long a, long b, long c)
 {
 	long ret;

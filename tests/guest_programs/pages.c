@@ -11,7 +11,7 @@ __attribute__((noreturn, used)) void main_sp(long *sp)
 {
 	u64 n = arg_u64(sp, 1, 1000), i;
 	/* mmap(NULL, n*4096, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS) */
-	long base = sys6(9, 0, (long)(n * 4096), 3, 0x22, -1, 0);
+	long base = sys6(SYS_mmap, 0, (long)(n * 4096), 3, 0x22, -1, 0);
 	volatile char *p = (volatile char *)base;
 
 	if (base < 0)

@@ -10,6 +10,7 @@
 typedef unsigned long u64;
 
 #define SYS_exit 93
+#define SYS_mmap 222
 
 static inline long sys3(long nr, long a, long b, long c)
 {
@@ -19,6 +20,23 @@ static inline long sys3(long nr, long a, long b, long c)
 	register long x2 asm("x2") = c;
 
 	asm volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2)
+		     : "memory");
+	return x0;
+}
+
+static inline long sys6(long nr, long a, long b, long c, long d, long e,
+			long f)
+{
+	register long x8 asm("x8") = nr;
+	register long x0 asm("x0") = a;
+	register long x1 asm("x1") = b;
+	register long x2 asm("x2") = c;
+	register long x3 asm("x3") = d;
+	register long x4 asm("x4") = e;
+	register long x5 asm("x5") = f;
+
+	asm volatile("svc #0" : "+r"(x0)
+		     : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
 		     : "memory");
 	return x0;
 }

@@ -230,3 +230,18 @@ def test_the_backend_derives_its_pmu_from_the_run_settings():
     with pytest.raises(ValueError):
         PerfBackend(GuestMemory(bytearray(4096)), pmu=Pmu(),
                     deterministic=True)
+
+
+def test_the_kernel_half_is_the_guest_architectures():
+    """A doorbell below the Arch's kernel half rang from user mode and is
+    ignored (->ret untouched); arm64's half starts lower than x86's."""
+    buf = bytearray(RAM)
+    be = PerfBackend(GuestMemory(buf),
+                     kernel_half_start=abi.AARCH64_KERNEL_HALF_START)
+    assert call(be, buf, abi.OP_PROBE,
+                vaddr=abi.AARCH64_KERNEL_HALF_START)[0] == abi.ABI_VERSION
+    assert call(be, buf, abi.OP_PROBE,
+                vaddr=abi.AARCH64_KERNEL_HALF_START - 4)[0] == -errno.ENOSYS
+    buf, be = setup()
+    assert call(be, buf, abi.OP_PROBE,
+                vaddr=abi.AARCH64_KERNEL_HALF_START)[0] == -errno.ENOSYS

@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pvperf_aarch64.c - the arm64 side of the pvperf driver (pvperf_arch.h):
+ * the doorbell store, struct pt_regs of a sample, the overflow interrupt
+ * (none yet) and the page-fault hook through the software page-fault
+ * event.
+ */
+
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/cpu.h>
+#include <linux/err.h>
+#include <linux/kernel.h>
+#include <linux/perf_event.h>
+#include <linux/percpu.h>
+#include <asm/ptrace.h>
+
+#include "pvperf_arch.h"
+
+/* ----------------------------------------------------------------------
+ * The doorbell
+ */
+
+/*
+ * The only place that executes the doorbell store: noinline keeps it one
+ * instruction in the module text and puts a return right after it, so no
+ * two hypercalls share a translation block.  The store must be exactly
+ * "stur w16, [x17]" (PVPERF_AARCH64_DOORBELL_INSN), the word the TCG plugin
+ * matches: the compiler would pick the scaled "str" for an offset of 0, so
+ * the mnemonic and both registers are spelled out.  The "memory" clobber
+ * keeps the compiler from moving accesses to the block across it.
+ */
+noinline void pvperf_arch_doorbell(void *block)
+{
+	register u32 magic asm("w16") = PVPERF_DOORBELL_MAGIC;
+	register void *blk asm("x17") = block;
+
+	asm volatile("stur %w[magic], [%[block]]"
+		     : /* no outputs: the host writes the block's ->ret */
+		     : [block] "r" (blk), [magic] "r" (magic)
+		     : "memory");
+}
+
+/* ----------------------------------------------------------------------
+ * Sample registers
+ */
+
+/*
+ * The ABI's 16 slots as the plugin fills them for arm64: x0-x5, the frame
+ * pointer x29 where x86 has bp, sp, the link register x30, then x6-x12.
+ * x13-x28 are not recorded and stay as the generic code left them.
+ */
+static void pvperf_copy_gprs(struct pt_regs *out, const struct pvperf_sample *rec)
+{
+	int i;
+
+	for (i = 0; i <= 5; i++)
+		out->regs[i] = rec->regs[i];
+	out->regs[29] = rec->regs[6];
+	out->sp = rec->regs[7];
+	out->regs[30] = rec->regs[8];
+	for (i = 6; i <= 12; i++)
+		out->regs[i] = rec->regs[9 + i - 6];
+}
+
+/*
+ * The mode lives in pstate (what user_mode() reads).  A kernel sample's
+ * registers that are not its instruction's keep no frame pointer: perf's
+ * arm64 kernel unwinder then has nothing stale to follow.
+ */
+void pvperf_arch_sample_regs(struct pt_regs *regs,
+			     const struct pvperf_sample *rec, bool exact)
+{
+	if (exact)
+		pvperf_copy_gprs(regs, rec);
+	regs->pc = rec->ip;
+	regs->pstate &= ~PSR_MODE_MASK;
+	if (rec->mode == PVPERF_MODE_USER) {
+		regs->pstate |= PSR_MODE_EL0t;
+	} else {
+		regs->pstate |= PSR_MODE_EL1h;
+		if (!exact)
+			regs->regs[29] = 0;
+	}
+}
+
+/* ----------------------------------------------------------------------
+ * The overflow interrupt: not yet
+ *
+ * virt has no NMI and Debian's kernel no pseudo-NMI; the interrupt will be
+ * an ivshmem-doorbell MSI-X vector (docs/aarch64.md).  Until then there is
+ * none: -EOPNOTSUPP tells the generic code to refuse sampling events, so
+ * perf record fails at once instead of waiting for samples.
+ */
+
+int pvperf_arch_overflow_irq_register(pvperf_overflow_handler_fn handler)
+{
+	pr_info("no overflow interrupt on arm64 yet: counting only, sampling events are refused\n");
+	return -EOPNOTSUPP;
+}
+
+void pvperf_arch_overflow_irq_unregister(void)
+{
+}
+
+/* ----------------------------------------------------------------------
+ * Page faults
+ *
+ * arm64 has no exceptions:page_fault_* tracepoints, and its fault path is
+ * not kprobe-able.  do_page_fault() does count every fault it handles as
+ * the software event PERF_COUNT_SW_PAGE_FAULTS, with the faulting
+ * context's registers: a kernel counter on it with period 1 on every CPU
+ * calls its overflow handler with the faulting instruction's pc and mode.
+ * The handler runs in the fault's own context, before the fault is
+ * resolved, so the report comes before the instruction runs again.  (The
+ * arm64 entry code has already unmasked IRQs at that point; a preempting
+ * ENABLE or DISABLE on this CPU would come between fault and report.)
+ */
+
+static DEFINE_PER_CPU(struct perf_event *, pvperf_fault_event);
+static pvperf_fault_report_fn pvperf_fault_report;
+
+/*
+ * An instruction abort reports the fetched address, which is the pc: TCG
+ * counted nothing for it.  A data access to the very word at pc cannot
+ * fault (the page was just fetched from), so the test is exact enough.
+ */
+static void pvperf_fault_overflow(struct perf_event *event,
+				  struct perf_sample_data *data,
+				  struct pt_regs *regs)
+{
+	if (data->addr == instruction_pointer(regs))
+		return;
+	pvperf_fault_report(instruction_pointer(regs), user_mode(regs));
+}
+
+static struct perf_event_attr pvperf_fault_attr = {
+	.type = PERF_TYPE_SOFTWARE,
+	.size = sizeof(struct perf_event_attr),
+	.config = PERF_COUNT_SW_PAGE_FAULTS,
+	.sample_period = 1,
+	.sample_type = PERF_SAMPLE_ADDR,
+	.pinned = 1,
+};
+
+static void pvperf_fault_events_release(void)
+{
+	int cpu;
+
+	for_each_possible_cpu(cpu) {
+		struct perf_event *event = per_cpu(pvperf_fault_event, cpu);
+
+		if (event)
+			perf_event_release_kernel(event);
+		per_cpu(pvperf_fault_event, cpu) = NULL;
+	}
+}
+
+/*
+ * One counter per online CPU; CPUs are not expected to come and go while
+ * the driver is loaded (the launcher boots them all), so hotplug is not
+ * followed.
+ */
+int pvperf_arch_fault_hook_register(pvperf_fault_report_fn report)
+{
+	int cpu;
+
+	pvperf_fault_report = report;
+	cpus_read_lock();
+	for_each_online_cpu(cpu) {
+		struct perf_event *event;
+
+		event = perf_event_create_kernel_counter(&pvperf_fault_attr,
+							 cpu, NULL,
+							 pvperf_fault_overflow,
+							 NULL);
+		if (IS_ERR(event)) {
+			cpus_read_unlock();
+			pr_err("page-fault counter on CPU %d: %ld: counts would not be exact\n",
+			       cpu, PTR_ERR(event));
+			pvperf_fault_events_release();
+			return PTR_ERR(event);
+		}
+		per_cpu(pvperf_fault_event, cpu) = event;
+	}
+	cpus_read_unlock();
+	return 0;
+}
+
+/*
+ * perf_event_release_kernel() removes the counter from its CPU with an IPI
+ * and waits: no overflow handler can still be running afterwards.
+ */
+void pvperf_arch_fault_hook_unregister(void)
+{
+	pvperf_fault_events_release();
+}
