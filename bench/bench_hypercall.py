@@ -14,7 +14,7 @@
 
 guest - service is what the guest side (TCG, plugin, a C client instead of
 a Python one) adds; service - echo is the Python backend's own cost.
-Target (issue 3): guest p50 <= 50 us.  Rounds alternate the three.
+Target: guest p50 <= 50 us.  Rounds alternate the three.
 
   .venv/bin/python bench/bench_hypercall.py [--count 20000] [--rounds 3]
 """

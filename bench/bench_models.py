@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Model overhead: the cache and branch-predictor models against plain
-TCG, QEMU's contrib cache plugin and cachegrind, in one run (issue 12).
+TCG, QEMU's contrib cache plugin and cachegrind, in one run.
 
 Each configuration boots the default image and times the same guest
 program with perf stat's task-clock (a software event), REPS times per

@@ -55,7 +55,7 @@
 #define PVPERF_OP_ENABLE		3
 #define PVPERF_OP_DISABLE		4
 #define PVPERF_OP_READ			5
-/* Extensions (not in the seed): versioned by PVPERF_ABI_VERSION. */
+/* Extensions to the 2010 KVM interface: versioned by PVPERF_ABI_VERSION. */
 #define PVPERF_OP_PROBE			0x100	/* ret = PVPERF_ABI_VERSION */
 #define PVPERF_OP_FAULT			0x101	/* args: fault ip, PVPERF_MODE_* */
 /*

@@ -1,4 +1,4 @@
-"""Callchains of an ordinary -O2 program against callgrind (issue 14).
+"""Callchains of an ordinary -O2 program against callgrind.
 
 ``calltree`` (tests/guest_programs/calltree.c) is a dynamically linked
 -O2 C program with a known call tree: main -> work_a -> work_b, main ->

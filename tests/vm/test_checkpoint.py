@@ -1,4 +1,4 @@
-"""Checkpoints (issue 15, item 5): `pvperf run --checkpoint DIR
+"""Checkpoints: `pvperf run --checkpoint DIR
 --checkpoint-on-output TEXT` saves a guest in the middle of `perf stat`
 and `perf record`, `pvperf restore DIR` resumes it, and the counts and
 samples that come out span both runs exactly.  The checkpoint waits for

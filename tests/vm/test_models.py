@@ -1,4 +1,4 @@
-"""The cache and branch-predictor models against cachegrind (issue 12).
+"""The cache and branch-predictor models against cachegrind.
 
 ``pvperf run --cachegrind-compat`` with cachegrind's geometry strings, and
 the guest's stock ``perf stat`` on tests/guest_programs/memwalk (streaming,

@@ -1,4 +1,4 @@
-"""Registers at the overflowing instruction (issue 10, item 5).
+"""Registers at the overflowing instruction.
 
 Samples of events that ask for registers (-I, --user-regs, -g,
 --call-graph dwarf) carry the general-purpose registers as they were just

@@ -1,4 +1,4 @@
-"""Kill-anything soak (issue 15 item 3).
+"""Kill-anything soak.
 
 Cycles of `pvperf stat` and `pvperf profile` runs, each killed at a random
 moment (seeded; the seed is printed, PVPERF_SOAK_SEED replays it) in one

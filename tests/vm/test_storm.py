@@ -1,6 +1,5 @@
 """Opt-in, long: a guest that keeps the PMU as busy as it can for ten
-minutes leaves the host service's memory flat and its CPU bounded
-(issue 15, item 4).
+minutes leaves the host service's memory flat and its CPU bounded.
 
 Two vCPUs, for PVPERF_STORM_S seconds (default 600):
 

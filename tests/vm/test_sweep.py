@@ -1,4 +1,4 @@
-"""`pvperf sweep` (issue 13 item 3): experiment matrices on Ray.
+"""`pvperf sweep`: experiment matrices on Ray.
 
 Unit checks of the matrix (expansion, ids, one-line refusals), then real
 sweeps.  References are independent of pvperf: valgrind's Ir of each

@@ -1,5 +1,5 @@
 """`pvperf run --kernel PATH [--kernel-build DIR]`: the user's own kernel
-with the image's userland (issue 14, item 3).
+with the image's userland.
 
 A kernel that lacks what the image's /init needs built in is refused
 before anything starts, in one line naming the missing CONFIG_ options;

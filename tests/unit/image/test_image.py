@@ -724,7 +724,7 @@ def _sh(cmd: str, path: Path) -> subprocess.CompletedProcess:
 
 
 def test_smoke_boot_refuses_an_image_without_addr2line(tmp_path):
-    """perf report dies of SIGPIPE without addr2line (issue 14): the test
+    """perf report dies of SIGPIPE without addr2line: the test
     boot's command stops with exit 3 and a tagged line when it is
     missing or does not run, and goes on when it runs."""
     cmd = smoke.HELPER_CHECK + " && echo went-on"
