@@ -25,7 +25,7 @@ RECIPE = REPO / "docs" / "ci" / "pvperf-gate.yml"
 MAKEFILE = """CFLAGS := -O2 -static -nostdlib -fno-pic -no-pie \\
 	-fno-stack-protector -fcf-protection=none \\
 	-fno-asynchronous-unwind-tables
-loop: loop.c freestanding.h
+loop: loop.c freestanding.h freestanding_args.h
 \t$(CC) $(CFLAGS) -o $@ $<
 """
 LOOP = r'asm volatile("1: dec %0\n\tjnz 1b"'
@@ -34,7 +34,8 @@ MORE = r'asm volatile("1: nop\n\tdec %0\n\tjnz 1b"'
 
 def source_tree(path, change: bool):
     path.mkdir()
-    shutil.copy(PROGRAMS / "freestanding.h", path)
+    for header in ("freestanding.h", "freestanding_args.h"):
+        shutil.copy(PROGRAMS / header, path)
     text = (PROGRAMS / "loop.c").read_text()
     if change:
         assert LOOP in text
