@@ -373,7 +373,7 @@ def test_sweep_on_a_cluster_runs_on_both_nodes_like_a_local_one(
     for cell, counts in got.items():
         assert counts.keys() == local[cell].keys(), cell
         assert counts["instructions:u"] == local[cell]["instructions:u"]
-        assert abs(counts["L1-dcache-load-misses"] -
-                   local[cell]["L1-dcache-load-misses"]) <= 1, cell
+        assert abs(counts["L1-dcache-load-misses:u"] -
+                   local[cell]["L1-dcache-load-misses:u"]) <= 1, cell
     # (the cluster's own files go with it, after the test)
     assert [p for p in leftovers() if p != str(cluster_files)] == []
