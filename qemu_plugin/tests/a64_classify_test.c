@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "target_check.h"
 
 extern const struct arch arch_aarch64;
 
@@ -171,17 +172,10 @@ static int check_targets(void)
 
 	for (size_t i = 0; i < G_N_ELEMENTS(t); i++) {
 		struct cls_insn in = insn_of(t[i].word, 0x401000);
-		uint64_t target = 0;
-		bool direct = arch_aarch64.cond_target(in.bytes, in.len,
-						       0x401000, &target);
 
-		if (direct != t[i].direct ||
-		    (direct && target != t[i].target)) {
-			printf("FAIL %s: %d %#" G_GINT64_MODIFIER "x, want "
-			       "%d %#" G_GINT64_MODIFIER "x\n", t[i].name,
-			       direct, target, t[i].direct, t[i].target);
-			fails++;
-		}
+		fails += check_cond_target(&arch_aarch64, t[i].name, in.bytes,
+					   in.len, 0x401000, t[i].direct,
+					   t[i].target);
 	}
 	return fails;
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "target_check.h"
 
 extern const struct arch arch_x86_64;
 
@@ -102,19 +103,10 @@ static int check_targets(void)
 	int fails = 0;
 
 	G_STATIC_ASSERT(G_N_ELEMENTS(t) == N_TARGET_CASES);
-	for (size_t i = 0; i < G_N_ELEMENTS(t); i++) {
-		uint64_t target = 0;
-		bool direct = arch_x86_64.cond_target(t[i].bytes, t[i].len,
-						      0x401000, &target);
-
-		if (direct != t[i].direct ||
-		    (direct && target != t[i].target)) {
-			printf("FAIL %s: %d %#" G_GINT64_MODIFIER "x, want "
-			       "%d %#" G_GINT64_MODIFIER "x\n", t[i].name,
-			       direct, target, t[i].direct, t[i].target);
-			fails++;
-		}
-	}
+	for (size_t i = 0; i < G_N_ELEMENTS(t); i++)
+		fails += check_cond_target(&arch_x86_64, t[i].name, t[i].bytes,
+					   t[i].len, 0x401000, t[i].direct,
+					   t[i].target);
 	return fails;
 }
 
