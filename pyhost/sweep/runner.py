@@ -17,7 +17,9 @@ State on disk, so that a re-run skips what is done:
   result.json  `pvperf stat --json`'s schema-1 record (pyhost/results.py)
   log.txt      the run's stdout and stderr
 A failed cell is run again by the next sweep; a cell interrupted midway
-has no cell.json and is run again too.
+has no cell.json and is run again too.  A cell whose Ray worker or node
+dies under it is started again at once on a node still alive (at most
+NODE_LOSS_RETRIES times): losing a node costs only its running cells.
 
 The table, OUTPUT/results.csv and OUTPUT/results.parquet: one row per
 cell and event (cell, id, workload, command, model, smp, qemu, the
@@ -73,6 +75,10 @@ class Outcome:
 
 
 # -- one cell (runs in a Ray worker) ------------------------------------------
+
+# How often a cell is started again after losing its worker or node.
+NODE_LOSS_RETRIES = 2
+
 
 def _die_with_parent() -> None:
     """preexec_fn: SIGTERM when the Ray worker dies (the sweep was
@@ -180,7 +186,11 @@ def _run_on_ray(todo: list[Cell], cells_dir: Path, parallel: int,
     try:
         _start_ray(address, parallel, run_dir)
         try:
-            task = ray.remote(num_cpus=1, max_retries=0)(run_cell)
+            # max_retries counts system failures only (the worker or its
+            # node died), never a cell that failed: a cell lost with its
+            # node runs again on another; run_cell starts afresh.
+            task = ray.remote(num_cpus=1, max_retries=NODE_LOSS_RETRIES)(
+                run_cell)
             pending = {task.remote(c, cells_dir / c.dirname): c
                        for c in todo}
             out = []
