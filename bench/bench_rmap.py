@@ -79,7 +79,7 @@ COMPARE = {"hotcold": (None, "./hotcold 300000"),
 def make_vm(cfg: VMConfig, config: str, outdir: Path) -> VM:
     if config == "plain":
         return VM(cfg)
-    task = prof.guest_task_layout(cfg.image) if config == "rmap" else None
+    task = prof.guest_task_layout(cfg.image, cfg.arch) if config == "rmap" else None
     return prof.ProfiledVM(cfg, outdir, task, plugin=config == "rmap",
                            verbose=config == "rmap")
 
