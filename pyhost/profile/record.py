@@ -1,23 +1,23 @@
 """System-wide profile of QEMU and its guest, step 1: record.
 
-record:  boot the guest under plain TCG (the paravirtual PMU is not
-         needed) with QEMU's ``-jitdump`` (``jit-<qemu pid>.dump`` in the
-         output directory: QEMU writes it into its current directory, so
-         QEMU starts there through ``env -C``) and the translation-time
-         plugin ``qemu_plugin/pvperf-rmap.so`` (per TB its guest code
-         bytes and the translating address space; the CR3 timeline with
-         the guest task behind every address-space switch, named through
-         offsets from the guest kernel's BTF, kernel_layout.py), and sample
-         the QEMU process with the host's ``perf record -e cpu-clock -k
-         mono --call-graph dwarf -p <qemu pid>`` (a software event:
-         hardware events are not supported on these hosts).  The guest
-         runs CMD under a small shell wrapper that waits for a ``go`` file
-         in the share (created once perf runs), snapshots the maps and
-         comm of every guest process (one busybox grep, 0.1 s after the
-         start, then every second: processes living less than that have
-         none), writes ``done`` when CMD exits and only then captures the
-         module lines of /proc/kallsyms.  Samples outside [go, done] (host
-         CLOCK_MONOTONIC) are dropped.
+record:  boot the guest under plain TCG (the paravirtual PMU is not needed)
+         with QEMU's ``-jitdump`` (``jit-<qemu pid>.dump`` in the output
+         directory: QEMU writes it into its current directory, so QEMU
+         starts there through ``env -C``) and the translation-time plugin
+         ``qemu_plugin/pvperf-rmap.so`` (per TB its guest code bytes and
+         the translating address space; the timeline of address spaces with
+         the guest task behind every switch, named through offsets from the
+         guest kernel's BTF, kernel_layout.py), and sample the QEMU process
+         with the host's ``perf record -e cpu-clock -k mono --call-graph
+         dwarf -p <qemu pid>`` (a software event: hardware events are not
+         supported on these hosts).  The guest runs CMD under a small shell
+         wrapper that waits for a ``go`` file in the share (created once
+         perf runs), snapshots the maps and comm of every guest process
+         (one busybox grep, 0.1 s after the start, then every second:
+         processes living less than that have none), writes ``done`` when
+         CMD exits and only then captures the module lines of
+         /proc/kallsyms.  Samples outside [go, done] (host CLOCK_MONOTONIC)
+         are dropped.
 With ``perfmap=True`` QEMU also writes ``-perfmap`` (/tmp/perf-PID.map,
 moved into the output directory when QEMU is gone) for resolve.py's
 comparison.  The raw data is a ``Recording``; resolve.py turns it into a
