@@ -92,6 +92,9 @@ class Arch:
     capstone: tuple[str, str]
     # host profiles: naming the guest task behind an address-space switch
     task_path: TaskPathFn
+    # bytes of a lazy-binding PLT stub (after the PLT's header), to name
+    # samples in the stubs NAME@plt
+    plt_entry: int
 
     def is_kernel(self, guestpc: int) -> bool:
         """Is ``guestpc`` in the guest kernel's half of the address space?"""

@@ -107,4 +107,6 @@ ARCH = Arch(
     dynamic_loader="/lib/ld-linux-aarch64.so.1",
     capstone=("CS_ARCH_ARM64", "CS_MODE_ARM"),
     task_path=task_path,
+    # a 32-byte header then 16-byte stubs: adrp, ldr, add, br x17
+    plt_entry=16,
 )

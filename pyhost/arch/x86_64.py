@@ -140,4 +140,6 @@ ARCH = Arch(
     dynamic_loader="/lib64/ld-linux-x86-64.so.2",
     capstone=("CS_ARCH_X86", "CS_MODE_64"),
     task_path=task_path,
+    # PLT0 (16 bytes) then 16-byte stubs: jmp *GOT; push n; jmp PLT0
+    plt_entry=16,
 )

@@ -111,7 +111,10 @@ class Resolver:
                 ) -> tuple[int | None, str]:
         if space is None or space.tgid is None:
             return None, ""
-        return space.tgid, space.comm or self.comms.get(space.tgid, "")
+        # The maps snapshots' comm first: the switch into a new program's
+        # address space (exec_mmap) comes before exec renames the task,
+        # so its record carries the old name (the shell's).
+        return space.tgid, self.comms.get(space.tgid) or space.comm
 
     def place(self, tr: rmap_mod.Translation,
               space: rmap_mod.AspaceEvent | None) -> Placement:
@@ -232,7 +235,8 @@ def build_resolver(rec: Recording, image, modsyms: str, share: Path,
     return Resolver(
         rmap=read_reverse_map(rec),
         kernel=kernel_symbols(image.system_map.read_text(), modsyms),
-        user=GuestUserSymbols(image.root, share, maps, extra_elves),
+        user=GuestUserSymbols(image.root, share, maps, extra_elves,
+                              rec.arch.plt_entry),
         host=HostSymbols(), code_cache=code_cache_ranges(rec.qemu_maps),
         comms=comms)
 
