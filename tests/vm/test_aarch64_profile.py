@@ -104,8 +104,16 @@ def test_hotcold_matches_the_analytic_split(share, tmp_path):
               and s["space"] == "guest-kernel"]
     assert kernel and all(not s["symbol"].startswith("[guest kernel")
                           for s in kernel)
-    # the guest listing is arm64 code
-    assert "subs" in (out / "annotate.txt").read_text()
+    # the guest listing is arm64 code, and `pvperf report` renders the
+    # session again the same (it reads the guest's architecture from it)
+    recorded = {f: (out / f).read_text() for f in ("report.txt",
+                                                   "annotate.txt")}
+    assert "subs" in recorded["annotate.txt"]
+    for f in recorded:
+        (out / f).unlink()
+    r = run_pvperf(["report", str(out)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert {f: (out / f).read_text() for f in recorded} == recorded
     print(f"aarch64 hotcold: {100 * rate:.1f}% of code-cache samples "
           f"resolved, hot/(hot+cold) {100 * share_hot:.1f}% (analytic "
           f"{100 * reference:.2f}%), {len(kernel)} guest-kernel samples")
