@@ -278,10 +278,26 @@ def test_plugin_and_jitdump_in_real_qemu(tmp_path):
     assert {t.page_table_base for t in trs} == {0}
 
 
-@pytest.mark.parametrize("opt, word", [("bogus=1", "bogus"),
-                                       ("task=1:2:3", "task"),
-                                       ("task=0x1:2:3:4:5:zz", "task")])
+@pytest.mark.parametrize("opt, word", [
+    ("bogus=1", "bogus"), ("task=1:2:3", "task"),
+    ("task=0x1:2:3:4:5:zz", "task"),
+    ("task=1/2/3/4/5/6/7/8/9:2:3:4:5:6", "task"),     # path too long
+    ("task=1//2:2:3:4:5:6", "task"), ("task=:2:3:4:5:6", "task"),
+    ("task=1:2:3:4:5:@", "task")])
 def test_plugin_rejects_bad_options(tmp_path, opt, word):
     r = run_firmware(tmp_path, 20.0, f"out={tmp_path / 'x'}", opt,
                      sig=signal.SIGKILL)
     assert r.returncode != 0 and word in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("task", ["0x31c40:0x54c:0x778:0x4b8:0x38:@0x8f00",
+                                  "0xf8/0x130/0x960:0x54c:0x778:0x4b8:0x38:"
+                                  "0xfffeffffc0000000"])
+def test_plugin_takes_either_way_to_the_task(tmp_path, task):
+    """task= as pyhost/arch writes it: a one-step path and the linear
+    base's address (x86_64), or a three-step path and the base itself."""
+    out = tmp_path / "fw.rmap"
+    r = run_firmware(tmp_path, 1.0, f"out={out}", f"task={task}",
+                     "verbose=on")
+    assert "0 write errors" in r.stderr, r.stderr
+    assert rmap.read_records(out).names_tasks
