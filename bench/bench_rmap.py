@@ -8,12 +8,12 @@ same guest workload:
   plain     no plugin, no jitdump (plain TCG, as `pvperf run --no-pmu`)
   jitdump   QEMU's -jitdump only (one record per TB, with its host code)
   rmap      -jitdump + pvperf-rmap.so with task=: what `pvperf profile`
-            records (translation-time records, CR3 timeline callbacks)
+            records (translation-time records, address-space switch callbacks)
 
 Three timings per boot: the workload's task-clock from the guest's own
 `perf stat -e task-clock` (a software event: guest time, which under TCG
 without -icount follows host time; steady state, where TBs are mostly
-translated already and the plugin only runs at CR3 writes); the boot time
+translated already and the plugin only runs at address-space switches); the boot time
 on the host, QEMU's start to the guest's READY on the control port
 (translation-bound: about 100,000 TBs, every one recorded twice); and the
 host CPU time (user + system) QEMU used over its whole life, boot,
@@ -21,7 +21,7 @@ workload and power-off (getrusage(RUSAGE_CHILDREN) around the run: QEMU
 is our child, reaped by pexpect), which other tenants' load inflates far
 less than the two wall-clock figures.  For rmap it also prints the
 plugin's own time in its callbacks (its verbose summary: clock_gettime
-around tb_trans and the CR3 callback) as a share of QEMU's CPU time: a
+around tb_trans and the switch callback) as a share of QEMU's CPU time: a
 noise-free lower bound of the plugin's cost (the jitdump's is QEMU's).
 Target: rmap <= 1.05x plain.  Configurations alternate within each round,
 and each round starts one configuration later than the one before, so a
@@ -71,7 +71,7 @@ WORKLOADS = {"hotcold": "./hotcold 600000",
              "busybox": "sh -c 'i=0; while [ $i -lt 60 ]; do "
                         "md5sum /bin/busybox >/dev/null; i=$((i+1)); done'"}
 CONFIGS = ("plain", "jitdump", "rmap")
-PLUGIN_TIME_RE = re.compile(r"([\d.]+) s in tb_trans, ([\d.]+) s in cr3")
+PLUGIN_TIME_RE = re.compile(r"([\d.]+) s in tb_trans, ([\d.]+) s in switch")
 COMPARE = {"hotcold": (None, "./hotcold 300000"),
            "codechurn": (16, "./codechurn 200000 10000")}
 
@@ -79,7 +79,7 @@ COMPARE = {"hotcold": (None, "./hotcold 300000"),
 def make_vm(cfg: VMConfig, config: str, outdir: Path) -> VM:
     if config == "plain":
         return VM(cfg)
-    task = prof.guest_task_layout(cfg.image) if config == "rmap" else None
+    task = prof.guest_task_layout(cfg.image, cfg.arch) if config == "rmap" else None
     return prof.ProfiledVM(cfg, outdir, task, plugin=config == "rmap",
                            verbose=config == "rmap")
 

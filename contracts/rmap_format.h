@@ -6,17 +6,21 @@
  * parses this header and compares.
  *
  * The file is one half of the reverse map.  The other half is QEMU's own
- * jitdump (qemu-system-x86_64 -jitdump, tcg/perf.c): a timestamped
+ * jitdump (qemu-system-ARCH -jitdump, tcg/perf.c): a timestamped
  * JIT_CODE_LOAD record per TB with its host code address and size, its
  * guest vaddr (the name "guest-0x...") and the thread that translated it.
  * This file adds what the jitdump lacks, per TB at translation time: the
- * guest instruction sizes and bytes, kernel/user and the CR3 live on the
- * translating vCPU; and at run time the address-space timeline (every
- * guest write to CR3, per vCPU, with the task it switches to).
+ * guest instruction sizes and bytes, kernel/user and the page-table base
+ * live on the translating vCPU; and at run time the address-space timeline
+ * (every guest write of the user page-table base, per vCPU, with the task
+ * it switches to).
  *
- * Index spaces: a "guestpc" is a guest virtual address; "cr3" the guest
- * physical address of a top-level page table (CR3 with the PCID and flag
- * bits masked: bits 12..51); a "vcpu" QEMU's cpu_index; a "tid" a host
+ * Index spaces: a "guestpc" is a guest virtual address; a
+ * "page_table_base" the guest physical address of the top-level page
+ * table that names a user address space, with the architecture's tag and
+ * flag bits masked (the plugin's arch file says which register and bits:
+ * x86_64 CR3 bits 12..51, without PCID; aarch64 TTBR0_EL1 bits 12..47,
+ * without the ASID and CnP); a "vcpu" QEMU's cpu_index; a "tid" a host
  * thread id (gettid(), what the jitdump's JIT_CODE_LOAD.tid and host perf
  * samples carry); a "tgid" a guest process id.
  *
@@ -24,7 +28,8 @@
  * with struct rmap_rec_header; `size` is the whole record in bytes, a
  * multiple of 8, so a reader can skip unknown types.  `monotonic_ns` is
  * host CLOCK_MONOTONIC, the clock of the jitdump (QEMU's get_clock()) and
- * of `perf record -k mono`.  Little-endian (x86 host).  Records of one
+ * of `perf record -k mono`.  Little-endian (the host's order; every guest
+ * pvperf knows is little-endian too).  Records of one
  * host thread appear in time order; threads interleave.  A file cut short
  * (QEMU killed) ends in the middle of a record: readers stop at the last
  * whole one.
@@ -37,9 +42,10 @@
  * RMAP_REC_FLUSH, at every code-cache flush (tb_flush, after the code
  *   buffer was reset): no body.  Code-cache addresses may be reused after.
  * RMAP_REC_VCPU, at each vCPU's init, on its own thread: its vcpu and tid.
- * RMAP_REC_CR3, before each executed `mov %reg,%cr3` in kernel code: the
- *   value written, the vCPU, and (with the plugin's task= option) the tgid
- *   and comm of the task the CPU switches to, or RMAP_NO_PID.
+ * RMAP_REC_ASPACE, before each executed write of the page-table base in
+ *   kernel code (x86_64 `mov %reg,%cr3`, aarch64 `msr ttbr0_el1, xN`):
+ *   the base written, the vCPU, and (with the plugin's task= option) the
+ *   tgid and comm of the task the CPU switches to, or RMAP_NO_PID.
  */
 #ifndef PVPERF_RMAP_FORMAT_H
 #define PVPERF_RMAP_FORMAT_H
@@ -52,14 +58,14 @@
 #define RMAP_REC_TB		1
 #define RMAP_REC_FLUSH		2
 #define RMAP_REC_VCPU		3
-#define RMAP_REC_CR3		4
+#define RMAP_REC_ASPACE		4
 
 /* rmap_file_header.flags */
-#define RMAP_FILE_TASKS		0x1	/* CR3 records name tasks (task=) */
+#define RMAP_FILE_TASKS		0x1	/* ASPACE records name tasks (task=) */
 
 /* rmap_tb.flags */
 #define RMAP_TB_KERNEL		0x1	/* guestpc in the kernel half */
-#define RMAP_TB_CR3_VALID	0x2	/* cr3 was read at translation */
+#define RMAP_TB_BASE_VALID	0x2	/* page_table_base was read */
 
 #define RMAP_NO_PID		UINT32_MAX
 #define RMAP_COMM_LEN		16	/* the kernel's TASK_COMM_LEN */
@@ -82,7 +88,7 @@ struct rmap_rec_header {
 
 struct rmap_tb {
 	uint64_t guestpc;	/* vaddr of the first instruction */
-	uint64_t cr3;		/* masked CR3 of the translating vCPU */
+	uint64_t page_table_base;	/* of the translating vCPU */
 	uint32_t tid;		/* host thread that translated */
 	uint32_t n_insns;
 	uint32_t n_bytes;
@@ -94,9 +100,9 @@ struct rmap_vcpu {
 	uint32_t tid;
 };
 
-struct rmap_cr3 {
-	uint64_t cr3;		/* masked value written */
-	uint64_t guestpc;	/* of the mov to CR3 */
+struct rmap_aspace {
+	uint64_t page_table_base;	/* the masked value written */
+	uint64_t guestpc;	/* of the writing instruction */
 	uint32_t vcpu;
 	uint32_t tgid;		/* RMAP_NO_PID: unknown */
 	char comm[RMAP_COMM_LEN];	/* NUL-padded; empty if unknown */
@@ -106,6 +112,6 @@ _Static_assert(sizeof(struct rmap_file_header) == 32, "file header");
 _Static_assert(sizeof(struct rmap_rec_header) == 16, "record header");
 _Static_assert(sizeof(struct rmap_tb) == 32, "rmap_tb");
 _Static_assert(sizeof(struct rmap_vcpu) == 8, "rmap_vcpu");
-_Static_assert(sizeof(struct rmap_cr3) == 40, "rmap_cr3");
+_Static_assert(sizeof(struct rmap_aspace) == 40, "rmap_aspace");
 
 #endif

@@ -41,6 +41,25 @@ class BootKernel:
 
 
 @dataclass(frozen=True)
+class TaskPath:
+    """How pvperf-rmap.so finds the task a CPU switches to, at the write
+    of the page-table base (qemu_plugin/rmap/rmap.c, option task=): from
+    the register its arch file names, ``path`` offsets to follow
+    (v = *(v + off) each), and the linear map's ``linear`` base: a number
+    (a table's physical address is its pgd pointer minus it) or "@ADDR",
+    the address where the kernel keeps it."""
+    path: tuple[int, ...]
+    linear: str
+
+
+# (offset of a member in a struct, by the kernel's BTF; address of a
+# symbol, by System.map) -> TaskPath.  Either raises when the kernel
+# lacks what the architecture needs.
+TaskPathFn = Callable[[Callable[[str, str], int], Callable[[str], int]],
+                      TaskPath]
+
+
+@dataclass(frozen=True)
 class Arch:
     name: str                    # platform.machine() of hosts it runs on
     # QEMU
@@ -71,6 +90,11 @@ class Arch:
     dynamic_loader: str          # ld.so of dynamically linked programs
     # disassembly (annotate): capstone's CS_ARCH_* and CS_MODE_* names
     capstone: tuple[str, str]
+    # host profiles: naming the guest task behind an address-space switch
+    task_path: TaskPathFn
+    # bytes of a lazy-binding PLT stub (after the PLT's header), to name
+    # samples in the stubs NAME@plt
+    plt_entry: int
 
     def is_kernel(self, guestpc: int) -> bool:
         """Is ``guestpc`` in the guest kernel's half of the address space?"""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 
-from . import Arch, BootKernel, UnbootableKernel
+from . import Arch, BootKernel, TaskPath, UnbootableKernel
 
 # The arm64 boot protocol's Image header (Documentation/arm64/booting.rst):
 # magic "ARM\x64" at 0x38, little-endian; text_offset at 8, image_size at 16.
@@ -52,6 +52,32 @@ def boot_entry(vmlinux: bytes) -> int | None:
     return open_elf(vmlinux).header["e_entry"]
 
 
+# Linux 6.1, 4K pages, VA_BITS 48 (Debian's arm64 config): the linear map
+# starts at PAGE_OFFSET = -(1 << 48), at physical address PHYS_OFFSET =
+# memstart_addr, which without KASLR's linear-map randomisation (pvperf
+# profile boots nokaslr) is the start of RAM rounded down to
+# ARM64_MEMSTART_ALIGN (1 GiB with 4K pages: PUD_SHIFT).  A table's
+# physical address is its pgd pointer - PAGE_OFFSET + PHYS_OFFSET.
+PAGE_OFFSET = 0xFFFF000000000000
+MEMSTART_ALIGN = 1 << 30
+RAM_BASE = 0x40000000
+
+
+def task_path(member_offset, symbol) -> TaskPath:
+    """From SP_EL0 (``current``, still the task switched from when the
+    TTBR0 write runs): current->se.cfs_rq->rq->curr, the task switched to
+    (CONFIG_FAIR_GROUP_SCHED).  Debian's arm64 kallsyms has no data
+    symbols (no CONFIG_KALLSYMS_ALL): no ``runqueues``, no
+    ``memstart_addr``, so the path starts from a register and the linear
+    map's base is a constant."""
+    linear = (PAGE_OFFSET - (RAM_BASE & -MEMSTART_ALIGN)) % (1 << 64)
+    return TaskPath(
+        path=(member_offset("task_struct", "se")
+              + member_offset("sched_entity", "cfs_rq"),
+              member_offset("cfs_rq", "rq"), member_offset("rq", "curr")),
+        linear=f"{linear:#x}")
+
+
 ARCH = Arch(
     name="aarch64",
     qemu="qemu-system-aarch64",
@@ -71,7 +97,7 @@ ARCH = Arch(
     kernel_half_start=0xFFFF000000000000,
     # virt's RAM starts at 1 GiB, one contiguous range (checked both ways
     # through the RAM file, docs/aarch64.md section 4).
-    ram_base=0x40000000,
+    ram_base=RAM_BASE,
     boot_kernel=boot_kernel,
     extract_vmlinux=extract_vmlinux,
     boot_entry=boot_entry,
@@ -80,4 +106,7 @@ ARCH = Arch(
     default_recipe="aarch64",
     dynamic_loader="/lib/ld-linux-aarch64.so.1",
     capstone=("CS_ARCH_ARM64", "CS_MODE_ARM"),
+    task_path=task_path,
+    # a 32-byte header then 16-byte stubs: adrp, ldr, add, br x17
+    plt_entry=16,
 )

@@ -11,7 +11,7 @@ import struct
 import zlib
 
 from ..elf import ELF_MAGIC, first_load_vaddr, open_elf
-from . import Arch, BootKernel, UnbootableKernel
+from . import Arch, BootKernel, TaskPath, UnbootableKernel
 
 _XZ_MAGIC = bytes.fromhex("fd377a585a00")
 _GZ_MAGIC = b"\x1f\x8b\x08"
@@ -97,6 +97,15 @@ def boot_kernel(vmlinuz: bytes) -> BootKernel:
                       ("_text", first_load_vaddr(elf)))
 
 
+def task_path(member_offset, symbol) -> TaskPath:
+    """runqueues.curr of this CPU from the kernel GS base (the per-cpu
+    base; ``runqueues`` is a per-cpu offset in System.map); tables are in
+    the linear map at page_offset_base (randomised by KASLR, so read)."""
+    return TaskPath(
+        path=(symbol("runqueues") + member_offset("rq", "curr"),),
+        linear=f"@{symbol('page_offset_base'):#x}")
+
+
 ARCH = Arch(
     name="x86_64",
     qemu="qemu-system-x86_64",
@@ -130,4 +139,7 @@ ARCH = Arch(
     default_recipe="default",
     dynamic_loader="/lib64/ld-linux-x86-64.so.2",
     capstone=("CS_ARCH_X86", "CS_MODE_64"),
+    task_path=task_path,
+    # PLT0 (16 bytes) then 16-byte stubs: jmp *GOT; push n; jmp PLT0
+    plt_entry=16,
 )

@@ -3,7 +3,7 @@
   record         boot with the reverse-map recorders, sample QEMU (Recording)
   hostperf       the host's perf: record, script, lost samples, report
   kernel_layout  guest task_struct offsets from BTF (pvperf-rmap.so task=)
-  rmap           the reverse map: code-cache address -> guest code, CR3s
+  rmap           the reverse map: code-cache address -> guest code, address spaces
   procmaps       /proc/PID/maps lines, parsed once
   symbols        guest kernel, guest user and emulator symbolizers
   resolve        Recording -> session: every sample's space and function

@@ -1,19 +1,24 @@
 """Where the guest kernel keeps the running task: offsets for pvperf-rmap.so.
 
-The reverse-map plugin names the task behind every guest CR3 write (see
-qemu_plugin/rmap/rmap.c, option ``task=``) by reading guest kernel memory:
+The reverse-map plugin names the task behind every write of the user
+page-table base (see qemu_plugin/rmap/rmap.c, option ``task=``) by reading
+guest kernel memory:
 
-  gs_base + CURR        this CPU's ``runqueues.curr`` (struct task_struct *)
+  REG, PATH             the task the CPU switches to, from the register
+                        the plugin's arch file names along the
+                        architecture's path (pyhost/arch/: this CPU's
+                        ``rq->curr``, reached from a per-cpu base or
+                        from ``current``)
   task + TGID, + COMM   the process id and name
   task + MM, mm + PGD   its address space, accepted only if ``mm->pgd``
-                        minus ``page_offset_base`` (read at POB) is the CR3
+                        minus the linear map's base is the table written
 
 Nothing here is hard-coded per kernel version: the struct offsets come
-from the guest kernel's own BTF (the ``.BTF`` section of the image's
-vmlinux, CONFIG_DEBUG_INFO_BTF, which Debian enables) and the per-cpu
-offset of ``runqueues`` and the address of ``page_offset_base`` from its
-System.map.  A kernel without them gets no ``task=`` option; the profile
-then names processes by code bytes only (resolve.py).
+from the guest kernel's own BTF (CONFIG_DEBUG_INFO_BTF, which Debian
+enables: the ``.BTF`` section of an ELF vmlinux, or the blob inside a
+flat kernel image, found by its header) and symbols from its System.map.
+A kernel without them gets no ``task=`` option; the profile then names
+processes by code bytes only (resolve.py).
 
 BTF format: linux/include/uapi/linux/btf.h and
 Documentation/bpf/btf.rst: a header, a type section (``struct btf_type``
@@ -21,12 +26,15 @@ records, each followed by kind-specific data) and a string section.
 """
 from __future__ import annotations
 
+import io
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
+from ..arch import Arch
+from ..elf import ELF_MAGIC
 from ..image import sysmap
 
 BTF_MAGIC = 0xEB9F
@@ -119,26 +127,49 @@ class Btf:
 
 @dataclass(frozen=True)
 class TaskLayout:
-    curr: int               # per-cpu offset of runqueues.curr
+    path: tuple[int, ...]   # from the arch's task register to the task
     tgid: int
     comm: int
     mm: int
     pgd: int
-    page_offset_base: int   # address of the variable
+    linear: str             # the linear map's base, or @ADDR of it
 
     def plugin_option(self) -> str:
         """The value of pvperf-rmap.so's task= option."""
-        return ":".join(f"{v:#x}" for v in (
-            self.curr, self.tgid, self.comm, self.mm, self.pgd,
-            self.page_offset_base))
+        return ":".join(["/".join(f"{o:#x}" for o in self.path),
+                         *(f"{v:#x}" for v in (self.tgid, self.comm,
+                                               self.mm, self.pgd)),
+                         self.linear])
+
+
+BTF_HEADER_START = struct.pack("<HBBI", BTF_MAGIC, 1, 0, BTF_HEADER.size)
+
+
+def flat_image_btf(image: bytes) -> bytes:
+    """The BTF blob inside a kernel image that is not ELF (a flat Image
+    is the kernel's memory image, .BTF included): the one place where a
+    version-1 header is followed by a type and a string section that
+    fit the image."""
+    at = image.find(BTF_HEADER_START)
+    while at >= 0:
+        _, _, _, hdr_len, type_off, type_len, str_off, str_len = \
+            BTF_HEADER.unpack_from(image, at)
+        end = at + hdr_len + max(type_off + type_len, str_off + str_len)
+        if type_off == 0 and str_off == type_len and end <= len(image):
+            return image[at:end]
+        at = image.find(BTF_HEADER_START, at + 1)
+    raise LayoutError("no BTF in the kernel image")
 
 
 def vmlinux_btf(vmlinux: Path) -> Btf:
-    with open(vmlinux, "rb") as f:
-        sec = ELFFile(f).get_section_by_name(".BTF")
-        if sec is None:
-            raise LayoutError(f"{vmlinux} has no .BTF section")
-        return Btf(sec.data())
+    """The BTF of the kernel the image boots (ELF or flat)."""
+    data = Path(vmlinux).read_bytes()
+    if not data.startswith(ELF_MAGIC):
+        return Btf(flat_image_btf(data))
+    sec = ELFFile(io.BytesIO(data)).get_section_by_name(".BTF")
+    if sec is None:
+        raise LayoutError(f"{vmlinux} has no .BTF section")
+    return Btf(sec.data())
 
 
 def system_map_symbol(system_map: str, name: str) -> int:
@@ -148,13 +179,12 @@ def system_map_symbol(system_map: str, name: str) -> int:
     return address
 
 
-def task_layout(vmlinux: Path, system_map: str) -> TaskLayout:
+def task_layout(vmlinux: Path, system_map: str, arch: Arch) -> TaskLayout:
     btf = vmlinux_btf(vmlinux)
+    way = arch.task_path(btf.member_offset,
+                         lambda name: system_map_symbol(system_map, name))
     return TaskLayout(
-        curr=system_map_symbol(system_map, "runqueues")
-        + btf.member_offset("rq", "curr"),
-        tgid=btf.member_offset("task_struct", "tgid"),
+        path=way.path, tgid=btf.member_offset("task_struct", "tgid"),
         comm=btf.member_offset("task_struct", "comm"),
         mm=btf.member_offset("task_struct", "mm"),
-        pgd=btf.member_offset("mm_struct", "pgd"),
-        page_offset_base=system_map_symbol(system_map, "page_offset_base"))
+        pgd=btf.member_offset("mm_struct", "pgd"), linear=way.linear)

@@ -1,23 +1,23 @@
 """System-wide profile of QEMU and its guest, step 1: record.
 
-record:  boot the guest under plain TCG (the paravirtual PMU is not
-         needed) with QEMU's ``-jitdump`` (``jit-<qemu pid>.dump`` in the
-         output directory: QEMU writes it into its current directory, so
-         QEMU starts there through ``env -C``) and the translation-time
-         plugin ``qemu_plugin/pvperf-rmap.so`` (per TB its guest code
-         bytes and the translating address space; the CR3 timeline with
-         the guest task behind every address-space switch, named through
-         offsets from the guest kernel's BTF, kernel_layout.py), and sample
-         the QEMU process with the host's ``perf record -e cpu-clock -k
-         mono --call-graph dwarf -p <qemu pid>`` (a software event:
-         hardware events are not supported on these hosts).  The guest
-         runs CMD under a small shell wrapper that waits for a ``go`` file
-         in the share (created once perf runs), snapshots the maps and
-         comm of every guest process (one busybox grep, 0.1 s after the
-         start, then every second: processes living less than that have
-         none), writes ``done`` when CMD exits and only then captures the
-         module lines of /proc/kallsyms.  Samples outside [go, done] (host
-         CLOCK_MONOTONIC) are dropped.
+record:  boot the guest under plain TCG (the paravirtual PMU is not needed)
+         with QEMU's ``-jitdump`` (``jit-<qemu pid>.dump`` in the output
+         directory: QEMU writes it into its current directory, so QEMU
+         starts there through ``env -C``) and the translation-time plugin
+         ``qemu_plugin/pvperf-rmap.so`` (per TB its guest code bytes and
+         the translating address space; the timeline of address spaces with
+         the guest task behind every switch, named through offsets from the
+         guest kernel's BTF, kernel_layout.py), and sample the QEMU process
+         with the host's ``perf record -e cpu-clock -k mono --call-graph
+         dwarf -p <qemu pid>`` (a software event: hardware events are not
+         supported on these hosts).  The guest runs CMD under a small shell
+         wrapper that waits for a ``go`` file in the share (created once
+         perf runs), snapshots the maps and comm of every guest process
+         (one busybox grep, 0.1 s after the start, then every second:
+         processes living less than that have none), writes ``done`` when
+         CMD exits and only then captures the module lines of
+         /proc/kallsyms.  Samples outside [go, done] (host CLOCK_MONOTONIC)
+         are dropped.
 With ``perfmap=True`` QEMU also writes ``-perfmap`` (/tmp/perf-PID.map,
 moved into the output directory when QEMU is gone) for resolve.py's
 comparison.  The raw data is a ``Recording``; resolve.py turns it into a
@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..arch import Arch
 from ..errors import SetupError, VMError
 from ..guest_contract import SHARE_MOUNT
 from ..paths import RMAP_PLUGIN_PATH
@@ -61,11 +62,11 @@ def preflight() -> None:
     hostperf.find_perf()
 
 
-def guest_task_layout(image) -> kernel_layout.TaskLayout | None:
+def guest_task_layout(image, arch) -> kernel_layout.TaskLayout | None:
     """The plugin's task= offsets for the image's kernel, or None."""
     try:
         return kernel_layout.task_layout(image.vmlinux,
-                                         image.system_map.read_text())
+                                         image.system_map.read_text(), arch)
     except (OSError, kernel_layout.LayoutError) as e:
         log.warning("guest processes will be named by code bytes only: %s",
                     e)
@@ -185,6 +186,7 @@ class Recording:
     status: int
     command: str
     smp: int
+    arch: Arch
     perf_stderr: str = ""
 
 
@@ -227,11 +229,16 @@ async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
     workdir = share / f"{GUEST_WORKDIR}-{os.getpid()}-{os.urandom(3).hex()}"
     workdir.mkdir()
     guest_dir = f"{SHARE_MOUNT}/{workdir.name}"
+    # The kernel at its link address: its symbols and the task= layout
+    # come from System.map, and a kernel booted from a flat Image with a
+    # KASLR seed in its device tree would move away from it.
     wrapped = replace(config, command=guest_wrapper(config.command,
-                                                    guest_dir))
+                                                    guest_dir),
+                      kernel_args=(*config.kernel_args, "nokaslr"))
     perf_data = outdir / "perf.data"
     perf, vm = None, ProfiledVM(wrapped, outdir,
-                                guest_task_layout(config.image),
+                                guest_task_layout(config.image,
+                                                  config.arch),
                                 tb_size_mb, perfmap)
     try:
         async with vm:
@@ -265,5 +272,5 @@ async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
                      perfmap_path=perfmap_path, qemu_pid=pid,
                      qemu_maps=qemu_maps, window=(t_go, t_done),
                      status=status, command=config.command, smp=config.smp,
-                     perf_stderr=perf_err)
+                     arch=config.arch, perf_stderr=perf_err)
 

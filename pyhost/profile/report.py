@@ -32,7 +32,7 @@ import html
 import json
 from collections import Counter, defaultdict
 
-from ..arch import host
+from ..arch import get as get_arch, host
 
 SPACES = ("emulator", "guest-kernel", "guest-user")
 
@@ -104,7 +104,7 @@ def on_behalf_view(session: dict) -> Counter:
 
 def process_view(session: dict) -> list[dict]:
     """Guest code samples (code cache) per guest process: pid and comm of
-    the address space that ran them (resolve.py's CR3 timeline)."""
+    the address space that ran them (resolve.py's address-space timeline)."""
     c = Counter((s.get("pid"), s.get("comm") or "") for s in session["samples"]
                 if s.get("resolved"))
     total = sum(c.values())
@@ -254,14 +254,20 @@ def perf_map(session: dict) -> str:
 
 # -- annotation -------------------------------------------------------------------
 
-def _disasm(code: bytes, address: int):
-    """Guest and emulator code alike: the guest runs the host's
-    architecture (pyhost/arch/)."""
-    return list(host().disassembler().disasm(code, address))
+def _disasm(code: bytes, address: int, arch=None):
+    """Capstone listing of ``code`` in ``arch`` (default: the host's,
+    for emulator code; pyhost/arch/)."""
+    return list((arch or host()).disassembler().disasm(code, address))
+
+
+def guest_arch(session: dict):
+    """The profiled guest's architecture (sessions before it was recorded
+    in meta profiled the host's)."""
+    return get_arch(session["meta"].get("arch", host().name))
 
 
 def annotate_guest(session: dict) -> str:
-    lines = []
+    lines, arch = [], guest_arch(session)
     for fn in session.get("hot_guest_code", []):
         lines.append(f"## {fn['space']}:{fn['symbol']}  "
                      f"({fn['samples']} samples)")
@@ -269,7 +275,7 @@ def annotate_guest(session: dict) -> str:
             lines.append(f"   TB {block['guestpc']:#x}: {block['samples']} "
                          "samples")
             for insn in _disasm(bytes.fromhex(block["code"]),
-                                block["guestpc"]):
+                                block["guestpc"], arch):
                 lines.append(f"      {insn.address:#x}: {insn.mnemonic} "
                              f"{insn.op_str}")
         lines.append("")

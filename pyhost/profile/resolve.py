@@ -5,7 +5,7 @@ resolve: each sample's leaf IP: in QEMU's code cache (the anonymous
          the sample's time (rmap.py: jitdump joined with the plugin's
          records) -> guest code; anywhere else -> emulator symbol (QEMU,
          its libraries, the plugin, the host kernel).
-         Process: the sample's host thread names its vCPU, the CR3
+         Process: the sample's host thread names its vCPU, the address-space
          timeline the address space (and guest process) that vCPU ran at
          the sample's time.  A user TB translated in another address
          space (TBs are PC-relative and shared through the physical page)
@@ -107,14 +107,17 @@ class Resolver:
             return True
         return any(lo <= frame.ip < hi for lo, hi in self.code_cache)
 
-    def process(self, space: rmap_mod.Cr3Event | None
+    def process(self, space: rmap_mod.AspaceEvent | None
                 ) -> tuple[int | None, str]:
         if space is None or space.tgid is None:
             return None, ""
-        return space.tgid, space.comm or self.comms.get(space.tgid, "")
+        # The maps snapshots' comm first: the switch into a new program's
+        # address space (exec_mmap) comes before exec renames the task,
+        # so its record carries the old name (the shell's).
+        return space.tgid, self.comms.get(space.tgid) or space.comm
 
     def place(self, tr: rmap_mod.Translation,
-              space: rmap_mod.Cr3Event | None) -> Placement:
+              space: rmap_mod.AspaceEvent | None) -> Placement:
         """The running process's address of a TB.  ``how``:
         translated      kernel TB, or no timeline: the translation's vaddr
         same-space      run in the address space that translated it
@@ -126,7 +129,7 @@ class Resolver:
                         snapshot) or has no such code: translation vaddr
         """
         pid, comm = self.process(space)
-        key = (id(tr), space.cr3 if space else None, pid)
+        key = (id(tr), space.page_table_base if space else None, pid)
         if key not in self._place_cache:
             pc, how = self._place(tr, space, pid)
             self._place_cache[key] = Placement(pc, pid, comm, how)
@@ -135,7 +138,7 @@ class Resolver:
     def _place(self, tr, space, pid) -> tuple[int, str]:
         if tr.kernel or space is None:
             return tr.guestpc, "translated"
-        if space.cr3 == self.rmap.spaces.translation_cr3(tr):
+        if space.page_table_base == self.rmap.spaces.translation_page_table(tr):
             return tr.guestpc, "same-space"
         if pid is None or tr.code is None:
             return tr.guestpc, "unplaced"
@@ -232,7 +235,8 @@ def build_resolver(rec: Recording, image, modsyms: str, share: Path,
     return Resolver(
         rmap=read_reverse_map(rec),
         kernel=kernel_symbols(image.system_map.read_text(), modsyms),
-        user=GuestUserSymbols(image.root, share, maps, extra_elves),
+        user=GuestUserSymbols(image.root, share, maps, extra_elves,
+                              rec.arch.plt_entry),
         host=HostSymbols(), code_cache=code_cache_ranges(rec.qemu_maps),
         comms=comms)
 
@@ -241,7 +245,7 @@ def read_reverse_map(rec: Recording) -> rmap_mod.ReverseMap:
     """The recording's jitdump joined with the plugin's records; a file
     that is missing or of another format is a ProfileError."""
     try:
-        return rmap_mod.read(rec.jitdump_path, rec.rmap_path)
+        return rmap_mod.read(rec.jitdump_path, rec.rmap_path, rec.arch)
     except rmap_mod.RmapFormatError as e:
         raise ProfileError("reading the reverse map", str(e),
                            "rebuild the plugin (`make -C qemu_plugin`) so "
@@ -281,8 +285,8 @@ def rmap_meta(r: Resolver, samples: list[dict], window_ns) -> dict:
             "rmap_truncated": m.truncated,
             "rmap_vcpu_tids": {str(k): v for k, v in
                                spaces.vcpu_tids.items()},
-            "cr3_writes": len(events),
-            "cr3_writes_named": sum(e.tgid is not None for e in events),
+            "aspace_writes": len(events),
+            "aspace_writes_named": sum(e.tgid is not None for e in events),
             "placements": dict(Counter(s["placement"] for s in samples
                                        if s.get("resolved")))}
 
@@ -300,7 +304,8 @@ def resolve(rec: Recording, image, share: Path) -> dict:
     meta = {"event": EVENT, "frequency_hz": SAMPLE_FREQ,
             "duration_s": t1 - t0, "samples": len(samples),
             "lost_samples": perf_lost(rec.perf_data),
-            "vcpus": rec.smp, "target": f"{resolver.rmap.arch.qemu} pid "
+            "vcpus": rec.smp, "arch": rec.arch.name,
+            "target": f"{resolver.rmap.arch.qemu} pid "
             f"{rec.qemu_pid}", "command": rec.command,
             "exit_status": rec.status, "qemu_pid": rec.qemu_pid,
             "maps_snapshots": len(snapshots),

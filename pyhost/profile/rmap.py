@@ -27,14 +27,17 @@ Two recordings of one QEMU run are joined here:
   ``contracts/rmap_format.h``; the struct formats below mirror it and
   tests/unit/profile/test_rmap.py compares them with the header): per translation the
   guest instruction sizes and bytes, kernel/user, the translating vCPU's
-  CR3, its thread and time; code-cache flushes; each vCPU's host thread;
-  and every guest write to CR3 (the address-space timeline).
+  page-table base, its thread and time; code-cache flushes; each vCPU's
+  host thread; and every guest write of the user page-table base (the
+  address-space timeline: the register qemu_plugin/rmap/<arch>.c names).
 
 Index spaces (named once, used in every name below):
 
   hostpc      a host virtual address in QEMU's TCG code cache
   guestpc     a guest virtual address of a guest instruction
-  cr3         the guest physical address of a top-level page table
+  page_table_base  the guest physical address of the top-level page table
+              of a user address space (the architecture's register
+              without its tag bits: contracts/rmap_format.h)
   vcpu        QEMU's cpu_index
   tid         a host thread id (gettid); jitdump loads, plugin TB records
               and host perf samples all carry one
@@ -74,11 +77,13 @@ Guest PC inside a TB: the jitdump has host ranges per TB only, so a sample
 maps to the TB's first instruction, which is precise for symbols because a
 TB rarely crosses a function boundary (any branch or call ends it).
 
-Address spaces.  x86 system-mode TBs are PC-relative, so one TB serves
+Address spaces.  System-mode TBs are PC-relative (QEMU's CF_PCREL, on
+every architecture pvperf knows), so one TB serves
 every process that maps its physical page, at any vaddr with the same page
 offset; ``Translation.guestpc`` is where the translating process had it.
-``AddressSpaces`` gives the CR3 (and, with the plugin's task= option, the
-process) live on a vCPU at a time, from the plugin's CR3 records; a host
+``AddressSpaces`` gives the page-table base (and, with the plugin's task=
+option, the process) live on a vCPU at a time, from the plugin's
+address-space records; a host
 sample's tid names its vCPU through the plugin's vCPU records (MTTCG: one
 thread per vCPU; with round-robin TCG every vCPU shares one thread, and
 only smp 1 can be told).  resolve.py uses it to move a user TB's guestpc
@@ -98,9 +103,9 @@ from ..arch import Arch, host
 
 MAGIC = b"PVRMAP\0\0"
 VERSION = 3
-REC_TB, REC_FLUSH, REC_VCPU, REC_CR3 = 1, 2, 3, 4
+REC_TB, REC_FLUSH, REC_VCPU, REC_ASPACE = 1, 2, 3, 4
 FILE_TASKS = 0x1
-TB_KERNEL, TB_CR3_VALID = 0x1, 0x2
+TB_KERNEL, TB_BASE_VALID = 0x1, 0x2
 NO_PID = (1 << 32) - 1
 COMM_LEN = 16
 
@@ -108,9 +113,9 @@ FILE_HEADER = struct.Struct("<8sIIIIQ")       # rmap_file_header
 REC_HEADER = struct.Struct("<HHIQ")           # rmap_rec_header
 TB_BODY = struct.Struct("<QQIIII")            # rmap_tb
 VCPU_BODY = struct.Struct("<II")              # rmap_vcpu
-CR3_BODY = struct.Struct(f"<QQII{COMM_LEN}s")  # rmap_cr3
+ASPACE_BODY = struct.Struct(f"<QQII{COMM_LEN}s")  # rmap_aspace
 assert FILE_HEADER.size == 32 and REC_HEADER.size == 16
-assert TB_BODY.size == 32 and VCPU_BODY.size == 8 and CR3_BODY.size == 40
+assert TB_BODY.size == 32 and VCPU_BODY.size == 8 and ASPACE_BODY.size == 40
 
 # -- QEMU's jitdump (tcg/perf.c; perf's jitdump.h) -------------------------------
 
@@ -139,18 +144,19 @@ class TbRecord:
     time_ns: int
     tid: int
     guestpc: int
-    cr3: int | None
+    page_table_base: int | None
     kernel: bool
     insn_sizes: list[int]
     code: bytes
 
 
 @dataclass(slots=True)
-class Cr3Event:
-    """A guest write to CR3: from ``time_ns`` on, ``vcpu`` runs ``cr3``."""
+class AspaceEvent:
+    """A guest write of the page-table base: from ``time_ns`` on,
+    ``vcpu`` runs the address space ``page_table_base``."""
     time_ns: int
     vcpu: int
-    cr3: int
+    page_table_base: int
     tgid: int | None        # None: not named (no task=, or a borrowed mm)
     comm: str
     guestpc: int
@@ -161,7 +167,7 @@ class PluginRecords:
     tbs: list[TbRecord] = field(default_factory=list)
     flushes_ns: list[int] = field(default_factory=list)
     vcpu_tids: dict[int, int] = field(default_factory=dict)
-    cr3_events: list[Cr3Event] = field(default_factory=list)
+    aspace_events: list[AspaceEvent] = field(default_factory=list)
     names_tasks: bool = False
     max_vcpus: int = 1
     truncated: bool = False
@@ -197,7 +203,7 @@ class Translation:
     kernel: bool
     insn_sizes: list[int] | None     # None: no matching plugin record
     code: bytes | None
-    cr3: int | None          # the translating vCPU's address space
+    page_table_base: int | None   # the translating vCPU's address space
     host_end: int = 0        # extent; set by ReverseMap
 
     @property
@@ -208,18 +214,18 @@ class Translation:
 # -- reading the plugin's records -------------------------------------------------
 
 def _parse_tb(time_ns: int, body: bytes) -> TbRecord:
-    guestpc, cr3, tid, n_insns, n_bytes, flags = TB_BODY.unpack_from(body)
+    guestpc, base, tid, n_insns, n_bytes, flags = TB_BODY.unpack_from(body)
     off = TB_BODY.size
     return TbRecord(time_ns=time_ns, tid=tid, guestpc=guestpc,
-                    cr3=cr3 if flags & TB_CR3_VALID else None,
+                    page_table_base=base if flags & TB_BASE_VALID else None,
                     kernel=bool(flags & TB_KERNEL),
                     insn_sizes=list(body[off:off + n_insns]),
                     code=bytes(body[off + n_insns:off + n_insns + n_bytes]))
 
 
-def _parse_cr3(time_ns: int, body: bytes) -> Cr3Event:
-    cr3, guestpc, vcpu, tgid, comm = CR3_BODY.unpack_from(body)
-    return Cr3Event(time_ns=time_ns, vcpu=vcpu, cr3=cr3,
+def _parse_aspace(time_ns: int, body: bytes) -> AspaceEvent:
+    base, guestpc, vcpu, tgid, comm = ASPACE_BODY.unpack_from(body)
+    return AspaceEvent(time_ns=time_ns, vcpu=vcpu, page_table_base=base,
                     tgid=None if tgid == NO_PID else tgid,
                     comm=comm.rstrip(b"\0").decode("utf-8", "replace"),
                     guestpc=guestpc)
@@ -247,8 +253,8 @@ def parse_records(data: bytes) -> PluginRecords:
         elif rtype == REC_VCPU:
             vcpu, tid = VCPU_BODY.unpack_from(body)
             out.vcpu_tids[vcpu] = tid
-        elif rtype == REC_CR3:
-            out.cr3_events.append(_parse_cr3(time_ns, body))
+        elif rtype == REC_ASPACE:
+            out.aspace_events.append(_parse_aspace(time_ns, body))
         off += size
     out.truncated = off != len(data)
     out.flushes_ns.sort()
@@ -344,7 +350,8 @@ class ReverseMap:
             generation=self.generation_at(load.time_ns), guestpc=guestpc,
             kernel=rec.kernel if rec else self.arch.is_kernel(guestpc),
             insn_sizes=rec.insn_sizes if rec else None,
-            code=rec.code if rec else None, cr3=rec.cr3 if rec else None)
+            code=rec.code if rec else None,
+            page_table_base=rec.page_table_base if rec else None)
 
     def _add(self, tr: Translation) -> None:
         self._by_gen.setdefault(tr.generation, []).append(tr)
@@ -398,7 +405,8 @@ class ReverseMap:
 
 
 class AddressSpaces:
-    """Which CR3 (and guest process) each vCPU ran, over host time."""
+    """Which address space (and guest process) each vCPU ran, over host
+    time."""
 
     def __init__(self, records: PluginRecords):
         self.names_tasks = records.names_tasks
@@ -409,8 +417,8 @@ class AddressSpaces:
         # round-robin TCG runs every vCPU on one thread: not attributable
         self._tid_vcpu = {tid: v[0] for tid, v in per_tid.items()
                           if len(v) == 1}
-        self._events: dict[int, list[Cr3Event]] = {}
-        for ev in sorted(records.cr3_events, key=lambda e: e.time_ns):
+        self._events: dict[int, list[AspaceEvent]] = {}
+        for ev in sorted(records.aspace_events, key=lambda e: e.time_ns):
             self._events.setdefault(ev.vcpu, []).append(ev)
         self._times = {v: [e.time_ns for e in evs]
                        for v, evs in self._events.items()}
@@ -419,7 +427,7 @@ class AddressSpaces:
     def n_events(self) -> int:
         return sum(len(evs) for evs in self._events.values())
 
-    def events(self, vcpu: int | None = None) -> list[Cr3Event]:
+    def events(self, vcpu: int | None = None) -> list[AspaceEvent]:
         if vcpu is not None:
             return list(self._events.get(vcpu, []))
         return sorted((e for evs in self._events.values() for e in evs),
@@ -428,24 +436,26 @@ class AddressSpaces:
     def tid_to_vcpu(self, tid: int) -> int | None:
         return self._tid_vcpu.get(tid)
 
-    def at(self, vcpu: int | None, time_ns: int) -> Cr3Event | None:
-        """The last CR3 write on ``vcpu`` at or before ``time_ns``."""
+    def at(self, vcpu: int | None, time_ns: int) -> AspaceEvent | None:
+        """The last address-space switch on ``vcpu`` at or before
+        ``time_ns``."""
         times = self._times.get(vcpu)
         if not times:
             return None
         i = bisect.bisect_right(times, time_ns) - 1
         return self._events[vcpu][i] if i >= 0 else None
 
-    def sample_space(self, tid: int, time_ns: int) -> Cr3Event | None:
+    def sample_space(self, tid: int, time_ns: int) -> AspaceEvent | None:
         """The address space a host sample of thread ``tid`` ran."""
         return self.at(self.tid_to_vcpu(tid), time_ns)
 
-    def translation_cr3(self, tr: Translation) -> int | None:
-        """The translating vCPU's CR3: recorded, or from the timeline."""
-        if tr.cr3 is not None:
-            return tr.cr3
+    def translation_page_table(self, tr: Translation) -> int | None:
+        """The translating vCPU's page-table base: recorded, or from the
+        timeline."""
+        if tr.page_table_base is not None:
+            return tr.page_table_base
         ev = self.sample_space(tr.tid, tr.time_ns)
-        return ev.cr3 if ev else None
+        return ev.page_table_base if ev else None
 
 
 # -- QEMU's -perfmap (for comparison) -------------------------------------------
@@ -492,14 +502,18 @@ class PerfMap:
 
 # -- entry points ---------------------------------------------------------------
 
-def parse(jitdump: bytes, records: bytes) -> ReverseMap:
-    return ReverseMap(parse_jitdump(jitdump), parse_records(records))
+def parse(jitdump: bytes, records: bytes, arch: Arch | None = None
+          ) -> ReverseMap:
+    return ReverseMap(parse_jitdump(jitdump), parse_records(records), arch)
 
 
 def read_records(path: str | Path) -> PluginRecords:
     return parse_records(Path(path).read_bytes())
 
 
-def read(jitdump_path: str | Path, records_path: str | Path) -> ReverseMap:
+def read(jitdump_path: str | Path, records_path: str | Path,
+         arch: Arch | None = None) -> ReverseMap:
+    """The reverse map of one run of a guest of ``arch`` (default: the
+    host's)."""
     return parse(Path(jitdump_path).read_bytes(),
-                 Path(records_path).read_bytes())
+                 Path(records_path).read_bytes(), arch)

@@ -104,9 +104,12 @@ def kernel_symbols(system_map: str, module_kallsyms: str = "") -> SymbolTable:
 # -- ELF files -------------------------------------------------------------------
 
 class ElfImage:
-    """One ELF file: its function symbols and its loadable bytes."""
+    """One ELF file: its function symbols and its loadable bytes; with
+    ``plt_entry`` (the architecture's lazy PLT stub size) also a
+    ``NAME@plt`` symbol per PLT stub, as objdump and perf name them."""
 
-    def __init__(self, path: Path, function_starts: bool = False):
+    def __init__(self, path: Path, function_starts: bool = False,
+                 plt_entry: int = 0):
         self.path = Path(path)
         self.name = self.path.name
         with open(self.path, "rb") as f:
@@ -116,7 +119,8 @@ class ElfImage:
         self.loads = [(s.header.p_vaddr, s.header.p_offset, s.header.p_filesz)
                       for s in elf.iter_segments()
                       if s.header.p_type == "PT_LOAD"]
-        syms = self._function_symbols(elf)
+        syms = self._function_symbols(elf) + self._plt_symbols(elf,
+                                                                plt_entry)
         if function_starts:
             named = {s.start for s in syms}
             syms += [Symbol(f"{self.name}!fn@{a:#x}", a, 0, self.name)
@@ -135,6 +139,28 @@ class ElfImage:
             if syms:
                 return syms
         return []
+
+    def _plt_symbols(self, elf, entry: int) -> list[Symbol]:
+        """One stub per .rela.plt relocation, in its order, ``entry``
+        bytes each, ending the .plt section (its header comes first)."""
+        plt, rela = (elf.get_section_by_name(n) for n in (".plt",
+                                                         ".rela.plt"))
+        if not entry or plt is None or rela is None or \
+                not hasattr(rela, "iter_relocations"):
+            return []
+        rels = list(rela.iter_relocations())
+        first = plt["sh_addr"] + plt["sh_size"] - len(rels) * entry
+        if not rels or first < plt["sh_addr"]:
+            return []
+        names = elf.get_section(rela["sh_link"])
+        out = []
+        for i, rel in enumerate(rels):
+            sym = names.get_symbol(rel["r_info_sym"]) if rel["r_info_sym"] \
+                else None
+            if sym is not None and sym.name:
+                out.append(Symbol(f"{sym.name}@plt", first + i * entry,
+                                  entry, self.name))
+        return out
 
     def elf_vaddr_to_offset(self, elf_vaddr: int) -> int | None:
         for vaddr, offset, filesz in self.loads:
@@ -201,8 +227,10 @@ class GuestUserSymbols:
     one process of unknown pid)."""
 
     def __init__(self, image_root: Path | None, share: Path | None,
-                 mappings=(), extra_elves: list[Path] = ()):
+                 mappings=(), extra_elves: list[Path] = (),
+                 plt_entry: int = 0):
         self.image_root = image_root
+        self.plt_entry = plt_entry      # the guest's PLT stub size
         self.share = share
         self.by_pid: dict[int | None, list[Mapping]] = \
             {k: list(v) for k, v in mappings.items()} \
@@ -226,7 +254,8 @@ class GuestUserSymbols:
         key = str(host_path)
         if key not in self._elves:
             try:
-                self._elves[key] = ElfImage(host_path)
+                self._elves[key] = ElfImage(host_path,
+                                            plt_entry=self.plt_entry)
             except (OSError, ELFError, ValueError):
                 self._elves[key] = None
         return self._elves[key]

@@ -23,9 +23,10 @@ struct rmap_arch {
 	unsigned n_gprs;		/* at most RMAP_MAX_GPRS */
 	const char *const *gpr_names;	/* [n_gprs], in decoder order */
 	/* QEMU's names of the register holding the user page-table base,
-	 * and of the one holding the kernel's per-CPU base. */
+	 * and of the one the task= option's path to the next task starts
+	 * from (pyhost/arch/<arch>.py computes the path). */
 	const char *aspace_reg;
-	const char *percpu_reg;
+	const char *task_reg;
 	uint64_t aspace_mask;		/* the table's address bits in it */
 	/* The gpr that the instruction in code[0..len) writes into
 	 * aspace_reg (a kernel address-space switch), or -1. */

@@ -41,24 +41,50 @@ static bool read_guest_u64(uint64_t vaddr, uint64_t *val)
 	return read_guest(vaddr, val, sizeof(*val));
 }
 
-/*
- * The task this CPU switches to, if its address space is `base`: the
- * CPU's runqueues.curr (found from this CPU's per-cpu base).  A
- * kernel thread borrowing an mm, or a temporary mm (text_poke), fails
- * the mm->pgd check and stays unnamed.
- */
-static bool name_task(uint64_t base, struct rmap_cr3 *c)
+/* The task this CPU switches to: the task= path from the task register. */
+static bool next_task(uint64_t *task)
 {
 	const struct task_layout *t = &rm.task;
-	uint64_t percpu, task, mm, pgd, pob;
+	uint64_t v;
+
+	if (!read_reg(rm.task_reg, &v))
+		return false;
+	for (unsigned i = 0; i < t->n_path; i++) {
+		if (!read_guest_u64(v + t->path[i], &v) || !v)
+			return false;
+	}
+	*task = v;
+	return true;
+}
+
+/* The linear map's base: the physical address of a kernel pointer p
+ * into it is p - base. */
+static bool linear_base(uint64_t *base)
+{
+	if (!rm.task.linear_indirect) {
+		*base = rm.task.linear;
+		return true;
+	}
+	return read_guest_u64(rm.task.linear, base);
+}
+
+/*
+ * The task this CPU switches to, if its address space is `base` (this
+ * CPU's rq->curr, which __schedule sets before context_switch; the path
+ * to it is the architecture's).  A kernel thread
+ * borrowing an mm, or a temporary mm (text_poke), fails the mm->pgd
+ * check and stays unnamed.
+ */
+static bool name_task(uint64_t base, struct rmap_aspace *c)
+{
+	const struct task_layout *t = &rm.task;
+	uint64_t task, mm, pgd, lin;
 	uint32_t tgid;
 
-	if (!read_reg(rm.percpu, &percpu) ||
-	    !read_guest_u64(percpu + t->curr, &task) || !task ||
+	if (!next_task(&task) ||
 	    !read_guest_u64(task + t->mm, &mm) || !mm ||
-	    !read_guest_u64(mm + t->pgd, &pgd) ||
-	    !read_guest_u64(t->page_offset_base, &pob) ||
-	    ((pgd - pob) & rm.arch->aspace_mask) != base ||
+	    !read_guest_u64(mm + t->pgd, &pgd) || !linear_base(&lin) ||
+	    ((pgd - lin) & rm.arch->aspace_mask) != base ||
 	    !read_guest(task + t->tgid, &tgid, sizeof(tgid)) ||
 	    !read_guest(task + t->comm, c->comm, sizeof(c->comm)))
 		return false;
@@ -68,27 +94,27 @@ static bool name_task(uint64_t base, struct rmap_cr3 *c)
 
 /* ---- the address-space timeline (execution time, rare) ---- */
 
-static void cr3_write(unsigned int vcpu_index, void *udata)
+static void aspace_write(unsigned int vcpu_index, void *udata)
 {
-	const struct cr3_site *site = udata;
+	const struct aspace_site *site = udata;
 	struct {
 		struct rmap_rec_header h;
-		struct rmap_cr3 c;
+		struct rmap_aspace c;
 	} rec = {
-		.h = rec_header(RMAP_REC_CR3, sizeof(rec)),
+		.h = rec_header(RMAP_REC_ASPACE, sizeof(rec)),
 		.c = { .guestpc = site->guestpc, .vcpu = vcpu_index,
 		       .tgid = RMAP_NO_PID },
 	};
 	uint64_t val;
 
-	count(&rm.n_cr3_writes);
+	count(&rm.n_aspace_writes);
 	if (!read_reg(rm.gpr[site->gpr], &val)) {
 		count(&rm.n_reg_errors);
 		return;
 	}
-	rec.c.cr3 = val & rm.arch->aspace_mask;
+	rec.c.page_table_base = val & rm.arch->aspace_mask;
 	if (rm.task.valid) {
-		if (name_task(rec.c.cr3, &rec.c)) {
+		if (name_task(rec.c.page_table_base, &rec.c)) {
 			count(&rm.n_named);
 		} else {
 			memset(rec.c.comm, 0, sizeof(rec.c.comm));
@@ -96,7 +122,7 @@ static void cr3_write(unsigned int vcpu_index, void *udata)
 		}
 	}
 	write_all(&rec, sizeof(rec));
-	__atomic_add_fetch(&rm.cr3_ns, now_ns() - rec.h.monotonic_ns,
+	__atomic_add_fetch(&rm.aspace_ns, now_ns() - rec.h.monotonic_ns,
 			   __ATOMIC_RELAXED);
 }
 
@@ -106,12 +132,12 @@ static void cr3_write(unsigned int vcpu_index, void *udata)
  * code cache hold them; new code at the same address (a module reloaded)
  * gets a new site.
  */
-static struct cr3_site *cr3_site(uint64_t guestpc, unsigned gpr)
+static struct aspace_site *aspace_site(uint64_t guestpc, unsigned gpr)
 {
-	struct cr3_site *s = g_hash_table_lookup(rm.sites, &guestpc);
+	struct aspace_site *s = g_hash_table_lookup(rm.sites, &guestpc);
 
 	if (!s || s->gpr != gpr) {
-		s = g_new(struct cr3_site, 1);
+		s = g_new(struct aspace_site, 1);
 		s->guestpc = guestpc;
 		s->gpr = gpr;
 		g_hash_table_insert(rm.sites, &s->guestpc, s);
@@ -119,18 +145,18 @@ static struct cr3_site *cr3_site(uint64_t guestpc, unsigned gpr)
 	return s;
 }
 
-void hook_cr3_write(struct qemu_plugin_insn *insn, const uint8_t *code,
+void hook_aspace_write(struct qemu_plugin_insn *insn, const uint8_t *code,
 		    size_t len)
 {
 	int gpr = rm.arch->aspace_write_gpr(code, len);
-	struct cr3_site *site;
+	struct aspace_site *site;
 
 	if (gpr < 0 || !g_atomic_int_get(&rm.have_regs))
 		return;
 	g_mutex_lock(&rm.lock);
-	site = cr3_site(qemu_plugin_insn_vaddr(insn), gpr);
+	site = aspace_site(qemu_plugin_insn_vaddr(insn), gpr);
 	g_mutex_unlock(&rm.lock);
-	qemu_plugin_register_vcpu_insn_exec_cb(insn, cr3_write,
+	qemu_plugin_register_vcpu_insn_exec_cb(insn, aspace_write,
 					       QEMU_PLUGIN_CB_R_REGS, site);
 }
 
@@ -141,7 +167,7 @@ void hook_cr3_write(struct qemu_plugin_insn *insn, const uint8_t *code,
  * that restricts it to R_REGS callbacks makes this fail, and pyhost then
  * takes it from the timeline instead.
  */
-bool translation_cr3(uint64_t *base)
+bool translation_page_table(uint64_t *base)
 {
 	uint64_t val;
 
@@ -176,13 +202,13 @@ void find_registers(void)
 		}
 		if (!strcmp(d->name, rm.arch->aspace_reg))
 			rm.aspace = d->handle;
-		else if (!strcmp(d->name, rm.arch->percpu_reg))
-			rm.percpu = d->handle;
+		else if (!strcmp(d->name, rm.arch->task_reg))
+			rm.task_reg = d->handle;
 	}
-	if (!rm.aspace || !rm.percpu || !all_gprs_found())
+	if (!rm.aspace || !rm.task_reg || !all_gprs_found())
 		rmap_log("register list lacks %s, %s or a general register: "
 			 "no address-space timeline\n", rm.arch->aspace_reg,
-			 rm.arch->percpu_reg);
+			 rm.arch->task_reg);
 	else
 		g_atomic_int_set(&rm.have_regs, 1);
 }

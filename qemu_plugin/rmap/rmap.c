@@ -8,14 +8,19 @@
  *
  * Options:
  *   out=PATH          the record file (format: rmap_format.h); required
- *   task=CURR:TGID:COMM:MM:PGD:POB
- *                     how to name the task an address-space switch goes to (hex or
- *                     decimal, from the guest kernel's BTF and System.map,
- *                     see pyhost/profile/kernel_layout.py): CURR the per-cpu offset
- *                     of runqueues.curr, TGID/COMM/MM offsets in
- *                     task_struct, PGD the offset in mm_struct, POB the
- *                     address of page_offset_base.  Without it switch records
- *                     carry RMAP_NO_PID.
+ *   task=PATH:TGID:COMM:MM:PGD:LINEAR
+ *                     how to name the task an address-space switch goes to
+ *                     (numbers hex or decimal, from the guest kernel's BTF
+ *                     and System.map: pyhost/profile/kernel_layout.py and
+ *                     the architecture's pyhost/arch file): PATH offsets
+ *                     O1/O2/... from the architecture's task register to
+ *                     the task switched to (v = *(v + O1), ...: this
+ *                     CPU's rq->curr, by the arch's way), TGID/COMM/MM
+ *                     offsets in task_struct, PGD the offset in mm_struct,
+ *                     LINEAR the linear map's base (a table's physical
+ *                     address is pgd - base) or @ADDR where the kernel
+ *                     keeps it (@ a variable's address).  Without it
+ *                     switch records carry RMAP_NO_PID.
  *   verbose=on|off    a summary on stderr at exit
  *
  * Division of labour.  QEMU writes one jitdump JIT_CODE_LOAD record per TB
@@ -43,10 +48,9 @@
  * a QEMU_PLUGIN_CB_R_REGS callback on that instruction only.  It runs
  * once per address-space switch, reads the source register (the value
  * about to be written) and, with task=, the task the CPU switches to:
- * runqueues.curr of this CPU (__schedule sets rq->curr = next before
- * context_switch; at exec it is current), accepted only if that task's
- * mm->pgd is the table written.  (The record format still calls the
- * page-table base by x86's name; see contracts/rmap_format.h.)
+ * this CPU's rq->curr, reached by the architecture's path (__schedule
+ * sets rq->curr = next before context_switch; at exec it is current),
+ * accepted only if that task's mm->pgd is the table written.
  *
  * Contexts: tb_trans on vCPU threads (concurrently under MTTCG); the switch
  * callback on the executing vCPU thread; vcpu_init on the vCPU's thread
@@ -190,8 +194,8 @@ static void build_tb_record(struct qemu_plugin_tb *tb, size_t n,
 	r->n_insns = n;
 	r->n_bytes = n_bytes;
 	r->flags = r->guestpc >= rm.arch->kernel_half_start ? RMAP_TB_KERNEL : 0;
-	if (translation_cr3(&r->cr3))
-		r->flags |= RMAP_TB_CR3_VALID;
+	if (translation_page_table(&r->page_table_base))
+		r->flags |= RMAP_TB_BASE_VALID;
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		size_t len = qemu_plugin_insn_data(insn, code,
@@ -199,7 +203,7 @@ static void build_tb_record(struct qemu_plugin_tb *tb, size_t n,
 
 		sizes[i] = len;
 		if (r->flags & RMAP_TB_KERNEL)
-			hook_cr3_write(insn, code, len);
+			hook_aspace_write(insn, code, len);
 		code += len;
 	}
 }
@@ -218,7 +222,7 @@ static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	r = (const void *)(h + 1);
 	g_mutex_lock(&rm.lock);
 	rm.n_tbs++;
-	rm.n_tb_no_cr3 += !(r->flags & RMAP_TB_CR3_VALID);
+	rm.n_tb_no_base += !(r->flags & RMAP_TB_BASE_VALID);
 	obuf_append(rec->data, rec->len);
 	rm.trans_ns += now_ns() - h->monotonic_ns;	/* the record's start */
 	g_mutex_unlock(&rm.lock);
@@ -270,15 +274,15 @@ static void print_summary(void)
 		 " unnamed, %"
 		 PRIu64 " unread), %" PRIu64 " write errors; %.3f s in "
 		 "tb_trans, %.3f s in switch callbacks\n",
-		 rm.n_tbs, rm.n_tb_no_cr3, rm.n_flushes, rm.n_vcpus,
+		 rm.n_tbs, rm.n_tb_no_base, rm.n_flushes, rm.n_vcpus,
 		 g_hash_table_size(rm.sites),
-		 __atomic_load_n(&rm.n_cr3_writes, __ATOMIC_RELAXED),
+		 __atomic_load_n(&rm.n_aspace_writes, __ATOMIC_RELAXED),
 		 __atomic_load_n(&rm.n_named, __ATOMIC_RELAXED),
 		 __atomic_load_n(&rm.n_unnamed, __ATOMIC_RELAXED),
 		 __atomic_load_n(&rm.n_reg_errors, __ATOMIC_RELAXED),
 		 __atomic_load_n(&rm.n_write_errors, __ATOMIC_RELAXED),
 		 rm.trans_ns / 1e9,
-		 __atomic_load_n(&rm.cr3_ns, __ATOMIC_RELAXED) / 1e9);
+		 __atomic_load_n(&rm.aspace_ns, __ATOMIC_RELAXED) / 1e9);
 }
 
 /* atexit.  vCPUs may still run: TBs translated from now on are not
@@ -308,20 +312,36 @@ static bool parse_number(const char *s, uint64_t *val)
 	return !errno && *end == '\0';
 }
 
-/* task=CURR:TGID:COMM:MM:PGD:POB (see the top of this file) */
+/* PATH of task=: O1/O2/... */
+static bool parse_path(const char *val, struct task_layout *t)
+{
+	g_auto(GStrv) f = g_strsplit(val, "/", 0);
+
+	t->n_path = g_strv_length(f);
+	if (!t->n_path || t->n_path > TASK_PATH_MAX)
+		return false;
+	for (unsigned i = 0; i < t->n_path; i++) {
+		if (!parse_number(f[i], &t->path[i]))
+			return false;
+	}
+	return true;
+}
+
+/* task=PATH:TGID:COMM:MM:PGD:LINEAR (see the top of this file) */
 static bool parse_task(const char *val)
 {
 	g_auto(GStrv) f = g_strsplit(val, ":", 0);
 	struct task_layout *t = &rm.task;
-	uint64_t *fields[] = { &t->curr, &t->tgid, &t->comm, &t->mm, &t->pgd,
-			       &t->page_offset_base };
+	const char *linear;
 
-	if (g_strv_length(f) != G_N_ELEMENTS(fields))
+	if (g_strv_length(f) != 6 || !parse_path(f[0], t) ||
+	    !parse_number(f[1], &t->tgid) || !parse_number(f[2], &t->comm) ||
+	    !parse_number(f[3], &t->mm) || !parse_number(f[4], &t->pgd))
 		return false;
-	for (size_t i = 0; i < G_N_ELEMENTS(fields); i++) {
-		if (!parse_number(f[i], fields[i]))
-			return false;
-	}
+	linear = f[5];
+	t->linear_indirect = *linear == '@';
+	if (!parse_number(linear + t->linear_indirect, &t->linear))
+		return false;
 	t->valid = true;
 	return true;
 }

@@ -16,17 +16,28 @@
 #include "arch.h"
 #include "rmap_format.h"
 
-/* Where the kernel keeps the running task and its address space. */
+/*
+ * Where the kernel keeps the task a CPU switches to and its address space
+ * (the task= option): from the architecture's task register, follow
+ * `path` (at each step v = *(u64 *)(v + path[i])) to the task; its mm,
+ * the mm's pgd (a kernel virtual address), and the linear map's base, so
+ * that pgd - base is the table's physical address: read at `linear` if
+ * `linear_indirect`, else `linear` itself.
+ */
+#define TASK_PATH_MAX	8
+
 struct task_layout {
 	bool valid;
-	uint64_t curr;		/* per-cpu offset of runqueues.curr */
+	unsigned n_path;
+	uint64_t path[TASK_PATH_MAX];
 	uint64_t tgid, comm, mm;	/* offsets in task_struct */
-	uint64_t pgd;		/* offset in mm_struct */
-	uint64_t page_offset_base;	/* its address */
+	uint64_t pgd;			/* offset in mm_struct */
+	bool linear_indirect;
+	uint64_t linear;
 };
 
 /* One page-table base write in guest kernel code: the callback's udata. */
-struct cr3_site {
+struct aspace_site {
 	uint64_t guestpc;
 	unsigned gpr;
 };
@@ -40,17 +51,17 @@ struct rmap_state {
 	struct task_layout task;
 	/* Register handles: set once, at the first vcpu_init (every vCPU
 	 * has the same gdb register list); read without the lock after. */
-	struct qemu_plugin_register *gpr[RMAP_MAX_GPRS], *aspace, *percpu;
+	struct qemu_plugin_register *gpr[RMAP_MAX_GPRS], *aspace, *task_reg;
 	gint have_regs;			/* atomic: handles are set */
 	/* Everything below but the atomics: rm.lock. */
 	GMutex lock;
 	GByteArray *obuf;
-	GHashTable *sites;		/* guestpc -> struct cr3_site */
+	GHashTable *sites;		/* guestpc -> struct aspace_site */
 	bool closing;
-	uint64_t n_tbs, n_tb_no_cr3, n_flushes, n_vcpus;
+	uint64_t n_tbs, n_tb_no_base, n_flushes, n_vcpus;
 	uint64_t trans_ns;		/* time spent in tb_trans */
-	uint64_t n_cr3_writes, n_named, n_unnamed, n_reg_errors;  /* atomic */
-	uint64_t n_write_errors, cr3_ns;			  /* atomic */
+	uint64_t n_aspace_writes, n_named, n_unnamed, n_reg_errors;  /* atomic */
+	uint64_t n_write_errors, aspace_ns;			  /* atomic */
 };
 
 extern struct rmap_state rm;
@@ -65,8 +76,8 @@ void obuf_append(const void *rec, size_t size);
 struct rmap_rec_header rec_header(uint16_t type, size_t size);
 
 /* aspace.c */
-bool translation_cr3(uint64_t *cr3);
-void hook_cr3_write(struct qemu_plugin_insn *insn, const uint8_t *code,
+bool translation_page_table(uint64_t *base);
+void hook_aspace_write(struct qemu_plugin_insn *insn, const uint8_t *code,
 		    size_t len);
 void find_registers(void);
 

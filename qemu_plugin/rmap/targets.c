@@ -8,8 +8,10 @@
 #include "arch.h"
 
 extern const struct rmap_arch rmap_arch_x86_64;
+extern const struct rmap_arch rmap_arch_aarch64;
 
 const struct rmap_arch *const rmap_arches[] = {
 	&rmap_arch_x86_64,
+	&rmap_arch_aarch64,
 	NULL,
 };

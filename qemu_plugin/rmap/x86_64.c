@@ -3,7 +3,8 @@
  * x86_64.c - pvperf-rmap.so on x86_64 guests: a kernel switches address
  * spaces with `mov %reg,%cr3` (in Linux 6.1: switch_mm_irqs_off, exec,
  * temporary mms and TLB flushes that reload CR3), and keeps this CPU's
- * per-cpu base in the kernel GS base.
+ * per-cpu base in the kernel GS base, where the task= path to the task
+ * switched to starts (runqueues.curr of this CPU).
  */
 #include <stdbool.h>
 
@@ -56,7 +57,7 @@ const struct rmap_arch rmap_arch_x86_64 = {
 	.n_gprs = sizeof(gpr_names) / sizeof(gpr_names[0]),
 	.gpr_names = gpr_names,
 	.aspace_reg = "cr3",
-	.percpu_reg = "gs_base",
+	.task_reg = "gs_base",
 	/* CR3 bits 12..51: the top-level table; below are PCID/PWT/PCD,
 	 * above the no-flush bit 63 (and LAM bits in later CPUs). */
 	.aspace_mask = 0x000ffffffffff000ULL,

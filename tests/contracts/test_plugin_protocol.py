@@ -6,7 +6,7 @@ import pytest
 
 from pyhost.pmu import plugin_protocol as proto
 
-from support import REPO
+from support import REPO, header_values
 
 HEADER = REPO / "contracts" / "pvperf_proto.h"
 
@@ -66,16 +66,7 @@ def test_flags(tmp_path, macro, attr):
 
 def c_values(tmp_path, *exprs: str) -> list[int]:
     """The size_t values of C expressions over the header, as gcc sees it."""
-    src = tmp_path / "values.c"
-    src.write_text(f'#include <stdio.h>\n#include <stddef.h>\n#include "{HEADER}"\n'
-                   "int main(void){"
-                   + "".join(f'printf("%zu\\n", (size_t)({e}));' for e in exprs)
-                   + "return 0;}\n")
-    subprocess.run(["gcc", "-I", REPO / "contracts",
-                    "-o", tmp_path / "values", src], check=True)
-    out = subprocess.run([tmp_path / "values"], capture_output=True,
-                         text=True, check=True).stdout.split()
-    return [int(x) for x in out]
+    return header_values(tmp_path, HEADER, *exprs)
 
 
 def test_message_sizes_match_c(tmp_path):

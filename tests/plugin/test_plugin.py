@@ -334,3 +334,8 @@ def test_classifier_and_models_unit():
     summaries = re.findall(r"^(\d+) passed, (\d+) failed$", out.stdout, re.M)
     assert len(summaries) == 2 and all(int(p) > 0 and f == "0"
                                        for p, f in summaries), out.stdout
+    # pvperf-rmap.so's address-space switch decoders, against objdump
+    rmap = re.findall(r"^rmap_arch_test (\w+): (\d+) instructions .* "
+                      r"(\d+) failed$", out.stdout, re.M)
+    assert {a for a, n, f in rmap if int(n) > 0 and f == "0"} == {
+        "x86_64", "aarch64"}, out.stdout

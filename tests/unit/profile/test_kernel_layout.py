@@ -57,18 +57,43 @@ def test_members_through_anonymous_unions_and_bitfield_offsets():
         kl.Btf(b"\0" * 64)
 
 
-def test_default_image_task_layout():
+def test_btf_inside_a_flat_image():
+    names = ["int"]
+    blob = btf_blob([btf_type(1, 1, 0, 4) + struct.pack("<I", 32)], names)
+    # a decoy header whose sections would run past the image's end first
+    decoy = kl.BTF_HEADER.pack(kl.BTF_MAGIC, 1, 0, kl.BTF_HEADER.size, 0,
+                               1 << 20, 1 << 20, 16)
+    image = b"\x00" * 100 + decoy + b"\x11" * 40 + blob + b"\x22" * 64
+    assert kl.flat_image_btf(image) == blob
+    with pytest.raises(kl.LayoutError):
+        kl.flat_image_btf(b"\x00" * 100 + decoy)
+
+
+@pytest.mark.parametrize("image_name,arch_name", [("default", "x86_64"),
+                                                  ("aarch64", "aarch64")])
+def test_image_task_layout(image_name, arch_name):
     # only the image's kernel is needed, not an up-to-date initramfs
-    from pyhost import image
-    d = image.image_dir("default")
+    from pyhost import arch, image
+    d = image.image_dir(image_name)
     vmlinux, system_map = d / "vmlinux", d / "System.map"
     if not (vmlinux.exists() and system_map.exists()):
-        pytest.skip("no default image kernel (pvperf image build)")
-    layout = kl.task_layout(vmlinux, system_map.read_text())
+        pytest.skip(f"no {image_name} image kernel (pvperf image build "
+                    f"--arch {arch_name})")
+    layout = kl.task_layout(vmlinux, system_map.read_text(),
+                            arch.get(arch_name))
     btf = kl.vmlinux_btf(vmlinux)
     # pid_t pid; pid_t tgid; are adjacent in task_struct; comm is
-    # TASK_COMM_LEN bytes; the per-cpu runqueues is a small offset
+    # TASK_COMM_LEN bytes
     assert layout.tgid == btf.member_offset("task_struct", "pid") + 4
-    assert layout.curr < 1 << 20 and layout.page_offset_base > 1 << 63
-    fields = layout.plugin_option().split(":")
-    assert len(fields) == 6 and all(f.startswith("0x") for f in fields)
+    path, *fields, linear = layout.plugin_option().split(":")
+    assert len(fields) == 4 and all(f.startswith("0x") for f in fields)
+    if arch_name == "x86_64":
+        # the per-cpu runqueues is a small offset; page_offset_base a
+        # kernel variable
+        assert len(layout.path) == 1 and layout.path[0] < 1 << 20
+        assert linear.startswith("@") and int(linear[1:], 16) > 1 << 63
+    else:
+        # current->se.cfs_rq->rq->curr; virt's RAM at 1 GiB is the linear
+        # map's start (PAGE_OFFSET of 48-bit VAs)
+        assert path.count("/") == 2 and len(layout.path) == 3
+        assert int(linear, 16) == (0xFFFF000000000000 - 0x40000000)

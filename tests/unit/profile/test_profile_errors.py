@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from pyhost import cli as cli_mod
+from pyhost.arch import host
 from pyhost.errors import ProfileError
 from pyhost.profile import hostperf, record, resolve
 
@@ -23,7 +24,7 @@ def recording(tmp_path: Path) -> record.Recording:
         workdir=workdir, perf_data=tmp_path / "perf.data",
         rmap_path=tmp_path / "rmap.bin", jitdump_path=tmp_path / "jit-1.dump",
         perfmap_path=None, qemu_pid=1, qemu_maps="", window=(0.0, 1.0),
-        status=0, command="true", smp=1)
+        status=0, command="true", smp=1, arch=host())
 
 
 def test_perf_script_failure_is_one_line(tmp_path):

@@ -31,7 +31,7 @@ def test_record_leaves_the_callers_config_alone(tmp_path, monkeypatch):
             return None
 
     monkeypatch.setattr(record, "ProfiledVM", NoBootVM)
-    monkeypatch.setattr(record, "guest_task_layout", lambda image: None)
+    monkeypatch.setattr(record, "guest_task_layout", lambda image, arch: None)
     with pytest.raises(VMError):
         asyncio.run(record.record(caller, tmp_path))
     assert seen["caller_command_meanwhile"] == caller.command == "./hotcold 10"

@@ -1,5 +1,5 @@
 """pyhost.rmap: the jitdump and plugin-record parsers, their join, lookups
-by time across code-cache flushes, the CR3 timeline; and pvperf-rmap.so
+by time across code-cache flushes, the address-space timeline; and pvperf-rmap.so
 with QEMU's -jitdump in a real qemu-system-x86_64 (firmware only, no guest
 image)."""
 from __future__ import annotations
@@ -17,7 +17,6 @@ import pytest
 from pyhost.profile import rmap
 
 REPO = Path(__file__).resolve().parents[3]
-HEADER = REPO / "contracts" / "rmap_format.h"
 PLUGIN = REPO / "qemu_plugin" / "pvperf-rmap.so"
 HOST = 0x7F0000000000       # a code-cache address
 
@@ -35,11 +34,11 @@ def padded(rtype, t, body) -> bytes:
     return rec + b"\0" * (size - len(rec))
 
 
-def tb_record(t, tid, guestpc, sizes, cr3=0x1000, kernel=False) -> bytes:
+def tb_record(t, tid, guestpc, sizes, base=0x1000, kernel=False) -> bytes:
     code = bytes(range(sum(sizes)))
     flags = (rmap.TB_KERNEL if kernel else 0) | \
-        (rmap.TB_CR3_VALID if cr3 is not None else 0)
-    body = rmap.TB_BODY.pack(guestpc, cr3 or 0, tid, len(sizes), len(code),
+        (rmap.TB_BASE_VALID if base is not None else 0)
+    body = rmap.TB_BODY.pack(guestpc, base or 0, tid, len(sizes), len(code),
                              flags) + bytes(sizes) + code
     return padded(rmap.REC_TB, t, body)
 
@@ -52,10 +51,10 @@ def vcpu_record(t, vcpu, tid) -> bytes:
     return padded(rmap.REC_VCPU, t, rmap.VCPU_BODY.pack(vcpu, tid))
 
 
-def cr3_record(t, vcpu, cr3, tgid=None, comm=b"") -> bytes:
-    body = rmap.CR3_BODY.pack(cr3, 0xFFFFFFFF81000000, vcpu,
+def aspace_record(t, vcpu, base, tgid=None, comm=b"") -> bytes:
+    body = rmap.ASPACE_BODY.pack(base, 0xFFFFFFFF81000000, vcpu,
                               rmap.NO_PID if tgid is None else tgid, comm)
-    return padded(rmap.REC_CR3, t, body)
+    return padded(rmap.REC_ASPACE, t, body)
 
 
 def jit_header(pid=4242, flags=0) -> bytes:
@@ -85,28 +84,6 @@ def build(jit_records, plugin_records, flags=0):
 
 
 # -- formats ------------------------------------------------------------------
-
-def test_struct_sizes_match_header():
-    text = HEADER.read_text()
-    sizes = dict(re.findall(r"sizeof\(struct (\w+)\) == (\d+)", text))
-    assert int(sizes["rmap_file_header"]) == rmap.FILE_HEADER.size
-    assert int(sizes["rmap_rec_header"]) == rmap.REC_HEADER.size
-    assert int(sizes["rmap_tb"]) == rmap.TB_BODY.size
-    assert int(sizes["rmap_vcpu"]) == rmap.VCPU_BODY.size
-    assert int(sizes["rmap_cr3"]) == rmap.CR3_BODY.size
-    consts = dict(re.findall(r"#define (RMAP_\w+)\s+(0x[0-9a-f]+|\d+)\b",
-                             text))
-    for name, value in (("RMAP_REC_TB", rmap.REC_TB),
-                        ("RMAP_REC_FLUSH", rmap.REC_FLUSH),
-                        ("RMAP_REC_VCPU", rmap.REC_VCPU),
-                        ("RMAP_REC_CR3", rmap.REC_CR3),
-                        ("RMAP_FILE_TASKS", rmap.FILE_TASKS),
-                        ("RMAP_TB_KERNEL", rmap.TB_KERNEL),
-                        ("RMAP_TB_CR3_VALID", rmap.TB_CR3_VALID),
-                        ("RMAP_COMM_LEN", rmap.COMM_LEN),
-                        ("RMAP_VERSION", rmap.VERSION)):
-        assert int(consts[name], 0) == value, name
-
 
 def test_jitdump_loads_and_names():
     data = jit_header() + jit_debug_info(10, HOST) + \
@@ -152,11 +129,11 @@ def test_load_pairs_with_its_threads_last_record():
                jit_load(31, 8, HOST + 0x100, 0x40, 0x401000)],
               [tb_record(10, 7, 0x401000, [4, 4]),
                tb_record(20, 7, 0x401000, [4]),
-               tb_record(25, 8, 0x401000, [1, 2, 3], cr3=0x2000)])
+               tb_record(25, 8, 0x401000, [1, 2, 3], base=0x2000)])
     a = m.hostpc_to_translation(HOST, 100)
     b = m.hostpc_to_translation(HOST + 0x100, 100)
-    assert a.insn_sizes == [4] and a.cr3 == 0x1000
-    assert b.insn_sizes == [1, 2, 3] and b.cr3 == 0x2000
+    assert a.insn_sizes == [4] and a.page_table_base == 0x1000
+    assert b.insn_sizes == [1, 2, 3] and b.page_table_base == 0x2000
     assert m.n_unmatched == 0
 
 
@@ -207,32 +184,32 @@ def test_discarded_translation_at_the_same_start():
 
 def test_address_space_timeline():
     m = build([], [vcpu_record(1, 0, 100), vcpu_record(1, 1, 101),
-                   cr3_record(10, 0, 0x5000, 7, b"big"),
-                   cr3_record(20, 1, 0x6000, 8, b"small"),
-                   cr3_record(30, 0, 0x6000, 8, b"small"),
-                   cr3_record(40, 0, 0x2a10000)], flags=rmap.FILE_TASKS)
+                   aspace_record(10, 0, 0x5000, 7, b"big"),
+                   aspace_record(20, 1, 0x6000, 8, b"small"),
+                   aspace_record(30, 0, 0x6000, 8, b"small"),
+                   aspace_record(40, 0, 0x2a10000)], flags=rmap.FILE_TASKS)
     s = m.spaces
     assert s.names_tasks and s.n_events == 4
     assert s.sample_space(100, 9) is None
     assert s.sample_space(100, 25).comm == "big"
     assert s.sample_space(101, 25).tgid == 8
-    assert s.sample_space(100, 35).cr3 == 0x6000
+    assert s.sample_space(100, 35).page_table_base == 0x6000
     assert s.sample_space(100, 45).tgid is None
     assert s.sample_space(999, 25) is None          # not a vCPU thread
 
 
 def test_round_robin_thread_names_no_vcpu():
     m = build([], [vcpu_record(1, 0, 100), vcpu_record(1, 1, 100),
-                   cr3_record(10, 0, 0x5000, 7)])
+                   aspace_record(10, 0, 0x5000, 7)])
     assert m.spaces.tid_to_vcpu(100) is None
 
 
-def test_translation_cr3_falls_back_to_the_timeline():
+def test_translation_page_table_falls_back_to_the_timeline():
     m = build([jit_load(30, 100, HOST, 0x40, 0x401000)],
-              [vcpu_record(1, 0, 100), cr3_record(10, 0, 0x5000, 7),
-               tb_record(29, 100, 0x401000, [1], cr3=None)])
+              [vcpu_record(1, 0, 100), aspace_record(10, 0, 0x5000, 7),
+               tb_record(29, 100, 0x401000, [1], base=None)])
     tr = m.hostpc_to_translation(HOST, 40)
-    assert tr.cr3 is None and m.spaces.translation_cr3(tr) == 0x5000
+    assert tr.page_table_base is None and m.spaces.translation_page_table(tr) == 0x5000
 
 
 def test_perfmap_lookup_is_timeless():
@@ -296,15 +273,31 @@ def test_plugin_and_jitdump_in_real_qemu(tmp_path):
     reset = [t for t in trs if t.guestpc == 0xFFFFFFF0]
     assert reset and reset[0].code == bytes.fromhex("ea5be000f0")
     assert reset[0].insn_sizes == [5] and not reset[0].kernel
-    # distinct TBs, distinct host code; real-mode code has cr3 0
+    # distinct TBs, distinct host code; real-mode code has page-table base 0
     assert len({t.host_start for t in trs}) == len(trs)
-    assert {t.cr3 for t in trs} == {0}
+    assert {t.page_table_base for t in trs} == {0}
 
 
-@pytest.mark.parametrize("opt, word", [("bogus=1", "bogus"),
-                                       ("task=1:2:3", "task"),
-                                       ("task=0x1:2:3:4:5:zz", "task")])
+@pytest.mark.parametrize("opt, word", [
+    ("bogus=1", "bogus"), ("task=1:2:3", "task"),
+    ("task=0x1:2:3:4:5:zz", "task"),
+    ("task=1/2/3/4/5/6/7/8/9:2:3:4:5:6", "task"),     # path too long
+    ("task=1//2:2:3:4:5:6", "task"), ("task=:2:3:4:5:6", "task"),
+    ("task=1:2:3:4:5:@", "task")])
 def test_plugin_rejects_bad_options(tmp_path, opt, word):
     r = run_firmware(tmp_path, 20.0, f"out={tmp_path / 'x'}", opt,
                      sig=signal.SIGKILL)
     assert r.returncode != 0 and word in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("task", ["0x31c40:0x54c:0x778:0x4b8:0x38:@0x8f00",
+                                  "0xf8/0x130/0x960:0x54c:0x778:0x4b8:0x38:"
+                                  "0xfffeffffc0000000"])
+def test_plugin_takes_either_way_to_the_task(tmp_path, task):
+    """task= as pyhost/arch writes it: a one-step path and the linear
+    base's address (x86_64), or a three-step path and the base itself."""
+    out = tmp_path / "fw.rmap"
+    r = run_firmware(tmp_path, 1.0, f"out={out}", f"task={task}",
+                     "verbose=on")
+    assert "0 write errors" in r.stderr, r.stderr
+    assert rmap.read_records(out).names_tasks

@@ -1,8 +1,16 @@
 """pyhost.symbols on synthetic ELF files (tests/elfwriter.py)."""
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+
+import pytest
+
 from elfwriter import ElfWriter
+from pyhost import arch
 from pyhost.profile import symbols
+from support import PROGRAMS
 
 
 def make_elf(tmp_path, name, funcs, base=0x401000, etype="EXEC"):
@@ -87,3 +95,24 @@ def test_relocate_into_another_process(tmp_path):
     # page offset in pid 2's mappings
     u2 = symbols.GuestUserSymbols(None, tmp_path, {2: two})
     assert u2.relocate(0x55550001008, code, 2) == 0x7F0000001008
+
+
+@pytest.mark.parametrize("prog,arch_name,objdump", [
+    ("qs", "x86_64", "objdump"),
+    ("aarch64/rand", "aarch64", "aarch64-linux-gnu-objdump")])
+def test_plt_stubs_named_as_objdump_names_them(prog, arch_name, objdump):
+    path = PROGRAMS / prog
+    if not path.exists() or shutil.which(objdump) is None:
+        pytest.skip(f"{prog} or {objdump} missing (make -C "
+                    "tests/guest_programs all)")
+    listing = subprocess.run([objdump, "-d", "-j", ".plt", str(path)],
+                             capture_output=True, text=True,
+                             check=True).stdout
+    expected = {int(a, 16): n for a, n in
+                re.findall(r"^([0-9a-f]+) <(\w+@plt)>:$", listing, re.M)}
+    img = symbols.ElfImage(path, plt_entry=arch.get(arch_name).plt_entry)
+    named = {s.start: s.name for s in img.symbols._syms
+             if s.name.endswith("@plt")}
+    assert expected and named == expected
+    first = min(expected)
+    assert img.symbols.lookup(first + 4).name == expected[first]

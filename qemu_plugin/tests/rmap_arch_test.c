@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * rmap_arch_test.c - unit test of pvperf-rmap.so's architecture files
+ * (rmap/<arch>.c through rmap/arch.h), natively (no QEMU).
+ *
+ * For each architecture, a cross-assembled file of instructions
+ * (rmap_<arch>.S) and binutils' objdump listing of it: every instruction
+ * is given to the architecture's aspace_write_gpr, and its answer must be
+ * what objdump says, independently of the decoder: the register named
+ * by gpr_names[] for an instruction that writes the page-table base
+ * register from a general register, -1 for every other.
+ *
+ *   make -C qemu_plugin check
+ *   tests/rmap_arch_test TARGET LISTING   (objdump -d --insn-width=16)
+ */
+#include <glib.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../rmap/arch.h"
+
+/* How objdump spells a write of the page-table base: the mnemonic, the
+ * destination, and whether the source comes first (AT&T) or second. */
+struct spelling {
+	const char *target, *mnemonic, *dest, *reg_prefix;
+	bool source_first;
+};
+
+static const struct spelling spellings[] = {
+	{ "x86_64", "mov", "%cr3", "%", true },
+	{ "aarch64", "msr", "ttbr0_el1", "", false },
+};
+
+static const struct rmap_arch *find_arch(const char *target)
+{
+	for (const struct rmap_arch *const *a = rmap_arches; *a; a++) {
+		if (!strcmp((*a)->target, target))
+			return *a;
+	}
+	return NULL;
+}
+
+/* The source register objdump names if `mnemonic operands` writes the
+ * base register (NULL otherwise); "" for no register (xzr). */
+static const char *written_from(const struct spelling *sp,
+				const char *mnemonic, const char *operands,
+				char *buf, size_t len)
+{
+	g_auto(GStrv) ops = g_strsplit(operands, ",", 2);
+	const char *src, *dst;
+
+	if (strcmp(mnemonic, sp->mnemonic) || g_strv_length(ops) != 2)
+		return NULL;
+	src = g_strstrip(ops[sp->source_first ? 0 : 1]);
+	dst = g_strstrip(ops[sp->source_first ? 1 : 0]);
+	if (strcmp(dst, sp->dest))
+		return NULL;
+	if (!g_str_has_prefix(src, sp->reg_prefix))
+		return NULL;
+	g_strlcpy(buf, src + strlen(sp->reg_prefix), len);
+	return strcmp(buf, "xzr") ? buf : "";
+}
+
+/* "   0:\t0f 22 d8   \tmov    %rax,%cr3" (bytes) or
+ * "  70:\td518201c \tmsr\tttbr0_el1, x28" (a little-endian word). */
+static size_t line_bytes(const char *hex, uint8_t *out)
+{
+	g_auto(GStrv) tok = g_strsplit(g_strstrip((char *)hex), " ", 0);
+	size_t n = 0;
+
+	for (char **t = tok; *t; t++) {
+		unsigned long v = strtoul(*t, NULL, 16);
+		size_t width = strlen(*t) / 2;
+
+		for (size_t i = 0; i < width && n < 16; i++)
+			out[n++] = v >> (8 * i);
+	}
+	return n;
+}
+
+/* 0 if the decoder agrees with objdump on the line's instruction;
+ * *writes counts the instructions that write the base. */
+static int check_line(const struct rmap_arch *arch,
+		      const struct spelling *sp, char **f, int *writes)
+{
+	uint8_t code[16];
+	size_t len = line_bytes(f[1], code);
+	g_auto(GStrv) insn = g_strsplit_set(g_strstrip(f[2]), " \t", 2);
+	char buf[32];
+	const char *want = written_from(sp, insn[0], insn[1] ? insn[1] : "",
+					buf, sizeof(buf));
+	int got = arch->aspace_write_gpr(code, len);
+	const char *got_name = got < 0 ? NULL : arch->gpr_names[got];
+
+	*writes += want != NULL;
+	if ((!want || !*want) ? got < 0 : (got >= 0 && !strcmp(got_name, want)))
+		return 0;
+	fprintf(stderr, "%s: %s %s: decoder %d (%s), objdump %s\n",
+		arch->target, insn[0], insn[1] ? insn[1] : "", got,
+		got_name ? got_name : "-", want ? want : "no write");
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	const struct rmap_arch *arch = argc == 3 ? find_arch(argv[1]) : NULL;
+	const struct spelling *sp = NULL;
+	g_autofree char *text = NULL;
+	g_auto(GStrv) lines = NULL;
+	int fails = 0, n = 0, writes = 0;
+
+	for (size_t i = 0; i < G_N_ELEMENTS(spellings); i++)
+		if (arch && !strcmp(spellings[i].target, arch->target))
+			sp = &spellings[i];
+	if (!sp || !g_file_get_contents(argv[2], &text, NULL, NULL)) {
+		fprintf(stderr, "usage: rmap_arch_test TARGET LISTING\n");
+		return 2;
+	}
+	lines = g_strsplit(text, "\n", 0);
+	for (char **l = lines; *l; l++) {
+		g_auto(GStrv) f = g_strsplit(*l, "\t", 3);
+
+		if (g_strv_length(f) != 3 || !strchr(f[0], ':'))
+			continue;
+		fails += check_line(arch, sp, f, &writes);
+		n++;
+	}
+	printf("rmap_arch_test %s: %d instructions (%d write the page-table "
+	       "base), %d failed\n", arch->target, n, writes, fails);
+	return fails || n == 0 || writes == 0;
+}

@@ -1,0 +1,37 @@
+/*
+ * hotcold N: ../hotcold.c for arm64 guests, with instruction counts known
+ * by construction: hot() and cold() are written in assembly, one
+ * mov, a 3-instruction loop (add, subs, b.ne) run 1600 and 400 times,
+ * and ret: hot() retires 1 + 3 * 1600 + 1 = 4802 instructions a call,
+ * cold() 1 + 3 * 400 + 1 = 1202, so hot/(hot+cold) = 4802/6004
+ * (tests/vm/test_aarch64_profile.py).  Both loops have the same shape,
+ * so the host time QEMU spends in each is in the same proportion.
+ */
+#include "freestanding.h"
+
+FREESTANDING_START
+
+#define LOOP_FN(name, trips)					\
+	asm(".text\n\t.globl " #name "\n\t.type " #name ", %function\n" \
+	    #name ":\n\t"					\
+	    "mov x1, #" #trips "\n"				\
+	    "1:\tadd x0, x0, x1\n\t"				\
+	    "subs x1, x1, #1\n\t"				\
+	    "b.ne 1b\n\t"					\
+	    "ret\n\t"						\
+	    ".size " #name ", . - " #name "\n");
+
+LOOP_FN(hot, 1600)
+LOOP_FN(cold, 400)
+
+u64 hot(u64 acc);
+u64 cold(u64 acc);
+
+__attribute__((noreturn, used)) void main_sp(long *sp)
+{
+	u64 n = arg_u64(sp, 1, 1000), acc = 0;
+
+	for (u64 i = 0; i < n; i++)
+		acc = cold(hot(acc));
+	sys_exit(acc == 42);
+}
