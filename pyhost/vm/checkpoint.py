@@ -51,9 +51,10 @@ import time
 from pathlib import Path
 
 from .. import __version__
+from .. import arch as arches
 from .. import guest_contract as guest
 from ..digest import sha256_file
-from ..errors import VMError
+from ..errors import SetupError, VMError
 from ..pmu import plugin_protocol as proto
 from ..pmu import abi, snapshot
 from ..pmu.guestmem import GuestMemory
@@ -322,6 +323,7 @@ def _write(directory: Path, config: VMConfig, pmu_state: dict,
         "qemu": qemu_identity(config),
         "firmware": config.arch.firmware,
         "vm": {**{k: getattr(config, _config_field(k)) for k in VM_FIELDS},
+               "arch": config.arch.name,
                "share": str(config.share) if config.share else None,
                "kernel_args": list(config.kernel_args),
                "plugin_options": dict(config.plugin_options),
@@ -359,8 +361,15 @@ def load(directory: Path, timeout: float | None = None,
     except (proto.ProtocolError, ValueError) as e:
         raise CheckpointError(what, str(e), "the checkpoint is damaged: "
                               "take it again") from e
+    try:
+        # (checkpoints taken before arm64 guests name no architecture)
+        guest_arch = arches.get(vm.get("arch", "x86_64"))
+    except SetupError as e:
+        raise CheckpointError(what, str(e), "resume it with the pvperf "
+                              "that took it") from e
     config = VMConfig(
-        image=image, **{_config_field(k): vm[k] for k in VM_FIELDS},
+        image=image, arch=guest_arch,
+        **{_config_field(k): vm[k] for k in VM_FIELDS},
         share=Path(vm["share"]) if vm["share"] else None,
         kernel_args=tuple(vm["kernel_args"]),
         plugin_options=dict(vm["plugin_options"]), timeout=timeout,
@@ -390,7 +399,8 @@ def _check_pmu_state(config: VMConfig, what: str) -> None:
     """Restore the service's state into a throwaway backend of the same
     shape (the launcher does it again for real): refused here, it is
     refused before anything is printed or started."""
-    memory = GuestMemory(b"", size=config.mem_mb << 20)
+    memory = GuestMemory(b"", size=config.mem_mb << 20,
+                         base=config.arch.ram_base)
     backend = PerfBackend(memory, max_vcpus=config.smp, timing=config.timing,
                           deterministic=config.deterministic,
                           kernel_half_start=config.arch.kernel_half_start)
