@@ -90,6 +90,22 @@ def _orphaned(pid: str) -> bool:
     return ppid in (0, 1, os.getpid()) or not Path(f"/proc/{ppid}").exists()
 
 
+def header_values(tmp_path: Path, header: Path, *exprs: str) -> list[int]:
+    """The size_t values of C expressions over a contracts/ header, as
+    gcc lays it out (the contracts tests' reference)."""
+    src = tmp_path / "values.c"
+    src.write_text(f'#include <stdio.h>\n#include <stddef.h>\n'
+                   f'#include "{header}"\nint main(void){{'
+                   + "".join(f'printf("%zu\\n", (size_t)({e}));'
+                             for e in exprs)
+                   + "return 0;}\n")
+    subprocess.run(["gcc", "-I", REPO / "contracts",
+                    "-o", tmp_path / "values", src], check=True)
+    out = subprocess.run([tmp_path / "values"], capture_output=True,
+                         text=True, check=True).stdout.split()
+    return [int(x) for x in out]
+
+
 def valgrind_irefs(argv: list[str]) -> int:
     """valgrind's instruction count (Ir) for a host run of argv.
 

@@ -362,8 +362,10 @@ def load(directory: Path, timeout: float | None = None,
         raise CheckpointError(what, str(e), "the checkpoint is damaged: "
                               "take it again") from e
     try:
-        # (checkpoints taken before arm64 guests name no architecture)
-        guest_arch = arches.get(vm.get("arch", "x86_64"))
+        # Checkpoints older than a second architecture name none: they
+        # hold guests of the host's own, the only one there was.
+        guest_arch = arches.get(vm["arch"]) if "arch" in vm else \
+            arches.host()
     except SetupError as e:
         raise CheckpointError(what, str(e), "resume it with the pvperf "
                               "that took it") from e
