@@ -8,12 +8,15 @@ The file (TOML; docs/sweep.md has a full example)::
                                    # (relative to this file; default: its
                                    # directory)
   smp = [1, 2]                     # an axis (default [1])
+  arch = ["x86_64", "aarch64"]     # an axis: guest architectures
+                                   # (default: the host's); "default" is
+                                   # each one's own image
   timeout = 600                    # seconds per cell (optional)
   image = "default"                # guest image (optional)
 
   [[workload]]                     # axis: name + command (required)
   name = "stream"
-  command = "./memwalk 0 1"
+  command = "./memwalk 0 1"        # {arch}: the cell's architecture
 
   [[model]]                        # axis (default: one, "default")
   name = "compat-16k"
@@ -27,10 +30,11 @@ The file (TOML; docs/sweep.md has a full example)::
   deterministic = true
   mem = "512M"
 
-Cells are the cartesian product workload x model x smp x qemu, in that
-order.  Each has a readable name (the axis entries' names) and an id: a
-hash of everything that decides its result, so a cell whose settings
-change is run again even under the same names.
+Cells are the cartesian product workload x model x smp x qemu x arch, in
+that order.  Each has a readable name (the axis entries' names; the
+architecture's only where it is not the host's) and an id: a hash of
+everything that decides its result, so a cell whose settings change is
+run again even under the same names.
 """
 from __future__ import annotations
 
@@ -42,11 +46,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import arch as arches
 from ..errors import PvperfError
 from ..pmu import geometry
 
-TOP_KEYS = {"events", "share", "smp", "timeout", "image", "workload",
-            "model", "qemu"}
+TOP_KEYS = {"events", "share", "smp", "arch", "timeout", "image",
+            "workload", "model", "qemu"}
 WORKLOAD_KEYS = {"name", "command"}
 GEOMETRY_KEYS = {"I1": geometry.parse_geometry, "D1": geometry.parse_geometry,
                  "LL": geometry.parse_geometry, "iTLB": geometry.parse_tlb,
@@ -76,17 +81,27 @@ class Cell:
     image: str
     timeout: float | None
     share: Path = field(compare=False)
+    arch: str = field(default_factory=lambda: arches.host().name)
+
+    @property
+    def foreign(self) -> bool:
+        """A guest of another architecture than the host's."""
+        return self.arch != arches.host().name
 
     @property
     def name(self) -> str:
         return (f"{self.workload['name']}.{self.model['name']}."
-                f"smp{self.smp}.{self.qemu['name']}")
+                f"smp{self.smp}.{self.qemu['name']}" +
+                (f".{self.arch}" if self.foreign else ""))
 
     def settings(self) -> dict:
-        """Everything that decides the result (what the id hashes)."""
+        """Everything that decides the result (what the id hashes; the
+        host's own architecture is left out, so that the ids of matrices
+        from before the arch axis stay as they were)."""
         return {"workload": self.workload, "model": self.model,
                 "smp": self.smp, "qemu": self.qemu,
-                "events": list(self.events), "image": self.image}
+                "events": list(self.events), "image": self.image,
+                **({"arch": self.arch} if self.foreign else {})}
 
     @property
     def id(self) -> str:
@@ -101,7 +116,8 @@ class Cell:
         """`pvperf stat` arguments that run this cell."""
         m, q = self.model, self.qemu
         args = ["stat", "--json", str(json_out), "--share", str(self.share),
-                "--smp", str(self.smp), "--image", self.image,
+                "--smp", str(self.smp), "--arch", self.arch,
+                "--image", self.image,
                 "-e", ",".join(self.events)]
         for key in GEOMETRY_KEYS:
             if key in m:
@@ -118,7 +134,8 @@ class Cell:
             args += ["--mem", q["mem"]]
         if self.timeout is not None:
             args += ["--timeout", str(self.timeout)]
-        return args + ["--", *self.workload["command"].split()]
+        command = self.workload["command"].replace("{arch}", self.arch)
+        return args + ["--", *command.split()]
 
 
 @dataclass
@@ -217,6 +234,13 @@ def _smp(where: str, entry) -> int:
     return entry
 
 
+def _arch(where: str, entry) -> str:
+    if entry not in arches.ARCHES:
+        raise MatrixError(where, "must be one of "
+                          f"{', '.join(sorted(arches.ARCHES))}")
+    return entry
+
+
 def load(path: Path) -> Matrix:
     """Read, check and expand ``path``; MatrixError on anything wrong."""
     try:
@@ -245,11 +269,12 @@ def load(path: Path) -> Matrix:
     axes = (_axis(doc, "workload", _workload, []),
             _axis(doc, "model", _model, [{"name": "default"}]),
             _axis(doc, "smp", _smp, [1]),
-            _axis(doc, "qemu", _qemu, [{"name": "default"}]))
-    for m, s, q in itertools.product(*axes[1:]):
+            _axis(doc, "qemu", _qemu, [{"name": "default"}]),
+            _axis(doc, "arch", _arch, [arches.host().name]))
+    for m, s, q, _ in itertools.product(*axes[1:]):
         if q.get("deterministic") and s != 1:
             raise MatrixError(f"qemu {q['name']!r}", "deterministic runs "
                               "need smp 1 (docs/determinism.md)")
-    cells = [Cell(w, m, s, q, tuple(events), image, timeout, share)
-             for w, m, s, q in itertools.product(*axes)]
+    cells = [Cell(w, m, s, q, tuple(events), image, timeout, share, a)
+             for w, m, s, q, a in itertools.product(*axes)]
     return Matrix(path, cells)

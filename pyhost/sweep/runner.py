@@ -22,7 +22,7 @@ dies under it is started again at once on a node still alive (at most
 NODE_LOSS_RETRIES times): losing a node costs only its running cells.
 
 The table, OUTPUT/results.csv and OUTPUT/results.parquet: one row per
-cell and event (cell, id, workload, command, model, smp, qemu, the
+cell and event (cell, id, workload, command, model, smp, qemu, arch, the
 model's options, event, value, unit, status, error); a failed cell has
 one row with its error and no event.
 """
@@ -59,7 +59,7 @@ except ImportError as e:      # an optional extra: say how to get it
                      "pip install -e '.[sweep]' (scripts/setup.sh does)"
                      ) from e
 
-COLUMNS = ["cell", "id", "workload", "command", "model", "smp", "qemu",
+COLUMNS = ["cell", "id", "workload", "command", "model", "smp", "qemu", "arch",
            "cachegrind_compat", "timing", *GEOMETRY_KEYS, "deterministic",
            "mem", "event", "value", "unit", "status", "error"]
 OBJECT_STORE_BYTES = 80 << 20       # Ray's minimum is 75 MiB
@@ -218,7 +218,7 @@ def _rows(cell: Cell, cell_dir: Path) -> list[dict]:
     base = {"cell": cell.name, "id": cell.id,
             "workload": cell.workload["name"],
             "command": cell.workload["command"], "model": m["name"],
-            "smp": cell.smp, "qemu": q["name"],
+            "smp": cell.smp, "qemu": q["name"], "arch": cell.arch,
             "cachegrind_compat": bool(m.get("cachegrind_compat")),
             "timing": bool(m.get("timing")),
             **{k: m.get(k, "") for k in GEOMETRY_KEYS},

@@ -456,3 +456,61 @@ def test_a_node_killed_mid_sweep_costs_only_its_running_cells(
     for cell, counts in rows_by_cell(out).items():
         assert counts["instructions:u"] == refs[cell.split(".")[0]], cell
     assert [p for p in leftovers() if p != str(cluster_files)] == []
+
+
+# -- the arch axis -------------------------------------------------------------
+
+ARCH_N = 2_000_000
+
+
+def arch_matrix(share: Path) -> str:
+    return (f'events = ["instructions:u"]\nshare = "{share}"\n'
+            'arch = ["x86_64", "aarch64"]\n'
+            f'\n[[workload]]\nname = "loop"\n'
+            f'command = "./{{arch}}/loop {ARCH_N}"\n')
+
+
+def test_the_arch_axis_expands_and_keeps_host_ids(tmp_path):
+    m = sweep_matrix.load(write(tmp_path, arch_matrix(PROGRAMS)))
+    assert [c.name for c in m.cells] == ["loop.default.smp1.default",
+                                         "loop.default.smp1.default.aarch64"]
+    host_only = sweep_matrix.load(write(tmp_path, arch_matrix(PROGRAMS)
+                                        .replace('arch = ["x86_64", '
+                                                 '"aarch64"]\n', "")))
+    assert host_only.cells[0].id == m.cells[0].id   # ids of old matrices
+    args = m.cells[1].pvperf_args(Path("r.json"))
+    assert args[args.index("--arch"):args.index("--arch") + 2] == \
+        ["--arch", "aarch64"]
+    assert args[-2:] == ["./aarch64/loop", str(ARCH_N)]
+    with pytest.raises(MatrixError, match=r"arch\[0\]: must be one of"):
+        sweep_matrix.load(write(tmp_path, arch_matrix(PROGRAMS).replace(
+            '"x86_64", "aarch64"', '"sparc"')))
+
+
+@pytest.mark.vm
+def test_a_sweep_over_both_architectures_counts_exactly(tmp_path):
+    """One workload on an x86_64 and an arm64 guest: each cell equals its
+    independent reference (valgrind's Ir on the host for x86_64; the
+    arm64 loop's analytic 2N + 8d + 23, tests/vm/test_aarch64_counting)."""
+    subprocess.run(["make", "-s", "-C", str(PROGRAMS), "loop", "aarch64"],
+                   check=True)
+    share = tmp_path / "share"
+    for arch, src in (("x86_64", PROGRAMS / "loop"),
+                      ("aarch64", PROGRAMS / "aarch64" / "loop")):
+        (share / arch).mkdir(parents=True)
+        shutil.copy(src, share / arch / "loop")
+    m = write(tmp_path, arch_matrix(share))
+    out = tmp_path / "out"
+    r = run_pvperf(["sweep", str(m), "-o", str(out), "--parallel", "2"],
+                   timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = rows_by_cell(out)
+    d = len(str(ARCH_N))
+    assert got == {
+        "loop.default.smp1.default": {"instructions:u": valgrind_irefs(
+            [str(PROGRAMS / "loop"), str(ARCH_N)])},
+        "loop.default.smp1.default.aarch64": {
+            "instructions:u": 2 * ARCH_N + 8 * d + 23}}
+    with open(out / "results.csv") as f:
+        assert sorted(r["arch"] for r in csv.DictReader(f)) == \
+            ["aarch64", "x86_64"]
