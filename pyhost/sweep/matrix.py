@@ -8,7 +8,8 @@ The file (TOML; docs/sweep.md has a full example)::
                                    # (relative to this file; default: its
                                    # directory)
   smp = [1, 2]                     # an axis (default [1])
-  arch = ["x86_64", "aarch64"]     # an axis: guest architectures
+  arch = [...]                     # an axis: guest architectures, as
+                                   # --arch names them
                                    # (default: the host's); "default" is
                                    # each one's own image
   timeout = 600                    # seconds per cell (optional)
