@@ -59,8 +59,10 @@
  *
  * Guest physical addresses.  virt's RAM starts at 0x40000000 and is one
  * range: the RAM file's offset is the gpa minus ram_base.  A FAULT's page
- * walk is the 4K-granule, 4-level one (VA_BITS = 48) of a user address
- * under TTBR0_EL1; kernel-half addresses (TTBR1_EL1) are not walked.
+ * walk is the 4K-granule, 4-level one (VA_BITS = 48, Debian's arm64
+ * config): a user address under TTBR0_EL1, a kernel-half one (bits 63-48
+ * all ones) under TTBR1_EL1 (REG_KERNEL_PAGE_TABLE); both index the
+ * tables with bits 47-12.
  */
 #include <string.h>
 
@@ -295,15 +297,17 @@ static bool cond_target(const uint8_t *bytes, size_t len, uint64_t vaddr,
 #define DESC_ADDR	0x0000fffffffff000ULL
 #define TTBR_BADDR	0x0000fffffffffffeULL	/* CnP in bit 0, ASID above */
 #define USER_VA_END	(1ULL << 48)
+#define KERNEL_VA_START	(~0ULL << 48)
 
-/* The 4K-granule, 4-level walk of a user vaddr under TTBR0_EL1. */
-static uint64_t vaddr_to_gpa(uint64_t ttbr0, uint64_t vaddr,
+/* The 4K-granule, 4-level walk of vaddr from ttbr: TTBR0_EL1's for a user
+ * address, TTBR1_EL1's for a kernel-half one. */
+static uint64_t vaddr_to_gpa(uint64_t ttbr, uint64_t vaddr,
 			     bool (*read_u64)(uint64_t gpa, uint64_t *val))
 {
-	uint64_t table = ttbr0 & TTBR_BADDR & DESC_ADDR;
+	uint64_t table = ttbr & TTBR_BADDR & DESC_ADDR;
 
-	if (vaddr >= USER_VA_END)
-		return GPA_NONE;
+	if (vaddr >= USER_VA_END && vaddr < KERNEL_VA_START)
+		return GPA_NONE;	/* the hole between the halves */
 	for (int level = 0; level <= 3; level++) {
 		unsigned shift = 39 - 9 * level;
 		uint64_t desc, span = 1ULL << shift;
@@ -337,6 +341,7 @@ const struct arch arch_aarch64 = {
 		"x0", "x1", "x2", "x3", "x4", "x5", "x29", "sp",
 		"x30", "x6", "x7", "x8", "x9", "x10", "x11", "x12",
 		[REG_PC] = "pc", [REG_PAGE_TABLE] = "TTBR0_EL1",
+		[REG_KERNEL_PAGE_TABLE] = "TTBR1_EL1",
 	},
 	.doorbell_len = PVPERF_AARCH64_DOORBELL_INSN_LEN,
 	.is_doorbell = is_doorbell,

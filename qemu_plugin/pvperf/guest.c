@@ -179,11 +179,12 @@ static gpointer find_regs(gpointer unused)
 			&g_array_index(regs, qemu_plugin_reg_descriptor, i);
 
 		for (int r = 0; r < N_GUEST_REGS; r++)
-			if (!strcmp(d->name, pv.arch->reg_names[r]))
+			if (pv.arch->reg_names[r] &&
+			    !strcmp(d->name, pv.arch->reg_names[r]))
 				reg_handle[r] = d->handle;
 	}
 	for (int r = 0; r < N_GUEST_REGS; r++)
-		if (!reg_handle[r])
+		if (pv.arch->reg_names[r] && !reg_handle[r])
 			pvperf_log("QEMU offers no register '%s' to plugins\n",
 				   pv.arch->reg_names[r]);
 	return NULL;

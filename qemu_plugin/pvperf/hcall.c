@@ -80,7 +80,10 @@ static int64_t fault(unsigned vcpu, const struct pvperf_hcall *h)
 
 	if (h->nr != PVPERF_HC_PERF_OP)
 		return -ENOSYS;
-	guest_read_reg(REG_PAGE_TABLE, &page_table);
+	/* A kernel ip is walked from the kernel half's root, if apart. */
+	if (!vaddr_is_kernel(h->args[0]) ||
+	    !guest_read_reg(REG_KERNEL_PAGE_TABLE, &page_table))
+		guest_read_reg(REG_PAGE_TABLE, &page_table);
 	ret = count_fault(vcpu, h->args[0], h->args[1], page_table);
 	if (!ret && instrument_sampling())
 		sample_fault(vcpu, h->args[0]);

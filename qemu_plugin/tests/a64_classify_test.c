@@ -203,15 +203,25 @@ static void set_desc(int page, uint64_t index, uint64_t desc)
 
 static int check_walk(void)
 {
-	/* TTBR0 with ASID 5 and CnP: the walk uses only the base. */
+	/* TTBR0 with ASID 5 and CnP: the walk uses only the base.  TTBR1
+	 * (the kernel half's root, tables at pages 4-5) likewise. */
 	uint64_t ttbr0 = 5ULL << 48 | PAGE_GPA(0) | 1;
+	uint64_t ttbr1 = 7ULL << 48 | PAGE_GPA(4) | 1;
 	static const struct {
+		bool kernel;
 		uint64_t vaddr, gpa;
 	} t[] = {
-		{ 0x400123, 0x45678123 },	/* 4K page */
-		{ 0x20145678, 0x80145678 },	/* 2M block */
-		{ 0x401000, GPA_NONE },		/* not present */
-		{ 0xffff800008000000ULL, GPA_NONE },	/* kernel half */
+		{ false, 0x400123, 0x45678123 },	/* 4K page */
+		{ false, 0x20145678, 0x80145678 },	/* 2M block */
+		{ false, 0x401000, GPA_NONE },		/* not present */
+		/* the kernel half under TTBR0's tables: L0[256] is empty */
+		{ false, 0xffff800008000000ULL, GPA_NONE },
+		/* kernel text: L0[256] -> L1[0] -> L2[64], a 2M block */
+		{ true, 0xffff800008012345ULL, 0x40212345 },
+		{ true, 0xffff800008212345ULL, GPA_NONE },	/* L2[65] empty */
+		/* the hole between the halves: no walk from either root */
+		{ true, 0x0001000000000000ULL, GPA_NONE },
+		{ false, 0x0001000000000000ULL, GPA_NONE },
 	};
 	int fails = 0;
 
@@ -221,9 +231,12 @@ static int check_walk(void)
 	set_desc(2, 2, PAGE_GPA(3) | 3);		/* L2[2] -> L3 */
 	set_desc(3, 0, 0x45678000ULL | 0x403);		/* L3[0]: page, AF */
 	set_desc(2, 0x100, 0x80000000ULL | 0x401);	/* L2[256]: block */
+	set_desc(4, 0x100, PAGE_GPA(5) | 3);		/* L0[256] -> L1 */
+	set_desc(5, 0, PAGE_GPA(6) | 3);		/* L1[0] -> L2 */
+	set_desc(6, 0x40, 0x40200000ULL | 0x401);	/* L2[64]: block */
 	for (size_t i = 0; i < G_N_ELEMENTS(t); i++) {
-		uint64_t gpa = arch_aarch64.vaddr_to_gpa(ttbr0, t[i].vaddr,
-							 read_fake);
+		uint64_t gpa = arch_aarch64.vaddr_to_gpa(
+			t[i].kernel ? ttbr1 : ttbr0, t[i].vaddr, read_fake);
 
 		if (gpa != t[i].gpa) {
 			printf("FAIL walk %#" G_GINT64_MODIFIER "x: %#"
