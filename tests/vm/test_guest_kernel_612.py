@@ -59,12 +59,7 @@ perf script -i $D/t.data -F ip 2>&1
 sec callchain
 perf record -q -g -e instructions:u -c {S.PERIOD} -o $D/g.data ./hotcold 3000 2>&1
 perf script -i $D/g.data -F ip,sym 2>&1 | head -2000
-report() {{
-    sec $1-report
-    perf report -i $D/$1.data --stdio --children > $D/$1.txt 2>&1
-    echo "report exit $?"
-    grep -E "work_[abc]|main" $D/$1.txt | head -8
-}}
+{G.REPORT_FN}
 sec dwarf
 perf record -q -m 4M --call-graph dwarf,2048 -e instructions:u -c {G.PERIOD} -o $D/dwarf.data ./calltree {G.N} 2>&1
 perf script -i $D/dwarf.data -F ip,sym 2>/dev/null
