@@ -21,6 +21,11 @@
 # KVER defaults to what linux-image-amd64 depends on, the same resolution
 # the images/ builder uses for the guest kernel, so the module's vermagic
 # matches the booted image.  Override with KVER=6.1.0-NN-amd64.
+#
+# IMAGE=NAME resolves KVER as the image recipe images/NAME/recipe.json
+# does: its kernel.package, from its kernel.release when it names one
+# (apt's default release for that look-up, e.g. bookworm-backports for
+# images/linux-6.12).
 # The tree lives in ${XDG_CACHE_HOME:-~/.cache}/pvperf/kbuild/KVER/root.
 # Idempotent: a finished tree is reused without touching apt (the .debs
 # are not kept).
@@ -49,18 +54,33 @@ arm64)	d=$cache/apt/arm64
 *)	die "KARCH=$karch: amd64 or arm64" ;;
 esac
 
+# The kernel (meta)package, and the apt release it is taken from ("": the
+# candidate), of the image recipe IMAGE names; else linux-image-KARCH.
+kmeta=linux-image-$karch
+krelease=""
+if [ -n "${IMAGE:-}" ]; then
+	recipe=$(cd "$(dirname "$0")/.." && pwd)/images/$IMAGE/recipe.json
+	[ -f "$recipe" ] || die "IMAGE=$IMAGE: no $recipe"
+	k=$(python3 -c 'import json, sys
+k = json.load(open(sys.argv[1]))["kernel"]
+print(k["package"], k.get("release", ""))' "$recipe") ||
+		die "$recipe: no kernel package"
+	kmeta=${k%% *} krelease=${k#* }
+fi
+
 # The first "Depends:" of the guest architecture's package $1 that matches
-# the sed pattern $2.
+# the sed pattern $2 (the candidate of the release $krelease, if one).
 depends_on() {
 	# shellcheck disable=SC2086 # word splitting of the options is wanted
-	apt-cache $guest_apt depends "$1" 2>/dev/null |
+	apt-cache $guest_apt ${krelease:+-o APT::Default-Release=$krelease} \
+		depends "$1" 2>/dev/null |
 		sed -n "s/^ *Depends: \($2\)\$/\1/p" | head -n 1
 }
 
 resolve_kver() {
 	[ -n "${KVER:-}" ] && { echo "$KVER"; return; }
-	img=$(depends_on "linux-image-$karch" 'linux-image-[0-9].*')
-	[ -n "$img" ] || die "cannot resolve linux-image-$karch with apt-cache" \
+	img=$(depends_on "$kmeta" 'linux-image-[0-9].*')
+	[ -n "$img" ] || die "cannot resolve $kmeta${krelease:+/$krelease} with apt-cache" \
 		"(run apt-get update, or set KVER=6.1.0-NN-$karch)"
 	echo "${img#linux-image-}"
 }

@@ -244,6 +244,14 @@ static void pvperf_cancel_txn(struct pmu *pmu)
 	pvperf_thaw();
 }
 
+/*
+ * Linux 6.2 ("perf: Rewrite core context handling") dropped both the one
+ * perf_hw_context PMU check and this flag: nothing to ask for there.
+ */
+#ifndef PERF_PMU_CAP_HETEROGENEOUS_CPUS
+#define PERF_PMU_CAP_HETEROGENEOUS_CPUS 0
+#endif
+
 static struct pmu pvperf_pmu = {
 	.module		= THIS_MODULE,
 	/* A hardware PMU: perf_hw_context, the "cpu" PMU's context. */

@@ -115,15 +115,22 @@ static int pvperf_nmi_handler(unsigned int cmd, struct pt_regs *regs)
  */
 static DEFINE_PER_CPU(u32, pvperf_saved_lvt1);
 
+/*
+ * apic->read and apic->write, not apic_read() and apic_write(): those are
+ * static calls since Linux 6.6, whose keys are not exported to modules;
+ * the exported `apic` holds the same functions (6.1's apic_read() is
+ * apic->read()).
+ */
+
 static void pvperf_lint1_nmi(void *unused)
 {
-	this_cpu_write(pvperf_saved_lvt1, apic_read(APIC_LVT1));
-	apic_write(APIC_LVT1, APIC_DM_NMI);
+	this_cpu_write(pvperf_saved_lvt1, apic->read(APIC_LVT1));
+	apic->write(APIC_LVT1, APIC_DM_NMI);
 }
 
 static void pvperf_lint1_restore(void *unused)
 {
-	apic_write(APIC_LVT1, this_cpu_read(pvperf_saved_lvt1));
+	apic->write(APIC_LVT1, this_cpu_read(pvperf_saved_lvt1));
 }
 
 int pvperf_arch_overflow_irq_register(pvperf_overflow_handler_fn handler)

@@ -23,8 +23,13 @@ def cache_dir() -> Path:
     return root / "pvperf"
 
 
-def driver_ko_paths(debian_arch: str) -> tuple[Path, Path]:
+def driver_ko_paths(debian_arch: str) -> tuple[Path, ...]:
     """Where ``make -C guest_kernel_patch`` leaves pvperf.ko for guests of
     ``debian_arch``: the host's build stays next to the sources, another
-    architecture's (``make KARCH=...``) is in a directory named after it."""
-    return DRIVER_KO_PATH, DRIVER_KO_PATH.parent / debian_arch / "pvperf.ko"
+    architecture's (``make KARCH=...``) is in a directory named after it,
+    and one for another image's kernel (``make IMAGE=linux-6.12``) in a
+    directory named after that image.  Which one an image takes is decided
+    by the kernel release in its vermagic (image/inputs.py)."""
+    gkp = DRIVER_KO_PATH.parent
+    return (DRIVER_KO_PATH, gkp / debian_arch / "pvperf.ko",
+            *sorted(gkp.glob("linux-*/pvperf.ko")))

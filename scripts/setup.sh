@@ -34,8 +34,9 @@ declare -A APT=(
     # libelf1 (not libelf-dev) and the kernel's own gcc.
     [driver]="gcc make libelf1"
     # The image copies the host's perf and binutils' objdump and addr2line
-    # into the guest (images/default/recipe.json).
-    [image]="linux-perf binutils"
+    # into the guest (images/default/recipe.json); zstd unpacks the
+    # bzImage of Debian's 6.12 kernel (images/linux-6.12).
+    [image]="linux-perf binutils zstd"
     # Test references and tools: valgrind (exact counts), gdb (a soak test
     # shuts a socket down inside pvperf with it), patch (the in-tree patch
     # dry run), cpio and kmod (image and driver checks).
@@ -241,6 +242,9 @@ setup_venv() {
 build_plugin() { make -s -C qemu_plugin; }
 build_driver() { make -s -C guest_kernel_patch; }
 build_programs() { make -s -C tests/guest_programs ${TIER_PROGRAMS[$tier]}; }
+# The second guest kernel (Debian's 6.12 from bookworm-backports): the
+# driver against its headers, in guest_kernel_patch/linux-6.12/.
+build_driver612() { make -s -C guest_kernel_patch IMAGE=linux-6.12; }
 
 declare -A step_of=() begun=()
 step() {  # NAME WHAT FUNCTION: run FUNCTION in the background
@@ -274,6 +278,9 @@ step pip "pvperf${TIER_EXTRAS[$tier]} into .venv" setup_venv
 step plugin "the TCG plugin (the first run fetches qemu-plugin.h from QEMU's source package, ~40 MB)" build_plugin
 step driver "the guest PMU driver (the first run fetches the kernel's headers packages, ~14 MB)" build_driver
 step programs "the guest test programs (${TIER_PROGRAMS[$tier]})" build_programs
+if [ "$tier" = test ]; then
+    step driver612 "the guest PMU driver for Linux 6.12 (the first run fetches its headers packages, ~16 MB)" build_driver612
+fi
 finish_steps
 say "image: the default guest image (the first run fetches the kernel, ~70 MB, and test-boots it)"
 .venv/bin/pvperf image build
@@ -286,5 +293,7 @@ if [ "$tier" = test ]; then
     .venv/bin/pvperf image build --arch aarch64
     make -s -C guest_kernel_patch KARCH=arm64
     .venv/bin/pvperf image build --arch aarch64
+    say "image: the Linux 6.12 guest image (the first run fetches its kernel, ~106 MB, and perf 6.12 with its libraries' packages, ~48 MB, and test-boots it)"
+    .venv/bin/pvperf image build --name linux-6.12
 fi
 say "ready"

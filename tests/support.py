@@ -22,6 +22,30 @@ TUNABLES = ("glibc.cpu.x86_rep_movsb_threshold=0x10000000:"
             "glibc.cpu.x86_non_temporal_threshold=0x10000000")
 
 
+#: The Debian guest kernels the VM tests can boot (PVPERF_GUEST_KERNEL)
+#: and the image of each: 6.1 is the default image's (bookworm), 6.12 the
+#: linux-6.12 recipe's (bookworm-backports).
+GUEST_KERNEL_IMAGES = {"6.1": "default", "6.12": "linux-6.12"}
+
+
+def guest_kernel_image() -> str:
+    """The image PVPERF_GUEST_KERNEL names (default 6.1: "default");
+    ValueError for a kernel not in GUEST_KERNEL_IMAGES."""
+    kernel = os.environ.get("PVPERF_GUEST_KERNEL") or "6.1"
+    if kernel not in GUEST_KERNEL_IMAGES:
+        raise ValueError(f"PVPERF_GUEST_KERNEL={kernel}: one of "
+                         + ", ".join(GUEST_KERNEL_IMAGES))
+    return GUEST_KERNEL_IMAGES[kernel]
+
+
+def build_driver(image: str) -> None:
+    """Build the guest PMU driver for ``image``'s kernel (make IMAGE=...;
+    the default image's is the plain build): cheap when up to date."""
+    extra = [] if image == "default" else [f"IMAGE={image}"]
+    subprocess.run(["make", "-s", "-C", str(REPO / "guest_kernel_patch"),
+                    *extra], check=True, capture_output=True)
+
+
 def sections(text: str) -> dict[str, list[str]]:
     """Split guest output into sections: a line '=== name' starts one.
 

@@ -7,7 +7,9 @@ its PVH entry point (``qemu -kernel vmlinux``).
 from __future__ import annotations
 
 import lzma
+import shutil
 import struct
+import subprocess
 import zlib
 
 from ..elf import ELF_MAGIC, first_load_vaddr, open_elf
@@ -15,6 +17,22 @@ from . import Arch, BootKernel, TaskPath, UnbootableKernel
 
 _XZ_MAGIC = bytes.fromhex("fd377a585a00")
 _GZ_MAGIC = b"\x1f\x8b\x08"
+# Debian's 6.12 compresses its bzImage with zstd (6.1: XZ)
+_ZSTD_MAGIC = bytes.fromhex("28b52ffd")
+
+
+def _unzstd(stream: bytes) -> bytes | None:
+    """The first zstd frame of ``stream``, by the zstd program (Python's
+    standard library has no zstd before 3.14).  The kernel appends the
+    decompressed size after the frame, which zstd reports as trailing
+    garbage after writing the frame's data: the output is what counts."""
+    if shutil.which("zstd") is None:
+        raise UnbootableKernel("is compressed with zstd, and the zstd "
+                               "program is not installed",
+                               "install it: apt-get install zstd")
+    proc = subprocess.run(["zstd", "-dcq"], input=stream,
+                          capture_output=True, check=False)
+    return proc.stdout or None
 
 
 def _decompress_at(blob: bytes, off: int) -> bytes | None:
@@ -24,6 +42,8 @@ def _decompress_at(blob: bytes, off: int) -> bytes | None:
             return lzma.LZMADecompressor(lzma.FORMAT_XZ).decompress(blob[off:])
         if blob.startswith(_GZ_MAGIC, off):
             return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(blob[off:])
+        if blob.startswith(_ZSTD_MAGIC, off):
+            return _unzstd(blob[off:])
     except (lzma.LZMAError, zlib.error, EOFError):
         return None
     return None
@@ -45,11 +65,12 @@ def _bzimage_payload_offset(blob: bytes) -> int | None:
 
 
 def extract_vmlinux(blob: bytes) -> bytes:
-    """Return the ELF kernel inside a bzImage (XZ or gzip payload).
+    """Return the ELF kernel inside a bzImage (XZ, gzip or zstd payload).
 
     Uses the boot header's payload offset when present, else scans for
     the XZ and gzip magics; every candidate is tried until one
-    decompresses to an ELF image.
+    decompresses to an ELF image.  UnbootableKernel if the payload is
+    zstd and the zstd program is missing.
     """
     candidates: list[int] = []
     hinted = _bzimage_payload_offset(blob)
@@ -65,7 +86,7 @@ def extract_vmlinux(blob: bytes) -> bytes:
         out = _decompress_at(blob, off)
         if out and out.startswith(ELF_MAGIC):
             return out
-    raise ValueError("no XZ or gzip stream in the bzImage decompresses to an "
+    raise ValueError("no XZ, gzip or zstd stream in the bzImage decompresses to an "
                      f"ELF image ({len(candidates)} candidate(s) tried)")
 
 

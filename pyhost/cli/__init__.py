@@ -422,7 +422,10 @@ def image_options(fn):
                       dir_okay=False, path_type=Path), default=None,
                       help=f"guest PMU driver [default: {DRIVER_KO_PATH}, "
                       "or for another architecture's image the one make "
-                      "KARCH=<its Debian name> built beside it, if built]")(fn)
+                      "KARCH=<its Debian name> built beside it, or for "
+                      "another kernel's (linux-6.12) the one make "
+                      "IMAGE=<image> built: the one whose vermagic names "
+                      "the image's kernel, if built]")(fn)
     return click.option("--name", default="default", show_default=True,
                         help="image: a recipe in images/, or one built "
                         "with --add (default: --arch's own)")(fn)

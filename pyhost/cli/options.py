@@ -121,8 +121,10 @@ def vm_options(pmu_switch: bool = True):
                      help="show the guest's serial console on stderr"),
         click.option("--image", "image_name", default="default",
                      show_default=True, callback=_image_callback,
-                     help="guest image: a recipe in images/ or one built "
-                     "with `pvperf image build --name NAME --add PKG`"),
+                     envvar="PVPERF_IMAGE", show_envvar=True,
+                     help="guest image: a recipe in images/ (linux-6.12: "
+                     "Debian's 6.12 kernel and perf) or one built with "
+                     "`pvperf image build --name NAME --add PKG`"),
         click.option("--kernel", type=click.Path(exists=True, dir_okay=False,
                                                  path_type=Path),
                      default=None, help="boot this kernel (a vmlinux or "

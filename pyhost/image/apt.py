@@ -56,11 +56,18 @@ def kernel_from_depends(depends: str) -> tuple[str, str | None] | None:
     return None
 
 
-def apt_show(packages: list[str], ctx: AptContext | None = HOST_APT
-             ) -> dict[str, dict[str, str]]:
-    """Candidate records (``apt-cache show --no-all-versions``)."""
-    proc = run(["apt-cache", *_ctx(ctx), "show", "--no-all-versions",
-                *packages],
+def release_options(release: str | None) -> list[str]:
+    """apt options that make ``release``'s versions the candidates (as
+    ``-t RELEASE`` does); none for None."""
+    return ["-o", f"APT::Default-Release={release}"] if release else []
+
+
+def apt_show(packages: list[str], ctx: AptContext | None = HOST_APT,
+             release: str | None = None) -> dict[str, dict[str, str]]:
+    """Candidate records (``apt-cache show --no-all-versions``), of
+    ``release`` if one is given."""
+    proc = run(["apt-cache", *_ctx(ctx), *release_options(release), "show",
+                "--no-all-versions", *packages],
                "cannot resolve Debian package versions", _APT_HINT,
                check=False)
     found = {r["Package"]: r for r in parse_apt_records(proc.stdout)
@@ -69,28 +76,33 @@ def apt_show(packages: list[str], ctx: AptContext | None = HOST_APT
     if missing:
         raise ImageError("cannot resolve Debian package versions",
                          "apt knows no installable version of "
-                         + ", ".join(missing), _APT_HINT,
+                         + ", ".join(missing)
+                         + (f" in {release}" if release else ""), _APT_HINT,
                          details=proc.stderr.strip())
     return found
 
 
 def resolve_packages(kernel_meta: str, others: list[str],
-                     ctx: AptContext | None = HOST_APT
+                     ctx: AptContext | None = HOST_APT,
+                     kernel_release: str | None = None
                      ) -> tuple[str, dict[str, str]]:
     """(concrete kernel package, {package: candidate version}) from the
-    local apt lists; no network.  Memoized per apt state."""
+    local apt lists; no network.  The kernel's versions are
+    ``kernel_release``'s when one is given.  Memoized per apt state."""
     key = ctx.memo_key() if ctx is not None else []
-    kpkg, versions = memoized(["versions", kernel_meta, *others, *key],
+    kpkg, versions = memoized(["versions", kernel_meta, *others, *key,
+                               *release_options(kernel_release)],
                               lambda: _resolve_packages(kernel_meta, others,
-                                                        ctx))
+                                                        ctx, kernel_release))
     return kpkg, versions
 
 
 def _resolve_packages(kernel_meta: str, others: list[str],
-                      ctx: AptContext | None
+                      ctx: AptContext | None, release: str | None = None
                       ) -> tuple[str, dict[str, str]]:
-    records = apt_show([kernel_meta, *others], ctx)
+    records = apt_show(others, ctx) if others else {}
     versions = {p: records[p]["Version"] for p in others}
+    records.update(apt_show([kernel_meta], ctx, release))
     hit = kernel_from_depends(records[kernel_meta].get("Depends", ""))
     if hit is None:
         if not re.search(r"\d", kernel_meta):
@@ -101,7 +113,7 @@ def _resolve_packages(kernel_meta: str, others: list[str],
     else:
         kpkg, kver = hit
         if kver is None:
-            kver = apt_show([kpkg], ctx)[kpkg]["Version"]
+            kver = apt_show([kpkg], ctx, release)[kpkg]["Version"]
     versions[kpkg] = kver
     return kpkg, versions
 

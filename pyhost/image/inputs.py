@@ -42,6 +42,7 @@ from ..paths import driver_ko_paths
 from . import apt, aptdir, host, packages
 from .aptdir import AptContext
 from .host import Tool
+from .kernel import read_modinfo
 from .memo import stat_key
 from .recipe import Recipe, load_recipe
 
@@ -153,7 +154,12 @@ def _deb_userland(recipe: Recipe, versions: dict[str, str],
     dependency closure (the library closure is taken at build time from
     the unpacked .debs, foreign.py); the binaries' paths are inside them."""
     wanted = [recipe.perf_package] + [t.package for t in recipe.tools]
-    userland = packages.resolve(list(dict.fromkeys(wanted)), ctx)
+    # perf of its release (apt's PKG/RELEASE), its dependencies as apt
+    # picks them for it
+    asked = [f"{p}/{recipe.perf_release}"
+             if p == recipe.perf_package and recipe.perf_release else p
+             for p in dict.fromkeys(wanted)]
+    userland = packages.resolve(asked, ctx)
     have = {d.name: d.version for d in userland}
     versions.update({p: have[p] for p in wanted if p in have})
     tools = [Tool(spec, Path(spec.binary), have.get(spec.package, ""), [])
@@ -161,14 +167,19 @@ def _deb_userland(recipe: Recipe, versions: dict[str, str],
     return tools, userland
 
 
-def gather_inputs(name: str, driver_ko: Path | None) -> Inputs:
+def gather_inputs(name: str, driver_ko) -> Inputs:
+    """The inputs of image ``name``; ``driver_ko`` a path, None, or
+    DEFAULT_DRIVER (the one built for the image's kernel, if any)."""
     recipe = load_recipe(name)
     guest_arch = arch.get(recipe.arch)
     ctx = aptdir.for_arch(guest_arch)
     kpkg, versions = apt.resolve_packages(recipe.kernel_package,
-                                          [recipe.busybox_package], ctx)
+                                          [recipe.busybox_package], ctx,
+                                          recipe.kernel_release)
+    driver_ko = _default_driver(driver_ko, guest_arch,
+                                kpkg.removeprefix("linux-image-"))
     userland: list[packages.Deb] = []
-    if guest_arch.runs_on_host():
+    if not recipe.userland_from_debs():
         perf, libs, tools, host_files = _host_userland(recipe, versions)
     else:
         tools, userland = _deb_userland(recipe, versions, ctx)
@@ -213,14 +224,26 @@ def _elf_machine(path: Path) -> str | None:
         return None
 
 
-def _default_driver(driver_ko, guest_arch: Arch) -> Path | None:
+def _vermagic_release(path: Path) -> str | None:
+    """The kernel release a module was built for (vermagic's first word)."""
+    try:
+        magic = read_modinfo(path.read_bytes()).get("vermagic", [""])[0]
+    except (OSError, ValueError):
+        return None
+    return magic.split()[0] if magic.split() else None
+
+
+def _default_driver(driver_ko, guest_arch: Arch,
+                    kernel_release: str) -> Path | None:
     """The driver to install: the one given, or by default the one
-    guest_kernel_patch/ built for the guest's architecture (none if it
-    built none)."""
+    guest_kernel_patch/ built for the guest's architecture and kernel
+    (its vermagic's release is ``kernel_release``: 6.1's next to the
+    sources, 6.12's in linux-6.12/, ...); none if it built none."""
     if driver_ko is DEFAULT_DRIVER:
         for path in driver_ko_paths(guest_arch.debian_arch):
             if path.is_file() and \
-                    _elf_machine(path) == guest_arch.elf_machine:
+                    _elf_machine(path) == guest_arch.elf_machine and \
+                    _vermagic_release(path) == kernel_release:
                 return path
         return None
     if driver_ko is None:
@@ -237,13 +260,12 @@ def _default_driver(driver_ko, guest_arch: Arch) -> Path | None:
 
 
 def gather(name: str, driver_ko) -> Inputs:
-    """gather_inputs with the default driver; the default one may vanish
-    while guest_kernel_patch/ is being rebuilt: then build without it."""
-    driver = _default_driver(driver_ko, arch.get(load_recipe(name).arch))
+    """gather_inputs; the default driver may vanish while
+    guest_kernel_patch/ is being rebuilt: then build without it."""
     try:
-        return gather_inputs(name, driver)
-    except ImageError:
-        if driver_ko is DEFAULT_DRIVER and driver and not driver.exists():
+        return gather_inputs(name, driver_ko)
+    except ImageError as e:
+        if driver_ko is DEFAULT_DRIVER and "PMU driver" in e.what:
             return gather_inputs(name, None)
         raise
 

@@ -15,6 +15,29 @@ from typing import Callable, Iterable
 
 from .kernel import read_modinfo
 
+_COMPRESSED = re.compile(r"\.ko\.(xz|gz|zst)$")
+
+
+def uncompressed(path: str) -> str:
+    """A module's path without its compression suffix (``x.ko.xz`` ->
+    ``x.ko``): where the image puts the module, decompressed."""
+    return _COMPRESSED.sub(".ko", path)
+
+
+def read_module(path: Path) -> bytes:
+    """A module file's ELF bytes, decompressed by its suffix (Debian's
+    6.1 ships plain .ko, its 6.12 .ko.xz).  ValueError for .zst, which
+    Python's standard library cannot read."""
+    data = Path(path).read_bytes()
+    if str(path).endswith(".xz"):
+        return lzma.decompress(data)
+    if str(path).endswith(".gz"):
+        return zlib.decompress(data, 16 + zlib.MAX_WBITS)
+    if str(path).endswith(".zst"):
+        raise ValueError(f"zstd-compressed modules are not supported: {path}")
+    return data
+
+
 def modname(path_or_name: str) -> str:
     """Canonical module name: basename without .ko[.xz|.gz|.zst], '-'->'_'."""
     base = os.path.basename(path_or_name)
@@ -68,12 +91,7 @@ class ModuleDB:
                     paths[modname(f)] = rel
 
         def deps_of(name: str) -> list[str]:
-            data = (moddir / paths[name]).read_bytes()
-            if paths[name].endswith(".xz"):
-                data = lzma.decompress(data)
-            elif paths[name].endswith(".gz"):
-                data = zlib.decompress(data, 16 + zlib.MAX_WBITS)
-            info = read_modinfo(data)
+            info = read_modinfo(read_module(moddir / paths[name]))
             out = [d for v in info.get("depends", []) for d in v.split(",") if d]
             for soft in info.get("softdep", []):
                 m = re.search(r"pre:\s*([^:]*?)(\s+\w+:|$)", soft)
@@ -117,13 +135,16 @@ class ModuleDB:
             visit(root, ())
         return order
 
-    def modules_dep_text(self, names: Iterable[str]) -> str:
+    def modules_dep_text(self, names: Iterable[str],
+                         rename: Callable[[str], str] = str) -> str:
         """A ``modules.dep`` for ``names`` (a closed set), depmod-style:
-        all transitive deps, the one to load first listed last."""
+        all transitive deps, the one to load first listed last; each path
+        as ``rename`` makes it (e.g. ``uncompressed``)."""
         lines = []
         for name in names:
             closure = [d for d in self.load_order([name]) if d != name]
-            deps = " ".join(self.paths[d] for d in reversed(closure))
-            lines.append(f"{self.paths[name]}:{' ' if deps else ''}{deps}")
+            deps = " ".join(rename(self.paths[d]) for d in reversed(closure))
+            lines.append(f"{rename(self.paths[name])}:"
+                         f"{' ' if deps else ''}{deps}")
         return "\n".join(lines) + "\n"
 

@@ -18,6 +18,9 @@ from .store import recipe_dir, recipe_name, user_recipe_path  # noqa: F401
 #: characters at least, starting alphanumeric.  Also keeps an option
 #: (``-o...``) from ever reaching apt-get's command line.
 PACKAGE_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+#: apt release names (``bookworm-backports``): what ``-t`` and
+#: APT::Default-Release take.
+RELEASE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~_-]{0,63}")
 #: Image names: a file name, no path.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -49,6 +52,19 @@ class Recipe:
     #: the guest's architecture (an Arch name; recipe key ``arch``,
     #: default: the host's)
     arch: str = field(default_factory=lambda: arches.host().name)
+    #: the apt release the kernel package is taken from (``kernel.release``,
+    #: e.g. bookworm-backports); None: apt's candidate
+    kernel_release: str | None = None
+    #: the apt release perf comes from (``perf.release``): then perf and
+    #: the tools come from their .debs, not from the host's installed
+    #: packages (the host keeps its own perf); None: the host's
+    perf_release: str | None = None
+
+    def userland_from_debs(self) -> bool:
+        """Do perf and the tools come from .debs (foreign.py), not from
+        the host's installed packages?"""
+        return self.perf_release is not None or \
+            not arches.get(self.arch).runs_on_host()
 
 
 _GUEST_RESERVED = {"/init", "/bin/busybox", "/usr/bin/perf"}
@@ -102,6 +118,15 @@ def parse_packages(raw) -> list[str]:
         if name not in out:
             out.append(name)
     return out
+
+
+def parse_release(raw) -> str | None:
+    """A recipe's ``release`` value (an apt release name) or None."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not RELEASE_RE.fullmatch(raw):
+        raise ValueError(f"release {raw!r} is not an apt release name")
+    return raw
 
 
 def check_image_name(name: str) -> str:
@@ -184,7 +209,9 @@ def _load_base(name: str) -> Recipe:
             overlay=(d / raw["overlay"]) if raw.get("overlay") else None,
             tools=parse_tools(raw.get("tools")),
             packages=parse_packages(raw.get("packages")),
-            arch=raw.get("arch") or arches.host().name)
+            arch=raw.get("arch") or arches.host().name,
+            kernel_release=parse_release(raw["kernel"].get("release")),
+            perf_release=parse_release(raw["perf"].get("release")))
         arches.get(recipe.arch)
     except (KeyError, TypeError) as e:
         raise ImageError(f"image recipe {f} is incomplete",

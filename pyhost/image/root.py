@@ -4,9 +4,11 @@ recipe's overlay and the PMU driver (everything the initramfs holds).
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import shutil
 import stat
+import zlib
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -16,7 +18,7 @@ from ..guest_contract import in_root
 from . import foreign, packages
 from .host import run
 from .inputs import Inputs
-from .modules import ModuleDB, modname
+from .modules import ModuleDB, modname, read_module, uncompressed
 
 # In the root tree: where /init finds them (guest_contract.py).
 GUEST_DRIVER_PATH = in_root(guest.DRIVER_PATH)
@@ -84,22 +86,29 @@ def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
                          ) from e
     report(5, f"collecting {len(order)} kernel modules: {' '.join(order)}")
     gmod = root / "lib" / "modules" / kver
-    packed = [db.paths[n] for n in order if not db.paths[n].endswith(".ko")]
-    if packed:         # bookworm's 6.1 has CONFIG_MODULE_COMPRESS_NONE=y
-        raise ImageError("cannot collect kernel modules",
-                         f"compressed modules are not supported: {packed[0]}",
-                         "use a kernel with uncompressed modules, or teach "
-                         "pyhost/image/root.py to decompress them")
+    # Decompressed (Debian's 6.12 ships .ko.xz; busybox's insmod reads
+    # plain ELF, and an initramfs is not worth compressing twice).
     for name in order:
-        _install(moddir / db.paths[name], gmod / db.paths[name], 0o644)
-    (gmod / "modules.dep").write_text(db.modules_dep_text(order))
+        try:
+            data = read_module(moddir / db.paths[name])
+        except (ValueError, OSError, lzma.LZMAError, zlib.error) as e:
+            raise ImageError("cannot collect kernel modules", str(e),
+                             "use a kernel with plain, xz or gzip modules"
+                             ) from e
+        dst = gmod / uncompressed(db.paths[name])
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(data)
+        os.chmod(dst, 0o644)
+    (gmod / "modules.dep").write_text(db.modules_dep_text(order,
+                                                          uncompressed))
     (gmod / "modules.order").write_text(
-        "".join(db.paths[n] + "\n" for n in order))
+        "".join(uncompressed(db.paths[n]) + "\n" for n in order))
     for f in ("modules.builtin", "modules.builtin.modinfo"):
         if (moddir / f).exists():
             _install(moddir / f, gmod / f, 0o644)
     (root / GUEST_MODULE_LIST).write_text(
-        "".join(f"/lib/modules/{kver}/{db.paths[n]}\n" for n in order))
+        "".join(f"/lib/modules/{kver}/{uncompressed(db.paths[n])}\n"
+                for n in order))
 
     if debs:
         report(6, f"unpacking {len(debs)} Debian packages")

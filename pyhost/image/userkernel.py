@@ -30,6 +30,7 @@ import subprocess
 import zlib
 from pathlib import Path
 
+from ..arch import UnbootableKernel
 from ..errors import ImageError
 from ..paths import REPO_ROOT as REPO, cache_dir
 from .cpio import CpioWriter
@@ -199,6 +200,8 @@ def read_kernel(path: Path) -> tuple[bytes, bytes]:
         except ValueError as e:
             raise _refuse(path, f"bzImage without a readable kernel: {e}",
                           "pass the build's vmlinux instead") from e
+        except UnbootableKernel as e:
+            raise _refuse(path, f"bzImage that {e.cause}", e.hint) from e
     raise _refuse(path, "neither an ELF vmlinux nor a bzImage",
                   "pass vmlinux (top of the build tree) or "
                   "arch/x86/boot/bzImage")

@@ -32,15 +32,18 @@ PERIOD = 20011
 FUNCTIONS = ("main", "work_a", "work_b", "work_c")
 TOLERANCE = 2.0             # percentage points (the issue's bound)
 
-SCRIPT = f"""
-sec() {{ echo "=== $1"; }}
-D=/tmp/r; mkdir -p $D
-report() {{
+# `report NAME`: perf report --children of $D/NAME.data, its exit status
+# and the lines naming the call tree's functions (section NAME-report).
+REPORT_FN = """report() {
     sec $1-report
     perf report -i $D/$1.data --stdio --children > $D/$1.txt 2>&1
     echo "report exit $?"
     grep -E "work_[abc]|main" $D/$1.txt | head -8
-}}
+}"""
+SCRIPT = f"""
+sec() {{ echo "=== $1"; }}
+D=/tmp/r; mkdir -p $D
+{REPORT_FN}
 sec dwarf
 perf record -q -m 4M --call-graph dwarf,2048 -e instructions:u -c {PERIOD} -o $D/dwarf.data ./calltree {N} 2>&1
 perf script -i $D/dwarf.data -F ip,sym 2>/dev/null

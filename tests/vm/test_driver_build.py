@@ -1,15 +1,18 @@
 """The guest driver (guest_kernel_patch/): the module builds clean against
-the Debian headers, carries the right metadata and exactly one doorbell,
+the Debian headers of both guest kernels (6.1, and 6.12 for the
+linux-6.12 image), carries the right metadata and exactly one doorbell,
 and the in-tree patch is generated from the same source, applies to
-linux-source-6.1 and compiles.
+linux-source-6.1 and linux-source-6.12 and compiles.
 
-The first run downloads the headers (14 MB) and linux-source-6.1 (140 MB,
-unpacked once into ~/.cache/pvperf/linux-source); both need apt lists
-(`apt-get update`).  One VM test boots the guest without the TCG plugin to
-check the driver's no-host path.
+The first run downloads the headers (14 MB, 16 MB for 6.12) and the
+linux-source packages (140 and 153 MB, unpacked once into
+~/.cache/pvperf/linux-source); all need apt lists (`apt-get update`).
+One VM test boots the guest without the TCG plugin to check the
+driver's no-host path.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -36,26 +39,44 @@ def run(cmd, **kw) -> subprocess.CompletedProcess:
                           **kw)
 
 
+# The second guest kernel's image (images/linux-6.12: Debian's 6.12 from
+# the release its recipe names).
+IMAGE_612 = "linux-6.12"
+RELEASE_612 = json.loads((REPO / "images" / IMAGE_612 / "recipe.json")
+                         .read_text())["kernel"]["release"]
+
+
+def fetch_kbuild(*args: str, image: str | None = None) -> str:
+    """fetch-kbuild.sh's last output line (for ``image``'s kernel)."""
+    env = dict(os.environ, **({"IMAGE": image} if image else {}))
+    r = run([GKP / "fetch-kbuild.sh", *args], env=env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().splitlines()[-1]
+
+
 @pytest.fixture(scope="module")
 def kver() -> str:
-    r = run([GKP / "fetch-kbuild.sh", "--kver"])
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip()
+    return fetch_kbuild("--kver")
 
 
 @pytest.fixture(scope="module")
 def kdir(kver) -> Path:
-    r = run([GKP / "fetch-kbuild.sh"])
-    assert r.returncode == 0, r.stderr
-    return Path(r.stdout.strip().splitlines()[-1])
+    return Path(fetch_kbuild())
+
+
+@pytest.fixture(scope="module")
+def kdir612() -> Path:
+    return Path(fetch_kbuild(image=IMAGE_612))
 
 
 @pytest.fixture(scope="module")
 def build(kdir) -> subprocess.CompletedProcess:
-    """One W=1 build (warnings are errors) after a clean."""
+    """One W=1 build (warnings are errors) after a clean, and the 6.12
+    one the clean removed too (build612): later tests may boot either."""
     assert run(["make", "-C", GKP, "clean"]).returncode == 0
     r = run(["make", "-C", GKP, "W=1"])
     assert r.returncode == 0, r.stdout + r.stderr
+    r.build612 = run(["make", "-C", GKP, f"IMAGE={IMAGE_612}", "W=1"])
     return r
 
 
@@ -97,18 +118,37 @@ def objdump_functions(ko: Path, objdump: str = "objdump") -> dict[str, str]:
     return funcs
 
 
-def test_doorbell_once_in_the_arch_doorbell(build):
+def assert_one_doorbell(ko: Path) -> None:
     """Every hypercall goes through pvperf_arch_doorbell(): one doorbell
-    store, `movl $0x46505650,(%rax)`, and none anywhere else."""
-    funcs = objdump_functions(KO)
+    store, `movl $0x46505650,(%rax)`, in .text, and none anywhere else."""
+    funcs = objdump_functions(ko)
     where = {f: body.count(DOORBELL) for f, body in funcs.items()
              if DOORBELL in body}
     assert where == {"pvperf_arch_doorbell": 1}
     line = next(l for l in funcs["pvperf_arch_doorbell"].splitlines()
                 if DOORBELL in l)
     assert re.search(r"movl\s+\$0x46505650,\(%rax\)", line), line
-    text = run(["objdump", "-d", "-j", ".text", KO]).stdout
+    text = run(["objdump", "-d", "-j", ".text", ko]).stdout
     assert text.count(DOORBELL) == 1, "the doorbell is not in .text"
+
+
+def test_doorbell_once_in_the_arch_doorbell(build):
+    assert_one_doorbell(KO)
+
+
+def test_612_module_builds_clean_for_the_images_kernel(build):
+    """make IMAGE=linux-6.12 builds linux-6.12/pvperf.ko against the
+    headers of that image's kernel (6.12 from its recipe's release),
+    without warnings, with its one doorbell; the 6.1 build stays."""
+    r = build.build612
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "warning:" not in r.stdout + r.stderr
+    ko = GKP / IMAGE_612 / "pvperf.ko"
+    release = modinfo(ko)["vermagic"].split()[0]
+    assert release.startswith("6.12.") and \
+        release == fetch_kbuild("--kver", image=IMAGE_612)
+    assert_one_doorbell(ko)
+    assert modinfo(KO)["vermagic"].startswith("6.1.")
 
 
 @pytest.mark.skipif(not shutil.which("aarch64-linux-gnu-gcc") or
@@ -278,16 +318,25 @@ def test_arch_file_implements_the_seam_and_nothing_generic():
         assert '#include "pvperf.h"' not in code, name
 
 
-def test_patch_applies_to_linux_source():
-    r = run([GKP / "check-patch.sh", PATCH])
+@pytest.mark.parametrize("source,release", [
+    ("linux-source-6.1", ""), ("linux-source-6.12", RELEASE_612)])
+def test_patch_applies_to_linux_source(source, release):
+    """One patch for both trees, without offsets or fuzz."""
+    r = run([GKP / "check-patch.sh", PATCH],
+            env=dict(os.environ, LINUX_SOURCE_PKG=source,
+                     LINUX_SOURCE_RELEASE=release))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "offset" not in r.stdout and "fuzz" not in r.stdout, r.stdout
+    assert r.stdout.strip().endswith(source), r.stdout
 
 
-def test_patched_files_compile_in_tree_layout(kdir):
+@pytest.mark.parametrize("headers", ["kdir", "kdir612"])
+def test_patched_files_compile_in_tree_layout(request, headers):
     """Build the patch's files as a module with the in-tree include layout
-    (<asm/pvperf_abi.h> from arch/x86/include) and its own Makefile."""
-    work = CACHE / "test-intree-build"
+    (<asm/pvperf_abi.h> from arch/x86/include) and its own Makefile,
+    against 6.1's headers and 6.12's."""
+    kdir = request.getfixturevalue(headers)
+    work = CACHE / f"test-intree-build-{headers}"
     shutil.rmtree(work, ignore_errors=True)
     try:
         for rel, text in new_files(PATCH.read_text()).items():
@@ -299,8 +348,10 @@ def test_patched_files_compile_in_tree_layout(kdir):
             "CONFIG_PVPERF_PMU := m\n"
             f"ccflags-y := -I{work / 'arch/x86/include'}\n"
             + (src / "Makefile").read_text())
+        # No module BTF (as the Makefile): 6.12's needs pahole and the
+        # kernel's vmlinux, neither of which the headers bring.
         r = run(["make", "-C", kdir, f"M={src}", "KCFLAGS=-Werror",
-                 "modules"])
+                 "CONFIG_DEBUG_INFO_BTF_MODULES=", "modules"])
         assert r.returncode == 0, r.stdout + r.stderr
         assert (src / "pvperf.ko").is_file()
     finally:

@@ -15,6 +15,11 @@ that); PVPERF_INTREE_PATCH=/path/to/patch builds another one.
 
   PVPERF_SLOW=1 .venv/bin/python -m pytest tests/vm/test_intree_kernel.py
 
+With PVPERF_GUEST_KERNEL=6.12 the same on Debian's linux-source-6.12 of
+the release the linux-6.12 image's kernel comes from (bookworm-backports),
+built in ~/.cache/pvperf/intree-build-6.12 and booted with that image's
+userland (perf 6.12).
+
 The image's Debian modules do not match this kernel: /init's insmods of
 them and of pvperf.ko fail (it says so on the console and goes on), and
 everything they would provide is built in.
@@ -29,17 +34,26 @@ from pathlib import Path
 
 import pytest
 
-from support import (PROGRAMS, REPO, perf_count, run_pvperf, sections,
-                      valgrind_irefs)
+from support import (PROGRAMS, REPO, guest_kernel_image, perf_count,
+                     run_pvperf, sections, valgrind_irefs)
 from pyhost.image import userkernel
 from pyhost.image.kernel import pvh_entry, read_modinfo
+from pyhost.image.recipe import load_recipe
 from pyhost.paths import cache_dir
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
 GKP = REPO / "guest_kernel_patch"
 BUILD_SCRIPT = GKP / "build-intree-kernel.sh"
-BUILD_DIR = cache_dir() / "intree-build"
+# The guest kernel's Debian source (PVPERF_GUEST_KERNEL): linux-source-X.Y
+# of the release the image's kernel comes from, built in its own tree.
+KERNEL = os.environ.get("PVPERF_GUEST_KERNEL") or "6.1"
+BUILD_DIR = cache_dir() / ("intree-build" if KERNEL == "6.1"
+                           else f"intree-build-{KERNEL}")
+BUILD_ENV = dict(os.environ, LINUX_SOURCE_PKG=f"linux-source-{KERNEL}",
+                 LINUX_SOURCE_RELEASE=load_recipe(
+                     guest_kernel_image()).kernel_release or "",
+                 PVPERF_INTREE_DIR=str(BUILD_DIR))
 BUILD_TIMEOUT = 4 * 3600        # first build on 2 busy cores, with margin
 N_LOOP = 1000
 
@@ -72,7 +86,8 @@ def kernel():
     """(vmlinux, System.map, release, build output, seconds)."""
     start = time.monotonic()
     r = subprocess.run([str(BUILD_SCRIPT), str(_patch_file())],
-                       capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+                       capture_output=True, text=True, timeout=BUILD_TIMEOUT,
+                       env=BUILD_ENV)
     seconds = time.monotonic() - start
     log = r.stdout + r.stderr
     assert r.returncode == 0, log[-6000:]

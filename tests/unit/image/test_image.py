@@ -362,7 +362,8 @@ def fake_inputs(tmp_path, monkeypatch):
     versions = {"linux-image-6.1.0-56-amd64": "6.1.192-2",
                 "busybox-static": "1:1.35.0-4"}
     monkeypatch.setattr(image_recipe, "recipe_dir", lambda name: recipes / name)
-    monkeypatch.setattr(apt, "resolve_packages", lambda meta, others, ctx=None: (
+    monkeypatch.setattr(apt, "resolve_packages", lambda meta, others, ctx=None,
+                        kernel_release=None: (
         "linux-image-6.1.0-56-amd64", dict(versions)))
     monkeypatch.setattr(host, "find_perf_binary", lambda r: (perf, "6.1.187-1"))
     monkeypatch.setattr(host, "ldd_libraries", lambda b: [
