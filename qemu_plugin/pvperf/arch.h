@@ -53,8 +53,8 @@ struct cls_insn {
  * the general-purpose ones in the order of struct pvperf_sample's regs[]
  * (pvperf_abi.h), then the pc and the root of the page tables (which
  * names the address space), and the kernel half's own root where the
- * architecture keeps one apart (arm64's TTBR1_EL1; a NULL name where one
- * root maps both halves, as x86's cr3).
+ * architecture keeps one apart (a NULL name where one root maps both
+ * halves).
  */
 enum guest_reg {
 	REG_PC = PVPERF_NR_REGS,
