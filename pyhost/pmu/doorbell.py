@@ -39,7 +39,6 @@ PROTOCOL_VERSION = 0
 CLIENT_ID = 0           # QEMU's id; the server has none of its own
 SHM_SIZE = 4096         # BAR2; unused, but the protocol hands one over
 WAIT_S = 1.0            # how long a waiter waits for QEMU to take a ring
-SPIN_S = 0.0002         # ... spinning first, then sleeping
 MSG = struct.Struct("<q")
 
 
@@ -78,7 +77,7 @@ class Doorbell:
 
     # -- QEMU's command line -------------------------------------------------
 
-    def qemu_args(self, chardev: str = "pvperf-doorbell") -> list[str]:
+    def qemu_args(self, chardev: str = "doorbell") -> list[str]:
         """master=on: the device migrates (checkpoints); a "peer" device
         blocks migration."""
         return ["-chardev", f"socket,id={chardev},fd={self._theirs.fileno()}",
@@ -119,13 +118,10 @@ class Doorbell:
             return False
 
     def _wait_taken(self, efd: int, deadline: float) -> None:
-        spin_until = time.monotonic() + SPIN_S
-        while self._pending(efd):
-            now = time.monotonic()
-            if now >= deadline:
-                return          # a late interrupt costs accuracy only
-            if now >= spin_until:
-                time.sleep(0.00005)
+        # Yield, never spin: QEMU's main loop, which takes the eventfd,
+        # needs a CPU, and the waiting vCPU's thread may hold the other.
+        while self._pending(efd) and time.monotonic() < deadline:
+            time.sleep(0)       # (a late interrupt costs accuracy only)
 
     async def settle(self, timeout: float = WAIT_S) -> None:
         """Until QEMU has taken every raised vector (a checkpoint must not

@@ -196,8 +196,7 @@ class VM:
         self.memory: GuestMemory | None = None
         self.service: PluginService | None = None
         self.backend: PerfBackend | None = None
-        # The overflow interrupt's raiser (Doorbell or NmiInjector).
-        self.irq: Doorbell | NmiInjector | None = None
+        self.irq: Doorbell | NmiInjector | None = None  # overflow irq
         self._ports: dict[str, tuple] = {}
         self._tasks: list[asyncio.Task] = []
         self.status: int | None = None
@@ -454,7 +453,8 @@ class VM:
         self._tasks.clear()
         if self.service is not None:
             self.service.stop()
-            log.debug("samples: %s", self.backend.sampler.stats)
+            sm = self.backend.sampler
+            log.debug("samples: %s; %s", sm.stats, sm.raise_summary())
         if isinstance(self.irq, Doorbell):
             self.irq.close()            # no service thread rings it now
         if self.memory is not None:
