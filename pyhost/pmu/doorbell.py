@@ -25,6 +25,13 @@ syscall, no JSON, no QEMU main-loop command under the big lock (QMP
 waiter (``wait``: the SYNC overflows of callchain events and of flow
 control) polls until QEMU has read the eventfd, which it does right
 before it raises the vector in the same main-loop handler.
+
+Handover: the service gives vCPU N's eventfd to the plugin's connection
+for that vCPU (SCM_RIGHTS, on a hypercall's reply; pvperf_proto.h,
+PVPERF_REPLY_RING).  From then on a SYNC overflow of that vCPU is not
+raised nor waited for here: its answer says whether an interrupt is due
+(``take_due``), and the plugin writes the eventfd and waits on the vCPU's
+own thread, in C, without a second trip through the service.
 """
 from __future__ import annotations
 
@@ -51,6 +58,11 @@ class Doorbell:
     def __init__(self, vectors: int):
         self.vectors = vectors
         self.sent = 0
+        # Per vCPU, touched only by the service thread of its connection:
+        # the connection holding its eventfd, and whether the answer to
+        # the SYNC overflow being served must say RING.
+        self._holder: dict[int, object] = {}
+        self._due: dict[int, bool] = {}
         self._ours, self._theirs = socket.socketpair(socket.AF_UNIX,
                                                      socket.SOCK_STREAM)
         self._theirs.set_inheritable(True)
@@ -100,6 +112,10 @@ class Doorbell:
         it (``inject`` False: only wait for the one already raised)."""
         if not 0 <= vcpu < self.vectors:
             return
+        if wait and vcpu in self._holder:
+            # A SYNC overflow: its answer carries the ring to the plugin.
+            self._due[vcpu] = self._due.get(vcpu, False) or inject
+            return
         efd = self._efds[vcpu]
         if inject:
             self.sent += 1
@@ -109,6 +125,18 @@ class Doorbell:
                 return
         if wait:
             self._wait_taken(efd, time.monotonic() + WAIT_S)
+
+    def handover(self, vcpu: int, conn: object) -> int | None:
+        """The eventfd to pass with the reply on ``conn`` (vCPU ``vcpu``'s
+        plugin connection), once per connection; None otherwise."""
+        if not 0 <= vcpu < self.vectors or self._holder.get(vcpu) is conn:
+            return None
+        self._holder[vcpu] = conn
+        return self._efds[vcpu]
+
+    def take_due(self, vcpu: int) -> bool:
+        """Whether the SYNC overflow just served must ring (and forget)."""
+        return self._due.pop(vcpu, False)
 
     @staticmethod
     def _pending(efd: int) -> bool:

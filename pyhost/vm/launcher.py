@@ -276,11 +276,11 @@ class VM:
 
     def _plugin_arg(self) -> str:
         c = self.config
-        opts = {"sock": self.service.plugin_address,
-                "ram": str(self.ram_path), **c.plugin_options}
-        for key, path in (("state_in", c.state_in), ("state_out", c.state_out)):
-            if path is not None:
-                opts[key] = str(path)
+        opts = {"sock": self.service.plugin_address, "ram": str(self.ram_path),
+                **c.plugin_options,     # --debug: the plugin's summary too
+                **({"verbose": "on"} if log.isEnabledFor(logging.DEBUG) else {})}
+        opts |= {k: str(p) for k, p in (("state_in", c.state_in),
+                                         ("state_out", c.state_out)) if p}
         return ",".join([str(PLUGIN_PATH)] +
                         [f"{k}={qemu_escape(v)}" for k, v in opts.items()])
 
