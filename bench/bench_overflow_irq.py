@@ -20,11 +20,13 @@ vector) and qmp (inject-nmi, the path before issue 27).  P is chosen from
 the first plain run for about RATE samples a second.  Rounds alternate the
 configurations' order; the figure is the median over rounds.
 
-Latency: the service's debug log gives, for the -g runs (every sample
-SYNC), how long each overflow waited from its request until QEMU had
-raised the interrupt, p50 and p99.  The guest's handler then runs at the
-vCPU's next block boundary (the vCPU resumes only then); what comes
-before is the plugin's message to the service, the same on both paths.
+Latency: with --debug the plugin reports (verbose, on the console) how
+long each SYNC overflow held its vCPU, from the overflowing instruction
+until QEMU had raised the interrupt, p50 and p99; in the -g runs every
+sample is SYNC.  The guest's handler runs at the vCPU's next block
+boundary, right after (the vCPU resumes only then): this is the latency
+from the overflowing instruction to the handler, minus the guest's
+interrupt entry.
 
   .venv/bin/python bench/bench_overflow_irq.py [N] [ROUNDS] [RATE]
 
@@ -65,8 +67,8 @@ def run(args: list[str]) -> tuple[float, str, str]:
     host shared with other work the wall time mostly measures the others;
     the CPU a run takes is what sampling costs.  BENCH_WALL=1: wall."""
     t0, c0 = time.monotonic(), cpu_s()
-    r = subprocess.run([str(PVPERF), "--debug", "run", "--share",
-                        str(PROGRAMS), *args], capture_output=True,
+    r = subprocess.run([str(PVPERF), "--debug", "run", "--console",
+                        "--share", str(PROGRAMS), *args], capture_output=True,
                        text=True, timeout=1800)
     t = time.monotonic() - t0 if WALL else cpu_s() - c0
     if r.returncode:
@@ -108,7 +110,8 @@ def main() -> int:
             times[name].append(t)
             if m := re.search(r"^SAMPLES (\S+)", out, re.M):
                 samples[name] = m.group(1)
-            if m := re.search(r"SYNC raises, (p50 .*)$", err, re.M):
+            if m := re.search(r"SYNC overflows held the vCPU until their "
+                              r"interrupt was raised: (p50 [^(]*)", err):
                 raised[name].append(m.group(1))
             print(f"round {r + 1}: {name:14s} {t:6.2f} s", flush=True)
     base = statistics.median(times["plain"])
