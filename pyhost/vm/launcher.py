@@ -316,10 +316,10 @@ class VM:
         if c.pmu:
             self.memory = GuestMemory.open_file(str(self.ram_path),
                                                 base=c.arch.ram_base)
-            # Sampling rings the doorbell, or raises NMIs through QMP (not
-            # up yet: the injector is bound to it below, explicitly).
-            self.irq = Doorbell(c.smp) if c.overflow_irq == "doorbell" \
-                and not c.deterministic else NmiInjector()
+            # The doorbell, or NMIs over QMP (bound below, once QMP is up).
+            self.irq = Doorbell(c.smp) if c.overflow_irq == "doorbell" and \
+                c.arch.overflow_doorbell and not c.deterministic \
+                else NmiInjector()
             self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
                                        nmi=self.irq, timing=c.timing,
                                        deterministic=c.deterministic,
