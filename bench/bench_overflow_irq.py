@@ -110,6 +110,9 @@ def main() -> int:
             times[name].append(t)
             if m := re.search(r"^SAMPLES (\S+)", out, re.M):
                 samples[name] = m.group(1)
+            if m := re.search(r"SampleStats\(samples=(\d+).*nmis=(\d+)", err):
+                samples[name] = f"{samples.get(name, '?')} ({m.group(2)} " \
+                    f"interrupts for {m.group(1)} records)"
             if m := re.search(r"SYNC overflows held the vCPU until their "
                               r"interrupt was raised: (p50 [^(]*)", err):
                 raised[name].append(m.group(1))
