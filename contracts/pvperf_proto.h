@@ -98,6 +98,18 @@
 /* Some open event counts TLB-model events: run the TLB models. */
 #define PVPERF_REPLY_TLB		(1U << 9)
 #define PVPERF_REPLY_KNOWN		((1U << 10) - 1)
+/*
+ * Only on the answer to a SYNC overflow (never saved, not in KNOWN): the
+ * service wrote the records and an overflow interrupt is due; the plugin
+ * raises it by writing its vCPU's doorbell eventfd (8 bytes, value 1).
+ * The service hands that eventfd over with SCM_RIGHTS on a reply to a
+ * hypercall (the first of each connection, when the guest has an
+ * ivshmem-doorbell device): the vector QEMU raises in the guest for
+ * this vCPU.  After a SYNC answer, with RING or not, the plugin waits
+ * until QEMU has taken its eventfd (no longer readable): the interrupt
+ * is then raised and lands at the vCPU's next block boundary.
+ */
+#define PVPERF_REPLY_RING		(1U << 10)
 
 /*
  * Slot and overflow flags.  SYNC: the vCPU waits for the service's (empty)

@@ -12,6 +12,8 @@
  *                    count, page-fault reports
  *   pvperf_sysfs.c   format/ and events/ for stock perf
  *   pvperf_hcall.c   the hypercall transport
+ *   pvperf_doorbell.c  the overflow interrupt as an MSI-X vector of QEMU's
+ *                    ivshmem-doorbell device, when the host gives one
  *   pvperf_arch.h    what the guest architecture provides, implemented by
  *                    one file per architecture (pvperf_x86_64.c)
  *
@@ -108,5 +110,10 @@ bool pvperf_can_sample(void);
 unsigned int pvperf_drain(struct pt_regs *irq_regs);
 int pvperf_samples_init(void);
 void pvperf_samples_exit(void);
+
+/* pvperf_doorbell.c (the handler's type: pvperf_arch.h) */
+struct pt_regs;
+bool pvperf_doorbell_register(bool (*handler)(struct pt_regs *regs));
+void pvperf_doorbell_unregister(void);
 
 #endif /* PVPERF_H */

@@ -72,6 +72,9 @@ MODULE_PARM_DESC(overflow_addr,
 
 static struct tracepoint *pvperf_tp_sched_switch;
 
+/* The overflow interrupt is the doorbell device's (pvperf_doorbell.c). */
+static bool pvperf_doorbell;
+
 /* kernel/events/core.c's MAX_INTERRUPTS (private to it): a throttled event. */
 #define PVPERF_THROTTLED (~0ULL)
 
@@ -407,7 +410,11 @@ int pvperf_samples_init(void)
 	err = pvperf_rings_init();
 	if (err)
 		return err;
-	err = pvperf_arch_overflow_irq_register(pvperf_overflow_interrupt);
+	/* The host's doorbell device if it gave one, else the architecture's
+	 * own interrupt (x86: an NMI raised over QMP). */
+	pvperf_doorbell = pvperf_doorbell_register(pvperf_overflow_interrupt);
+	err = pvperf_doorbell ? 0 :
+		pvperf_arch_overflow_irq_register(pvperf_overflow_interrupt);
 	if (err == -EOPNOTSUPP) {
 		/* Counting still works: only sampling events are refused. */
 		pvperf_overflow = NULL;
@@ -422,6 +429,9 @@ int pvperf_samples_init(void)
 void pvperf_samples_exit(void)
 {
 	pvperf_switch_probe_unregister();
-	pvperf_arch_overflow_irq_unregister();
+	if (pvperf_doorbell)
+		pvperf_doorbell_unregister();
+	else
+		pvperf_arch_overflow_irq_unregister();
 	pvperf_rings_exit();
 }

@@ -68,6 +68,10 @@ class Arch:
     machine: str                 # -machine type (the launcher adds accel)
     cpu: str                     # -cpu model
     firmware: str                # -bios file ("": none, -kernel boots alone)
+    # the overflow interrupt is an ivshmem-doorbell MSI-X vector
+    # (pmu/doorbell.py; the driver's pvperf_doorbell.c binds it); False:
+    # the architecture's own (x86: the NMI over QMP) or none yet
+    overflow_doorbell: bool
     # the guest kernel
     console: str                 # serial console: console= and its /dev node
     console_rdev: tuple[int, int]  # that node's (major, minor)

@@ -172,6 +172,12 @@ def vm_options(pmu_switch: bool = True):
             "--deterministic", is_flag=True,
             help="replayable run: the same counts and samples every time "
             "(QEMU icount, fixed seeds, --smp 1; docs/determinism.md)"))
+        opts.append(click.option(
+            "--overflow-irq", type=click.Choice(["doorbell", "qmp"]),
+            default="doorbell", show_default=True,
+            help="how the sample interrupt reaches the guest: an "
+            "ivshmem-doorbell MSI-X vector, or an NMI over QMP (the old "
+            "path; --deterministic always uses it)"))
 
     def deco(fn):
         for opt in reversed(opts):
@@ -201,7 +207,8 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
                 penalties: dict[str, int] | None = None,
                 deterministic: bool = False, kernel: Path | None = None,
                 kernel_build: Path | None = None,
-                staged: bool = False) -> VMConfig:
+                staged: bool = False,
+                overflow_irq: str = "doorbell") -> VMConfig:
     """The VMConfig of a run: checked (preflight), then the image.
     ``staged``: the share goes into guest RAM and 9p is mounted only after
     the command, as for --deterministic (checkpoints need it)."""
@@ -224,6 +231,7 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
                       echo_console=echo_console, plugin_options=models,
                       timing=timing or bool(penalties),
                       deterministic=deterministic,
+                      overflow_irq=overflow_irq,
                       staged=deterministic or staged, arch=arch)
     preflight(config)
     if config.staged:

@@ -7,7 +7,8 @@
                    (retirement, cache and branch-predictor models)
   geometry         cache geometries as cachegrind spells them, checked
   model            the PMU programming model: events, modes, counters
-  sampling         the host half of sampling: sample rings, NMI requests
+  sampling         the host half of sampling: sample rings, interrupt requests
+  doorbell         the overflow interrupt: pvperf as ivshmem-doorbell's server
   nmi              thread-safe QMP inject-nmi for the service threads
   hypercall        the paravirtual perf backend (validates guest input)
   service          the unix-socket server the TCG plugin talks to

@@ -44,11 +44,16 @@ class NmiInjector:
         """No NMI after this (QMP is about to go away)."""
         self._target = None
 
-    def __call__(self, wait: bool = False, inject: bool = True) -> None:
+    # inject-nmi reaches every vCPU (sampling.py counts it in every ring).
+    broadcast = True
+
+    def __call__(self, wait: bool = False, inject: bool = True,
+                 vcpu: int = 0) -> None:
         """Inject; with ``wait``, block this service thread until QEMU has
         raised the NMI (bounded: a late NMI only costs callchain accuracy).
         ``inject`` False with ``wait``: no new NMI, only wait for the
-        latest one (a vCPU held back until its ring will be drained)."""
+        latest one (a vCPU held back until its ring will be drained).
+        ``vcpu``: ignored, an NMI reaches every vCPU."""
         if not inject:
             if wait and self._last is not None:
                 self._wait(self._last)

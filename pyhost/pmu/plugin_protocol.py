@@ -58,6 +58,8 @@ REPLY_MODELS_LIVE = 1 << 7     # this vCPU runs an event counting models
 REPLY_MODELS_COLD = 1 << 8     # a session of model events starts
 REPLY_TLB = 1 << 9         # some open event needs the TLB models
 REPLY_KNOWN = (1 << 10) - 1
+# On a SYNC overflow's answer only: ring your doorbell (pvperf_proto.h).
+REPLY_RING = 1 << 10
 # Slot / overflow flag: the vCPU waits for the answer (callchain events).
 SYNC = 1 << 0
 # Slot: capture registers at the overflow; overflow message: regs valid.

@@ -206,7 +206,7 @@ class PluginService:
 
     def _serve_one(self, conn: socket.socket, raw: bytes) -> bool:
         """Serve one message; False once the connection is done for."""
-        slots = []
+        slots, fd = [], None
         try:
             msg = proto.unpack_message(raw)
             if isinstance(msg, proto.OverflowMessage):
@@ -217,9 +217,11 @@ class PluginService:
                 # overflowed (callchain events).  Others go on at once.
                 if not msg.flags & proto.SYNC:
                     return True
-                flags = 0
+                flags = proto.REPLY_RING if self._doorbell_due(msg.vcpu) \
+                    else 0
             else:
                 flags, slots = self.backend.handle_reply(msg)
+                fd = self._doorbell_handover(msg.vcpu, conn)
         except proto.ProtocolError as e:
             log.warning("plugin protocol error: %s", e)
             return False
@@ -227,7 +229,27 @@ class PluginService:
             log.exception("hypercall failed")
             flags = 0
         try:
-            conn.send(proto.pack_reply(flags, slots))
+            reply = proto.pack_reply(flags, slots)
+            if fd is None:
+                conn.send(reply)
+            else:
+                conn.sendmsg([reply], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                        struct.pack("i", fd))])
         except OSError:
             return False
         return True
+
+    # The doorbell (pmu/doorbell.py): the plugin rings it for the SYNC
+    # overflows of a vCPU once it holds that vCPU's eventfd.
+
+    def _doorbell(self):
+        irq = self.backend.sampler.nmi
+        return irq if hasattr(irq, "handover") else None
+
+    def _doorbell_handover(self, vcpu: int, conn) -> int | None:
+        door = self._doorbell()
+        return door.handover(vcpu, conn) if door is not None else None
+
+    def _doorbell_due(self, vcpu: int) -> bool:
+        door = self._doorbell()
+        return door is not None and door.take_due(vcpu)

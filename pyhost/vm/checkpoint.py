@@ -80,6 +80,7 @@ VM_FIELDS = {"mode": str, "command": str, "smp": int, "mem_mb": int,
              "pmu": bool, "timing": bool, "deterministic": bool,
              "staged": bool}
 CONFIG_FIELD = {"mode": "guest_action"}
+OVERFLOW_IRQS = ("doorbell", "qmp")     # VMConfig.overflow_irq
 
 
 def _config_field(key: str) -> str:
@@ -299,7 +300,7 @@ async def _quiesced_state(vm: VM) -> dict:
             raise CheckpointError("taking the checkpoint", "the PMU service "
                                   "did not go idle", "run again with --debug")
         await asyncio.sleep(0.02)
-    await vm.nmi.settle()
+    await vm.irq.settle()
     with vm.backend.lock:
         return snapshot.save(vm.backend)
 
@@ -325,6 +326,9 @@ def _write(directory: Path, config: VMConfig, pmu_state: dict,
         "vm": {**{k: getattr(config, _config_field(k)) for k in VM_FIELDS},
                "arch": config.arch.name,
                "share": str(config.share) if config.share else None,
+               # The device the migration stream carries (absent: "qmp",
+               # checkpoints taken before the doorbell existed).
+               "overflow_irq": config.overflow_irq,
                "kernel_args": list(config.kernel_args),
                "plugin_options": dict(config.plugin_options),
                "vmlinux": str(config.image.vmlinux),
@@ -374,6 +378,7 @@ def load(directory: Path, timeout: float | None = None,
         **{_config_field(k): vm[k] for k in VM_FIELDS},
         share=Path(vm["share"]) if vm["share"] else None,
         kernel_args=tuple(vm["kernel_args"]),
+        overflow_irq=vm.get("overflow_irq", "qmp"),
         plugin_options=dict(vm["plugin_options"]), timeout=timeout,
         echo_console=echo_console,
         initrd_overlay=(directory / OVERLAY).read_bytes()
@@ -427,6 +432,7 @@ def _manifest(directory: Path, what: str) -> dict:
         ok = ok and isinstance(vm, dict) and isinstance(files, dict) and \
             all(type(vm[k]) is t for k, t in VM_FIELDS.items()) and \
             isinstance(vm["share"], (str, type(None))) and \
+            vm.get("overflow_irq", "qmp") in OVERFLOW_IRQS and \
             all(isinstance(a, str) for a in vm["kernel_args"]) and \
             all(isinstance(k, str) and isinstance(v, str)
                 for k, v in vm["plugin_options"].items()) and \

@@ -17,10 +17,10 @@ What it sets up, and how each piece is cleaned up:
               ``finally``.
   service     the paravirtual PMU service's threads (pmu/service.py),
               stopped in ``finally``.
-  NMIs        the host half of sampling (pmu/sampling.py) raises NMIs
-              through a pmu.nmi.NmiInjector created with the backend and
-              bound to QMP here once QMP is connected (closed before QMP
-              goes away).
+  interrupts  sampling's overflow interrupt: pmu.doorbell.Doorbell (an
+              ivshmem-doorbell on a socketpair), or (deterministic runs,
+              overflow_irq="qmp") a pmu.nmi.NmiInjector bound to QMP once
+              connected, closed before QMP goes away.
 
 Control channel (images/README.md; the names: guest_contract.py): the
 guest writes ``READY`` and then ``EXIT <status>`` to the virtio-serial
@@ -52,6 +52,7 @@ from ..paths import PLUGIN_PATH
 from ..pmu import abi
 from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
+from ..pmu.doorbell import Doorbell
 from ..pmu.nmi import NmiInjector
 from ..pmu.service import PluginService
 from ..pmu import snapshot
@@ -160,6 +161,9 @@ class VMConfig:
     pmu_state: dict | None = None
     arch: Arch = field(default_factory=host)
     qemu: str | None = None            # the QEMU binary (None: the arch's)
+    # The overflow interrupt: "doorbell" (pmu/doorbell.py) or "qmp"
+    # (inject-nmi; deterministic runs always: QMP answers once raised).
+    overflow_irq: str = "doorbell"
 
 
 def sweep_stale_shm() -> list[str]:
@@ -192,7 +196,7 @@ class VM:
         self.memory: GuestMemory | None = None
         self.service: PluginService | None = None
         self.backend: PerfBackend | None = None
-        self.nmi: NmiInjector | None = None
+        self.irq: Doorbell | NmiInjector | None = None  # overflow irq
         self._ports: dict[str, tuple] = {}
         self._tasks: list[asyncio.Task] = []
         self.status: int | None = None
@@ -248,6 +252,8 @@ class VM:
         if c.pmu:
             append.append(guest.kernel_arg(guest.PMU_KEY, 1))
             argv += ["-plugin", self._plugin_arg()]
+        if isinstance(self.irq, Doorbell):
+            argv += self.irq.qemu_args()
         if c.deterministic:
             append += determinism.KERNEL_ARGS
             argv += determinism.QEMU_ARGS
@@ -270,11 +276,11 @@ class VM:
 
     def _plugin_arg(self) -> str:
         c = self.config
-        opts = {"sock": self.service.plugin_address,
-                "ram": str(self.ram_path), **c.plugin_options}
-        for key, path in (("state_in", c.state_in), ("state_out", c.state_out)):
-            if path is not None:
-                opts[key] = str(path)
+        opts = {"sock": self.service.plugin_address, "ram": str(self.ram_path),
+                **c.plugin_options,     # --debug: the plugin's summary too
+                **({"verbose": "on"} if log.isEnabledFor(logging.DEBUG) else {})}
+        opts |= {k: str(p) for k, p in (("state_in", c.state_in),
+                                         ("state_out", c.state_out)) if p}
         return ",".join([str(PLUGIN_PATH)] +
                         [f"{k}={qemu_escape(v)}" for k, v in opts.items()])
 
@@ -310,11 +316,12 @@ class VM:
         if c.pmu:
             self.memory = GuestMemory.open_file(str(self.ram_path),
                                                 base=c.arch.ram_base)
-            # The host half of sampling raises NMIs through QMP, which is
-            # not up yet: the injector is bound to it below, explicitly.
-            self.nmi = NmiInjector()
+            # The doorbell, or NMIs over QMP (bound below, once QMP is up).
+            self.irq = Doorbell(c.smp) if c.overflow_irq == "doorbell" and \
+                c.arch.overflow_doorbell and not c.deterministic \
+                else NmiInjector()
             self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
-                                       nmi=self.nmi, timing=c.timing,
+                                       nmi=self.irq, timing=c.timing,
                                        deterministic=c.deterministic,
                                        kernel_half_start=c.arch.kernel_half_start)
             if c.pmu_state is not None:
@@ -329,16 +336,19 @@ class VM:
                                      preexec_fn=functools.partial(
                                          set_pdeathsig, os.getpid()),
                                      pass_fds=(*self.channels.pass_fds,
-                                               *self.output_files.pass_fds))
+                                               *self.output_files.pass_fds,
+                                               *getattr(self.irq, "pass_fds",
+                                                        ())))
         self.channels.spawned()
+        getattr(self.irq, "spawned", lambda: None)()    # the doorbell's
         if self.service is not None:
             self.service.allow_peer(self.console.child.pid)
         if c.guest_action == guest.RUN:
             self._tasks.append(asyncio.create_task(self.console.watch()))
         self.qmp = await self._connect_qmp()
-        if self.nmi is not None:
+        if isinstance(self.irq, NmiInjector):
             client = self.qmp
-            self.nmi.bind(asyncio.get_running_loop(),
+            self.irq.bind(asyncio.get_running_loop(),
                           lambda: qmp.inject_nmi(client))
         # QEMU and the plugin have the RAM file mapped by now.
         self._unlink_ram()
@@ -359,6 +369,9 @@ class VM:
             await qmp.wait_connected(self.qmp, [
                 p for p in guest.PORTS if p not in self.output_files])
             await qmp.cont(self.qmp)
+        if c.incoming is not None and self.backend is not None:
+            with self.backend.lock:     # raised before the save, maybe
+                self.backend.sampler.rering()   # not in the stream
 
     def _restore_pmu(self, state: dict) -> None:
         """The service's state from a checkpoint, before QEMU starts: a
@@ -424,8 +437,8 @@ class VM:
             self._set_state(Runstate.IDLE)
 
     async def _teardown(self) -> None:
-        if self.nmi is not None:
-            self.nmi.close()            # no NMI after QMP is gone
+        if isinstance(self.irq, NmiInjector):
+            self.irq.close()            # no NMI after QMP is gone
         await qmp.close(self.qmp)
         self.qmp = None
         for _, writer in self._ports.values():
@@ -440,7 +453,10 @@ class VM:
         self._tasks.clear()
         if self.service is not None:
             self.service.stop()
-            log.debug("samples: %s", self.backend.sampler.stats)
+            sm = self.backend.sampler
+            log.debug("samples: %s; %s", sm.stats, sm.raise_summary())
+        if isinstance(self.irq, Doorbell):
+            self.irq.close()            # no service thread rings it now
         if self.memory is not None:
             self.memory.close()
             self.memory = None

@@ -49,6 +49,7 @@ int core_init(int n_vcpus)
 	pv.vcpu = g_aligned_alloc0(n_vcpus, sizeof(*pv.vcpu), 64);
 	for (int i = 0; i < n_vcpus; i++) {
 		pv.vcpu[i].fd = -1;
+		pv.vcpu[i].doorbell_fd = -1;
 		pv.vcpu[i].log_budget = GUEST_LOG_BUDGET;
 		pv.vcpu[i].prng = 0x9e3779b97f4a7c15ULL * (i + 1);
 	}

@@ -74,6 +74,11 @@ struct pvperf_vcpu {
 	/* Sampling: each half's room when last rebased (sample.c). */
 	uint64_t room[2];	/* [ctr_insn(kernel)] */
 	int fd;			/* service connection or -1 (link.c) */
+	int doorbell_fd;	/* its overflow interrupt's eventfd or -1 */
+	/* How long SYNC overflows held the vCPU, overflow to interrupt
+	 * raised, in us: the first LINK_WAITS (link.c, verbose report). */
+	uint32_t *sync_us;
+	unsigned n_sync;
 	unsigned log_budget;	/* guest-triggerable log lines left */
 	uint64_t lost;		/* overflow messages the socket refused */
 	unsigned unanswered;	/* overflows sent since the last answered one */

@@ -14,6 +14,12 @@
  * a vCPU never blocks forever.  Sockets are non-blocking throughout (a
  * full listen backlog must not block a vCPU in connect).
  *
+ * Doorbell.  A reply may carry, by SCM_RIGHTS, the eventfd of this vCPU's
+ * ivshmem-doorbell vector (pvperf_proto.h, PVPERF_REPLY_RING): the answer
+ * to a SYNC overflow then says whether to write it, and the vCPU waits
+ * until QEMU's main loop has taken it, so that the interrupt is raised
+ * before the vCPU goes on, with no further trip through the service.
+ *
  * Exit.  plugin_exit may run while vCPUs still execute (exit() called
  * from a vCPU thread, e.g. isa-debug-exit).  A vCPU counts itself in
  * `inflight` before it touches guest RAM or its socket and checks
@@ -24,7 +30,9 @@
 #include <errno.h>
 #include <glib.h>
 #include <poll.h>
+#include <sched.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -126,14 +134,49 @@ static int64_t wait_readable(int fd, int64_t deadline_us)
 	}
 }
 
-static int64_t recv_reply(int fd, struct pvperf_proto_reply *reply)
+/* A descriptor passed with the reply: the vCPU's doorbell (see top). */
+static void take_doorbell(struct pvperf_vcpu *v, struct msghdr *mh)
+{
+	struct cmsghdr *c = CMSG_FIRSTHDR(mh);
+	int fd;
+
+	if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+	    c->cmsg_len != CMSG_LEN(sizeof(int)))
+		return;
+	memcpy(&fd, CMSG_DATA(c), sizeof(fd));
+	if (v->doorbell_fd >= 0)
+		close(v->doorbell_fd);
+	v->doorbell_fd = fd;
+}
+
+static ssize_t recv_one(int fd, struct pvperf_proto_reply *reply,
+			struct pvperf_vcpu *v)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = reply, .iov_len = sizeof(*reply) };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf),
+	};
+	ssize_t r = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
+
+	if (r >= 0 && mh.msg_controllen)
+		take_doorbell(v, &mh);
+	return r;
+}
+
+static int64_t recv_reply(int fd, struct pvperf_proto_reply *reply,
+			  struct pvperf_vcpu *v)
 {
 	int64_t now = g_get_monotonic_time();
 	int64_t deadline = now + PVPERF_PROTO_TIMEOUT_MS * (int64_t)1000;
 	int64_t spin_until = now + REPLY_SPIN_US;
 
 	for (;;) {
-		ssize_t r = recv(fd, reply, sizeof(*reply), MSG_DONTWAIT | MSG_TRUNC);
+		ssize_t r = recv_one(fd, reply, v);
 		int64_t err;
 
 		if (r == sizeof(*reply))
@@ -171,10 +214,71 @@ int64_t link_exchange(unsigned vcpu, const struct pvperf_proto_hcall *msg,
 	fd = vcpu_socket(&pv.vcpu[vcpu]);
 	if (fd >= 0 && send(fd, msg, sizeof(*msg), MSG_NOSIGNAL | MSG_DONTWAIT) ==
 	    (ssize_t)sizeof(*msg))
-		err = recv_reply(fd, reply);
+		err = recv_reply(fd, reply, &pv.vcpu[vcpu]);
 	if (err)
 		service_failed(vcpu, err);
 	return err;
+}
+
+/* SYNC overflows whose wait the verbose report keeps, per vCPU. */
+#define LINK_WAITS	65536
+
+static void note_sync(struct pvperf_vcpu *v, int64_t us)
+{
+	if (!pv.verbose || v->n_sync >= LINK_WAITS)
+		return;
+	if (!v->sync_us)
+		v->sync_us = g_new(uint32_t, LINK_WAITS);
+	v->sync_us[v->n_sync++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Verbose, at exit: overflow -> interrupt raised, for SYNC overflows. */
+void link_report(unsigned vcpu)
+{
+	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	unsigned n = v->n_sync;
+
+	if (!n)
+		return;
+	qsort(v->sync_us, n, sizeof(*v->sync_us), cmp_u32);
+	pvperf_log("vcpu %u: %u SYNC overflows held the vCPU until their interrupt was raised: p50 %u us, p99 %u us (%s)\n",
+		   vcpu, n, v->sync_us[n / 2], v->sync_us[(uint64_t)n * 99 / 100],
+		   v->doorbell_fd >= 0 ? "doorbell" : "service");
+}
+
+/*
+ * How long a vCPU waits for QEMU's main loop to take its doorbell: a
+ * late interrupt costs a callchain's accuracy, never correctness.
+ */
+#define DOORBELL_WAIT_US	100000
+
+/*
+ * After a SYNC overflow's answer: write the doorbell if the service says
+ * an interrupt is due, then wait until QEMU has read the eventfd (it
+ * raises the MSI-X vector in the same handler).  Yield, never spin: the
+ * main loop needs a CPU, and on a small host this thread holds one.
+ */
+static void ring_doorbell(struct pvperf_vcpu *v, uint32_t reply_flags)
+{
+	struct pollfd p = { .fd = v->doorbell_fd, .events = POLLIN };
+	uint64_t one = 1;
+	int64_t deadline;
+
+	if (v->doorbell_fd < 0)
+		return;
+	if ((reply_flags & PVPERF_REPLY_RING) &&
+	    write(v->doorbell_fd, &one, sizeof(one)) != sizeof(one))
+		return;
+	deadline = g_get_monotonic_time() + DOORBELL_WAIT_US;
+	while (poll(&p, 1, 0) > 0 && g_get_monotonic_time() < deadline)
+		sched_yield();
 }
 
 /*
@@ -201,7 +305,7 @@ void link_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m)
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
 	struct pvperf_proto_overflow msg = *m;
 	struct pvperf_proto_reply reply;
-	int64_t err;
+	int64_t err, t0 = g_get_monotonic_time();
 	int fd;
 
 	if (!link_usable() || !link_enter())
@@ -216,9 +320,12 @@ void link_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m)
 				 v->lost);
 	} else if (msg.flags & PVPERF_PROTO_SYNC) {
 		v->unanswered = 0;
-		err = recv_reply(fd, &reply);
+		err = recv_reply(fd, &reply, v);
 		if (err)
 			service_failed(vcpu, err);
+		else
+			ring_doorbell(v, reply.flags);
+		note_sync(v, g_get_monotonic_time() - t0);
 	}
 	link_leave();
 }
@@ -231,6 +338,10 @@ void link_vcpu_exit(unsigned vcpu)
 	if (v->fd >= 0) {
 		close(v->fd);
 		v->fd = -1;
+	}
+	if (v->doorbell_fd >= 0) {
+		close(v->doorbell_fd);
+		v->doorbell_fd = -1;
 	}
 }
 

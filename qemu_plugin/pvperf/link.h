@@ -20,5 +20,6 @@ int64_t link_exchange(unsigned vcpu, const struct pvperf_proto_hcall *msg,
 void link_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m);
 void link_vcpu_exit(unsigned vcpu);
 bool link_exit(void);
+void link_report(unsigned vcpu);
 
 #endif /* PVPERF_LINK_H */

@@ -83,6 +83,7 @@ static void report(void)
 			   " branch k=%" PRIu64 " u=%" PRIu64 "\n", i,
 			   c[PVPERF_CTR_INSN_KERNEL], c[PVPERF_CTR_INSN_USER],
 			   c[PVPERF_CTR_BRANCH_KERNEL], c[PVPERF_CTR_BRANCH_USER]);
+		link_report(i);
 	}
 }
 

@@ -1,7 +1,8 @@
 """Issue 15: pvperf's channels are private to the user who runs it.
 
-QMP, the virtio-serial ports (control, stdout, stderr) and the
-plugin<->service socket: another local user (here `nobody`, via
+QMP, the virtio-serial ports (control, stdout, stderr), the
+plugin<->service socket and (issue 27) the overflow interrupt's doorbell
+(its ivshmem socketpair, eventfds and shared memory): another local user (here `nobody`, via
 tests/foreign_client.py) is refused on every one while a command runs,
 and a foreign client racing start-up neither gets in nor disturbs the run,
 whose count is still exact (valgrind's Ir is the reference).  The run
@@ -11,6 +12,7 @@ a SIGTERM there, and one a SIGKILL leaves is swept by the next run.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -30,7 +32,7 @@ pytestmark = pytest.mark.vm
 FOREIGN = Path(__file__).resolve().parents[1] / "foreign_client.py"
 # /root (pyenv's python) is closed to other users: the system python.
 PYTHON = "/usr/bin/python3"
-CHANNELS = ("qmp", "control", "stdout", "stderr", "service")
+CHANNELS = ("qmp", "control", "stdout", "stderr", "service", "doorbell")
 N_LOOP = 100000
 
 
@@ -111,6 +113,25 @@ def named_sockets(pids: dict[str, int]) -> list[dict]:
     return out
 
 
+def doorbell_fds(pids: dict[str, int]) -> list[dict]:
+    """The doorbell's eventfds and shared memory (a memfd) in pvperf and
+    QEMU: descriptors without a name, which another user could only try
+    to open through /proc."""
+    out = []
+    for who, pid in pids.items():
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                link = str(fd.readlink())
+            except OSError:
+                continue
+            kind = "eventfd" if link == "anon_inode:[eventfd]" else \
+                "memfd" if link.startswith("/memfd:pvperf-doorbell") else None
+            if kind:
+                out.append({"channel": f"{who} {kind}", "kind": "procfd",
+                            "addr": str(fd)})
+    return out
+
+
 def wait_for(path: Path, proc: subprocess.Popen, timeout=90) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -139,6 +160,8 @@ def test_foreign_user_is_refused_on_every_channel(tmp_path):
         qemu = qemu_child(proc.pid)
         targets = channel_targets(qemu)
         targets += named_sockets({"pvperf": proc.pid, "qemu": qemu})
+        fds = doorbell_fds({"pvperf": proc.pid, "qemu": qemu})
+        targets += fds
         prober = foreign("probe", json.dumps(targets))
         results = json.loads(prober.communicate(timeout=30)[0])
     finally:
@@ -149,7 +172,8 @@ def test_foreign_user_is_refused_on_every_channel(tmp_path):
         print(f"{r['channel']:<16} {r['kind'] + ' ' + r['addr']:<48} "
               f"{r['result']}")
     assert (proc.returncode, out) == (0, "done\n"), err
-    assert {r["channel"] for r in results} >= set(CHANNELS), results
+    assert {r["channel"] for r in results} >= set(CHANNELS) | {
+        "pvperf eventfd", "qemu eventfd", "qemu memfd"}, results
     assert [r for r in results if r["result"] == "connected"] == [], results
     assert leftovers() == []
 
@@ -270,7 +294,6 @@ def test_file_tail_reads_until_the_writer_is_gone():
     """The deterministic runs' output files: a tail reads what was
     written, waits while the writer lives, and ends at its exit."""
     import asyncio
-    import os
     files = channels.OutputFiles(["stdout"])
     try:
         fd = os.open(files.chardev("stdout")[1].split("path=")[1], os.O_WRONLY)
@@ -294,3 +317,50 @@ def test_file_tail_reads_until_the_writer_is_gone():
         os.close(fd)
     finally:
         files.close()
+
+
+def shm_and_tmp() -> set[str]:
+    return {str(p) for d in (Path("/dev/shm"), Path("/tmp")) for p in d.iterdir()}
+
+
+def sampling_run(tmp_path) -> subprocess.Popen:
+    """`pvperf run` recording samples (doorbell interrupts) until killed;
+    returns once the guest has started recording."""
+    subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
+    (tmp_path / "loop").write_bytes((PROGRAMS / "loop").read_bytes())
+    (tmp_path / "loop").chmod(0o755)
+    proc = subprocess.Popen(
+        pvperf_cmd() + ["run", "--share", str(tmp_path), "--", "sh", "-c",
+                        "echo 0 > /sys/module/pvperf/parameters/buffered; "
+                        "touch started; perf record -q -e instructions:u "
+                        "-c 100003 -o /tmp/x.data ./loop 1000000000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(tmp_path / "started", proc)
+    return proc
+
+
+def gone(pid: int, timeout=60) -> bool:
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.parametrize("victim", ["pvperf", "qemu"])
+def test_a_kill_while_sampling_leaves_nothing(tmp_path, victim):
+    """SIGKILL of pvperf (QEMU follows it: PR_SET_PDEATHSIG) or of QEMU
+    (a crash: pvperf reports it and exits) while doorbell interrupts
+    flow: nothing new in /dev/shm or /tmp, no run directory, no QEMU.
+    The doorbell's socketpair, eventfds and memfd have no name: they go
+    with the processes."""
+    before = shm_and_tmp()
+    proc = sampling_run(tmp_path)
+    qemu = qemu_child(proc.pid)
+    os.kill(proc.pid if victim == "pvperf" else qemu, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert gone(qemu), "QEMU outlived the kill"
+    assert proc.returncode != 0
+    assert not run_dirs(proc.pid)
+    assert {p for p in shm_and_tmp() - before
+            if f"pvperf-{proc.pid}-" in p} == set()
+    assert leftovers() == []

@@ -31,7 +31,7 @@ def setup():
     mem = GuestMemory(bytearray(1 << 20))
     now = [0.0]
     nmis = []
-    sampler = Sampler(mem, nmi=lambda wait=False, inject=True:
+    sampler = Sampler(mem, nmi=lambda wait=False, inject=True, vcpu=0:
                       nmis.append(wait if inject else "settle"),
                       clock=lambda: now[0])
     sampler.set_buffer(0, RING, SIZE, 1)
