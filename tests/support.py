@@ -145,32 +145,14 @@ def run_guest_script(script: str, smp: int, timeout: int,
     return s
 
 
-# QEMU's own arm64 PMU (PMUv3) as a second opinion: the aarch64 image
-# booted as `pvperf run --arch aarch64 --no-pmu --deterministic` does
-# (plain TCG, icount shift=0), but with the CPU's PMUv3 on: it counts
-# INST_RETIRED only under precise icount (docs/aarch64.md).
-PMUV3_RUN = """
-import asyncio, dataclasses, sys
-from pathlib import Path
-from pyhost import arch, guest_contract
-from pyhost.cli.options import make_config
-from pyhost.vm.launcher import run_command
-config = make_config(guest_contract.RUN, sys.argv[2], 1, 1024,
-                     Path(sys.argv[1]), 600, False, image_name="aarch64",
-                     arch=arch.get("aarch64"), no_pmu=True,
-                     deterministic=True)
-config.arch = dataclasses.replace(config.arch, cpu="neoverse-n1,pmu=on")
-sys.exit(asyncio.run(run_command(config)))
-"""
-
-
 def run_qemu_pmuv3(share: Path, command: str) -> subprocess.CompletedProcess:
-    """Run command in the aarch64 image under QEMU's PMUv3 with icount
-    (not pvperf's PMU: no plugin, no driver) and share as /mnt/host."""
+    """Run command in the aarch64 image under QEMU's own PMUv3 with
+    icount, not pvperf's PMU (scripts/qemu-pmuv3.py), share as /mnt/host."""
     python = REPO / ".venv" / "bin" / "python"
     return subprocess.run([str(python if python.exists() else "python3"),
-                           "-c", PMUV3_RUN, str(share), command], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+                           str(REPO / "scripts" / "qemu-pmuv3.py"),
+                           str(share), command],
+                          capture_output=True, text=True, timeout=900)
 
 
 def aarch64_image(name: str | None = None, add: str = "") -> list[str]:
