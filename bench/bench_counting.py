@@ -26,13 +26,14 @@ switching the plugin's counting on, which retranslates all guest code
 once; later runs within PVPERF_COUNT_LINGER_MS of the last one reuse the
 instrumentation.
 
-Across architectures: with --arch x86_64 aarch64, the last lines compare
+Across architectures: with --arch x86_64 aarch64 (alternating within each
+round, like the configurations), the last lines compare
 plain TCG on the same C program built for each (memwalk: the same
 source, freestanding), as time and as guest instructions per second
 (instructions from the counting configuration).
 
   .venv/bin/python bench/bench_counting.py [--rounds 3] [--reps 5] [--smp 1 2]
-      [--arch x86_64 aarch64] [--workload loop memwalk]
+      [--arch x86_64 aarch64] [--workload loop memwalk] [--configs ...]
 """
 from __future__ import annotations
 
@@ -73,22 +74,26 @@ def runs(arch: arches.Arch, smp: int, config: str, cmd: str, reps: int
     return marked_runs(argv, cmd, events, reps)
 
 
-def configs_for(arch: arches.Arch, smp: int) -> list[str]:
-    return [c for c in CONFIGS
+def configs_for(arch: arches.Arch, smp: int, args) -> list[str]:
+    return [c for c in args.configs
             if c != "pmuv3" or (arch.name == "aarch64" and smp == 1)]
 
 
-def bench(arch, wl, smp, args) -> dict[str, list[list[dict]]]:
-    cmd = arch_command(WORKLOADS[wl], arch)
-    configs = configs_for(arch, smp)
-    boots = {c: [] for c in configs}      # per boot: its runs
+def bench(archs, wl, smp, args) -> dict[tuple[str, str], list[list[dict]]]:
+    """{(arch, config): per boot its runs}; architectures and
+    configurations alternate within each round, so that the host's noise
+    hits them alike."""
+    todo = [(a, c) for a in archs for c in configs_for(a, smp, args)]
+    boots = {(a.name, c): [] for a, c in todo}
     for i in range(args.rounds):
-        for c in configs:
-            boots[c].append(runs(arch, smp, c, cmd, args.reps))
-        print(f"  {arch.name} {wl} smp {smp} round {i + 1}/{args.rounds} "
-              + "  ".join(f"{c}=" + "/".join(f"{r[key(c)]:.0f}" for r in
-                                             boots[c][-1])
-                          for c in configs), file=sys.stderr)
+        for a, c in todo:
+            boots[a.name, c].append(runs(a, smp, c,
+                                         arch_command(WORKLOADS[wl], a),
+                                         args.reps))
+        print(f"  {wl} smp {smp} round {i + 1}/{args.rounds} " + "  ".join(
+            f"{a.name}:{c}=" + "/".join(f"{r[key(c)]:.0f}"
+                                        for r in boots[a.name, c][-1])
+            for a, c in todo), file=sys.stderr)
     return boots
 
 
@@ -114,8 +119,8 @@ def report(arch, wl, smp, boots) -> tuple[float, float]:
         print(f"{arch.name:<8} {wl:<8} {smp:>3} {c:<9} {m:>10.0f}"
               f"{' wall' if k == 'wall' else '     '} {m / base:>6.2f}x"
               f"   {f:>9.0f} {f / base_first:>6.2f}x")
-    return best("plain", "task-clock"), boots["counting"][0][0].get(
-        "instructions", 0.0)
+    counted = boots.get("counting", [[{}]])[0][0]
+    return best("plain", "task-clock"), counted.get("instructions", 0.0)
 
 
 def main() -> None:
@@ -126,18 +131,24 @@ def main() -> None:
     ap.add_argument("--arch", nargs="+", default=[arches.host().name],
                     choices=sorted(arches.ARCHES))
     ap.add_argument("--workload", nargs="+", default=list(WORKLOADS))
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS),
+                    choices=list(CONFIGS), help="a subset (plain is always "
+                    "run: the ratios are against it)")
     args = ap.parse_args()
+    args.configs = ["plain"] + [c for c in args.configs if c != "plain"]
     plain = {}
     print(f"{'arch':<8} {'workload':<8} {'smp':>3} {'config':<9} "
           f"{'task-clock ms':>14} {'ratio':>7}   {'first run':>9} "
           f"{'ratio':>7}")
-    for arch in map(arches.get, args.arch):
-        for wl in args.workload:
-            if arch_command(WORKLOADS[wl], arch) is None:
-                continue            # not built for this architecture
-            for smp in args.smp:
-                boots = bench(arch, wl, smp, args)
-                plain[arch.name, wl, smp] = report(arch, wl, smp, boots)
+    for wl in args.workload:
+        # the architectures it is built for
+        archs = [a for a in map(arches.get, args.arch)
+                 if arch_command(WORKLOADS[wl], a) is not None]
+        for smp in args.smp:
+            boots = bench(archs, wl, smp, args)
+            for a in archs:
+                plain[a.name, wl, smp] = report(a, wl, smp, {
+                    c: b for (n, c), b in boots.items() if n == a.name})
     cross_arch(plain, args)
 
 
@@ -153,7 +164,7 @@ def cross_arch(plain, args) -> None:
                   f"{ms:.0f} / {first[0]:.0f} ms = {ms / first[0]:.2f}x; "
                   f"guest instructions {insns:.0f} / {first[1]:.0f}, "
                   f"{insns / ms / 1e6:.2f} / {first[1] / first[0] / 1e6:.2f}"
-                  " G/s")
+                  " G/s (instructions: the counting configuration's)")
 
 
 if __name__ == "__main__":
