@@ -10,8 +10,8 @@ PMU), REPS times per boot:
   idle       pvperf run                (plugin + driver, no PMU event open)
   counting   pvperf run, perf stat -e instructions,branches as well
   pmuv3      aarch64 only, smp 1: QEMU's own PMUv3 counting instructions
-             under -icount shift=0 (scripts/qemu-pmuv3.py), what a user
-             would use instead of pvperf; icount makes the guest's clock
+             under -icount shift=0 (scripts/pvperf-qemu-pmuv3.py), what a
+             user would use instead of pvperf; icount makes the guest's clock
              virtual, so this row is host wall time between markers the
              guest prints around each run, against plain's the same way
 
@@ -66,8 +66,8 @@ def runs(arch: arches.Arch, smp: int, config: str, cmd: str, reps: int
     """The counts and wall ms of `reps` runs in one boot, in order."""
     opts, events = CONFIGS[config]
     if opts is None:            # pmuv3
-        argv = [str(PYTHON), str(REPO / "scripts" / "qemu-pmuv3.py"),
-                str(PROGRAMS)]
+        argv = [str(PYTHON), str(REPO / "scripts" /
+                                  "pvperf-qemu-pmuv3.py"), str(PROGRAMS)]
     else:
         argv = [str(PVPERF), "run", "--arch", arch.name, "--smp", str(smp),
                 *opts, "--share", str(PROGRAMS), "--", "sh", "-c"]

@@ -147,10 +147,11 @@ def run_guest_script(script: str, smp: int, timeout: int,
 
 def run_qemu_pmuv3(share: Path, command: str) -> subprocess.CompletedProcess:
     """Run command in the aarch64 image under QEMU's own PMUv3 with
-    icount, not pvperf's PMU (scripts/qemu-pmuv3.py), share as /mnt/host."""
+    icount, not pvperf's PMU (scripts/pvperf-qemu-pmuv3.py), share as
+    /mnt/host."""
     python = REPO / ".venv" / "bin" / "python"
     return subprocess.run([str(python if python.exists() else "python3"),
-                           str(REPO / "scripts" / "qemu-pmuv3.py"),
+                           str(REPO / "scripts" / "pvperf-qemu-pmuv3.py"),
                            str(share), command],
                           capture_output=True, text=True, timeout=900)
 

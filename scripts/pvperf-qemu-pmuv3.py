@@ -7,7 +7,10 @@ counts with the kernel's own armv8_pmuv3 driver.  QEMU counts
 INST_RETIRED only under precise icount, and no branches:u
 (docs/aarch64.md).  Exit status: COMMAND's.
 
-  .venv/bin/python scripts/qemu-pmuv3.py SHARE 'perf stat -e instructions:u ./loop 1000'
+  .venv/bin/python scripts/pvperf-qemu-pmuv3.py SHARE COMMAND
+
+(Its name holds "pvperf": tests/support.leftovers takes a QEMU whose
+parent names no pvperf for an orphan.)
 """
 import asyncio
 import dataclasses
