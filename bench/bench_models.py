@@ -19,10 +19,15 @@ boot; cachegrind runs the same binary on the host (wall time):
 
 Targets: models <= 3x plain on both workloads; contrib / models >= 10;
 cachegrind / models > 1; idle and counting unchanged (bench_counting.py).
-Each figure is the minimum over its runs (host noise only adds time).
+aarch64 guests (--arch aarch64, tests/guest_programs/aarch64/'s builds of
+the same programs): models <= 4x plain (issue 24); no cachegrind row (the
+host cannot run arm64 valgrind; tests/vm/test_models_aarch64.py runs it
+in the guest).  Each figure is the minimum over its runs (host noise only
+adds time).
 
   .venv/bin/python bench/bench_models.py [--rounds 2] [--reps 3]
       [--workload memory tight] [--configs plain models contrib ...]
+      [--arch x86_64 aarch64]
 """
 from __future__ import annotations
 
@@ -37,10 +42,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import default_image, task_clock_ms as parse_task_clock
+from benchlib import arch_command, default_image
+from benchlib import task_clock_ms as parse_task_clock
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from pyhost import arch as arches  # noqa: E402
 from pyhost.pmu.geometry import DEFAULT_D1, DEFAULT_I1, DEFAULT_LL  # noqa: E402
 from pyhost.vm.launcher import VMConfig, run_command  # noqa: E402
 
@@ -84,31 +91,33 @@ def build_contrib_cache(workdir: Path) -> Path:
     return out
 
 
-def contrib_wrapper(workdir: Path, libcache: Path) -> Path:
-    """A qemu-system-x86_64 that loads contrib's cache plugin."""
+def contrib_wrapper(workdir: Path, libcache: Path, arch: arches.Arch
+                    ) -> Path:
+    """arch's QEMU (qemu-system-x86_64, ...) loading contrib's cache
+    plugin."""
     def kb(geom):
         return geom.split(",")
     i1, d1, ll = kb(DEFAULT_I1), kb(DEFAULT_D1), kb(DEFAULT_LL)
     args = (f"icachesize={i1[0]},iassoc={i1[1]},iblksize={i1[2]},"
             f"dcachesize={d1[0]},dassoc={d1[1]},dblksize={d1[2]},"
             f"l2=on,l2cachesize={ll[0]},l2assoc={ll[1]},l2blksize={ll[2]}")
-    wrapper = workdir / "qemu-contrib-cache"
-    wrapper.write_text("#!/bin/sh\nexec qemu-system-x86_64 \"$@\" "
+    wrapper = workdir / f"qemu-contrib-cache-{arch.name}"
+    wrapper.write_text(f"#!/bin/sh\nexec {arch.qemu} \"$@\" "
                        f"-plugin {libcache},{args}\n")
     wrapper.chmod(0o755)
     return wrapper
 
 
 def guest_runs(config: str, workload: str, reps: int,
-               qemu: str | None) -> list[float]:
+               qemu: str | None, arch: arches.Arch) -> list[float]:
     """task-clock (ms) of ``reps`` runs of the workload in one boot."""
     pmu, options, events = CONFIGS[config]
-    cmd = (f"i=0; while [ $i -lt {reps} ]; do i=$((i + 1)); "
-           f"perf stat -x, -e {events} {WORKLOADS[workload]}; done")
-    cfg = VMConfig(image=default_image(),
+    cmd = (f"i=0; while [ $i -lt {reps} ]; do i=$((i + 1)); perf stat -x, "
+           f"-e {events} {arch_command(WORKLOADS[workload], arch)}; done")
+    cfg = VMConfig(image=default_image(arch),
                    command=cmd,
                    share=PROGRAMS, pmu=pmu, plugin_options=dict(options),
-                   timeout=900, timing=config == "timing")
+                   timeout=900, timing=config == "timing", arch=arch)
     if qemu:
         cfg.qemu = qemu
     out, err = io.BytesIO(), io.BytesIO()
@@ -140,6 +149,8 @@ def main() -> None:
                     choices=list(CONFIGS),
                     help="a subset (plain and models are always run: the "
                     "ratios are against them)")
+    ap.add_argument("--arch", nargs="+", default=[arches.host().name],
+                    choices=sorted(arches.ARCHES))
     args = ap.parse_args()
     configs = ["plain", "models"] + [c for c in args.configs
                                      if c not in ("plain", "models")]
@@ -150,27 +161,33 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="bench-models-",
                                     dir=REPO / "build"))
     try:
-        qemu = str(contrib_wrapper(workdir, build_contrib_cache(workdir)))
-        print(f"{'workload':<8} {'config':<11} {'ms':>9} {'/plain':>8}"
-              f" {'/models':>8}")
-        for wl in args.workload:
-            best: dict[str, float] = {}
-            for i in range(args.rounds):
-                for c in configs:
-                    runs = guest_runs(c, wl, args.reps,
-                                      qemu if c == "contrib" else None)
-                    best[c] = min([best.get(c, float("inf")), *runs])
-                best["cachegrind"] = min(best.get("cachegrind",
-                                                  float("inf")),
-                                         cachegrind_ms(wl))
-                print(f"  round {i + 1}/{args.rounds}: " + " ".join(
-                    f"{c}={t:.0f}" for c, t in best.items()),
-                    file=sys.stderr)
-            for c, t in best.items():
-                print(f"{wl:<8} {c:<11} {t:>9.0f} {t / best['plain']:>7.2f}x"
-                      f" {t / best['models']:>7.2f}x")
+        libcache = build_contrib_cache(workdir)
+        print(f"{'arch':<8} {'workload':<8} {'config':<11} {'ms':>9} "
+              f"{'/plain':>8} {'/models':>8}")
+        for arch in map(arches.get, args.arch):
+            qemu = str(contrib_wrapper(workdir, libcache, arch))
+            for wl in args.workload:
+                bench(arch, wl, configs, qemu, args)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def bench(arch: arches.Arch, wl: str, configs: list[str], qemu: str,
+          args) -> None:
+    best: dict[str, float] = {}
+    for i in range(args.rounds):
+        for c in configs:
+            runs = guest_runs(c, wl, args.reps,
+                              qemu if c == "contrib" else None, arch)
+            best[c] = min([best.get(c, float("inf")), *runs])
+        if arch.name == arches.host().name:
+            best["cachegrind"] = min(best.get("cachegrind", float("inf")),
+                                     cachegrind_ms(wl))
+        print(f"  {arch.name} round {i + 1}/{args.rounds}: " + " ".join(
+            f"{c}={t:.0f}" for c, t in best.items()), file=sys.stderr)
+    for c, t in best.items():
+        print(f"{arch.name:<8} {wl:<8} {c:<11} {t:>9.0f} "
+              f"{t / best['plain']:>7.2f}x {t / best['models']:>7.2f}x")
 
 
 if __name__ == "__main__":

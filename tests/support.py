@@ -187,6 +187,110 @@ def run_guest_script(script: str, smp: int, timeout: int,
     return s
 
 
+def run_qemu_pmuv3(share: Path, command: str) -> subprocess.CompletedProcess:
+    """Run command in the aarch64 image under QEMU's own PMUv3 with
+    icount, not pvperf's PMU (scripts/pvperf-qemu-pmuv3.py), share as
+    /mnt/host."""
+    python = REPO / ".venv" / "bin" / "python"
+    return subprocess.run([str(python if python.exists() else "python3"),
+                           str(REPO / "scripts" / "pvperf-qemu-pmuv3.py"),
+                           str(share), command],
+                          capture_output=True, text=True, timeout=900)
+
+
+def aarch64_image(name: str | None = None, add: str = "") -> list[str]:
+    """Build the arm64 driver and the aarch64 image (with ``name`` and
+    ``add``: an image derived from it with those Debian packages, e.g.
+    valgrind); return the `pvperf run` options that boot it.  The
+    driver's headers come from the private arm64 apt directory, whose
+    package lists the first image build fetches; the next build adds the
+    driver."""
+    arch = ["--arch", "aarch64"]
+    r = run_pvperf(["image", "build", *arch], timeout=1200)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = subprocess.run(["make", "-s", "-C", str(REPO / "guest_kernel_patch"),
+                        "KARCH=arm64"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    named = ["--name", name, "--add", add] if name else []
+    r = run_pvperf(["image", "build", *arch, *named], timeout=1200)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return ["--image", name] if name else arch
+
+
+# The models against cachegrind (tests/vm/test_models*.py): geometries
+# (--I1 --D1 --LL) and tests/guest_programs/memwalk's modes.
+GEOMETRIES = {
+    "default": ("32768,8,64", "32768,8,64", "8388608,16,64"),
+    "small": ("4096,2,32", "8192,4,32", "262144,8,64"),
+}
+MODES = {0: "stream", 1: "stride", 2: "chase", 3: "random", 4: "branchy",
+         5: "indirect"}
+# perf stat runs of at most 8 events: no multiplexing, exact counts.
+RUNS = (("instructions", "L1-icache-load-misses", "L1-dcache-loads",
+         "L1-dcache-load-misses", "L1-dcache-stores",
+         "L1-dcache-store-misses"),
+        ("LLC-load-misses", "LLC-store-misses", "branch-loads",
+         "branch-misses", "cache-references", "cache-misses"))
+# docs/events.md: each event as a sum of cachegrind's counters.
+CACHEGRIND = {
+    "instructions": ("Ir",), "L1-icache-load-misses": ("I1mr",),
+    "L1-dcache-loads": ("Dr",), "L1-dcache-load-misses": ("D1mr",),
+    "L1-dcache-stores": ("Dw",), "L1-dcache-store-misses": ("D1mw",),
+    "LLC-load-misses": ("ILmr", "DLmr"), "LLC-store-misses": ("DLmw",),
+    "branch-loads": ("Bc", "Bi"), "branch-misses": ("Bcm", "Bim"),
+    "cache-references": ("I1mr", "D1mr", "D1mw"),
+    "cache-misses": ("ILmr", "DLmr", "DLmw"),
+}
+EXACT = {"instructions", "L1-icache-load-misses", "L1-dcache-loads",
+         "L1-dcache-stores", "branch-loads", "branch-misses"}
+
+
+def parse_stat(lines: list[str], events: tuple[str, ...]) -> dict[str, int]:
+    """perf stat -x, lines -> {event: count}; every event must count."""
+    got = {}
+    for line in lines:
+        f = line.split(",")
+        if len(f) > 2 and f[2].split(":")[0] in events:
+            assert f[0].isdigit(), line     # not <not supported>
+            got[f[2].split(":")[0]] = int(f[0])
+    assert set(got) == set(events), lines
+    return got
+
+
+def table(rows) -> str:
+    return "\n".join(f"{g:8} {m:9} {e:24} {p:>10} {c:>10} {p - c:>+6}"
+                     for g, m, e, p, c in rows)
+
+
+def cachegrind_rows(geometry: str, stats: dict[str, list[str]],
+                    refs: dict[int, dict[str, int]]) -> list[tuple]:
+    """(geometry, program, event, pvperf, cachegrind) rows of memwalk's
+    MODES: stats["MODE.I"] holds perf stat's lines of RUNS[I], refs[MODE]
+    cachegrind's totals; printed as a table (pytest -s)."""
+    rows = []
+    for mode, name in MODES.items():
+        for i, events in enumerate(RUNS):
+            got = parse_stat(stats[f"{mode}.{i}"], events)
+            for ev in events:
+                want = sum(refs[mode][c] for c in CACHEGRIND[ev])
+                rows.append((geometry, name, ev, got[ev], want))
+    print(f"\n{'geometry':8} {'program':9} {'event':24} {'pvperf':>10} "
+          f"{'cachegrind':>10} {'diff':>6}\n" + table(rows))
+    return rows
+
+
+def assert_like_cachegrind(rows, exact: bool) -> None:
+    """(geometry, program, event, pvperf, cachegrind) rows within the
+    models' tolerance: the EXACT events equal (exact), the others within
+    1 % or 4 events (not exact)."""
+    if exact:
+        wrong = [r for r in rows if r[2] in EXACT and r[3] != r[4]]
+    else:
+        wrong = [r for r in rows if r[2] not in EXACT
+                 and abs(r[3] - r[4]) > max(0.01 * r[4], 4)]
+    assert wrong == [], table(wrong) + "\n\nall:\n" + table(rows)
+
+
 def cachegrind(geometry: tuple[str, str, str], argv: list[str],
                out: Path, env: dict[str, str] | None = None
                ) -> dict[str, int]:
@@ -205,7 +309,11 @@ def cachegrind(geometry: tuple[str, str, str], argv: list[str],
                     "--cache-sim=yes", "--branch-sim=yes", f"--I1={i1}", f"--D1={d1}",
                     f"--LL={ll}", f"--cachegrind-out-file={out}", *argv],
                    capture_output=True, check=True, env=env)
-    lines = out.read_text().splitlines()
+    return cachegrind_totals(out.read_text().splitlines())
+
+
+def cachegrind_totals(lines: list[str]) -> dict[str, int]:
+    """{counter: total} from a cachegrind.out's events and summary lines."""
     names = next(l for l in lines if l.startswith("events:")).split()[1:]
     values = next(l for l in lines if l.startswith("summary:")).split()[1:]
     return dict(zip(names, map(int, values)))

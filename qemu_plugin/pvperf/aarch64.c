@@ -184,6 +184,25 @@ static bool writes_frame_reg(uint32_t w)
 	       (is_pair(w) && (bits(w, 14, 10) == 29 || bits(w, 14, 10) == 30));
 }
 
+/*
+ * The general-register pairs QEMU loads or stores as one access (10.0,
+ * target/arm/tcg/translate-a64.c: trans_LDP/STP give a W pair one 8-byte
+ * access and an X pair one 16-byte access, for LSE2's atomicity; the
+ * exclusive pairs likewise): ldp, stp, ldnp, stnp, ldpsw, ldxp, stxp,
+ * ldaxp, stlxp.  The Arm ARM's LD_RETIRED/ST_RETIRED count one per
+ * instruction; valgrind's arm64 front end makes two accesses of a pair,
+ * so cachegrind counts two (Dr or Dw), each with its own cache lookup:
+ * so do the models (MEM_PAIR).  SIMD&FP pairs (ldp q0, q1) are two
+ * accesses in QEMU already, and casp stays as QEMU reports it.
+ */
+static bool is_gpr_pair(uint32_t w)
+{
+	/* ldp/stp family: op0 x1x0 (a load or store), bits 29:28 10 */
+	if ((w & 0x3a000000) == 0x28000000)
+		return is_gpr_access(w);
+	return (w & 0xbfa00000) == 0x88200000;		/* ld(a)xp, st(l)xp */
+}
+
 static uint8_t load_store(uint32_t w)
 {
 	if (is_prefetch(w))
@@ -243,6 +262,13 @@ static uint32_t insn_word(const uint8_t *b)
 {
 	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
 	       (uint32_t)b[3] << 24;
+}
+
+static uint8_t mem_shape(const uint8_t *bytes, size_t len)
+{
+	if (len != A64_INSN_LEN)
+		return MEM_AS_IS;
+	return is_gpr_pair(insn_word(bytes)) ? MEM_PAIR : MEM_AS_IS;
 }
 
 static bool is_doorbell(const uint8_t *bytes, size_t len)
@@ -346,6 +372,7 @@ const struct arch arch_aarch64 = {
 	.doorbell_len = PVPERF_AARCH64_DOORBELL_INSN_LEN,
 	.is_doorbell = is_doorbell,
 	.classify_tb = classify_tb,
+	.mem_shape = mem_shape,
 	.cond_target = cond_target,
 	.vaddr_to_gpa = vaddr_to_gpa,
 };

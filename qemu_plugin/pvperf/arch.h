@@ -63,6 +63,19 @@ enum guest_reg {
 	N_GUEST_REGS
 };
 
+/*
+ * How the models count the data accesses QEMU reports for one memory
+ * instruction, so that they are counted as the instruction set counts
+ * them (and cachegrind, the models' reference, does):
+ *   MEM_AS_IS    each access QEMU reports is one;
+ *   MEM_HALVES   two 16-byte accesses of one instruction at consecutive
+ *                addresses are one (QEMU splits a 32-byte vector access);
+ *   MEM_PAIR     each access is two of half its size, at its two halves
+ *                (QEMU makes one access of a load or store of a register
+ *                pair).
+ */
+enum mem_shape { MEM_AS_IS, MEM_HALVES, MEM_PAIR };
+
 /* Not a gpa: code outside the RAM file (firmware ROM) or unknown. */
 #define GPA_NONE UINT64_MAX
 
@@ -87,6 +100,9 @@ struct arch {
 	 */
 	void (*classify_tb)(const struct cls_insn *insn, size_t n, bool kernel,
 			    uint8_t *cls);
+	/* The mem_shape of the instruction with these bytes (any
+	 * instruction: asked of each one the models instrument). */
+	uint8_t (*mem_shape)(const uint8_t *bytes, size_t len);
 	/* The taken target of a direct conditional branch at vaddr with these
 	 * bytes; false for anything else (then assume no target). */
 	bool (*cond_target)(const uint8_t *bytes, size_t len, uint64_t vaddr,

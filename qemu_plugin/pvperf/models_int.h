@@ -137,6 +137,7 @@ struct mem_site {
 	uint64_t vaddr;		/* translated address */
 	uint64_t kind[2];	/* [store], atomic */
 	bool kernel;		/* vaddr is in the kernel half */
+	uint8_t shape;		/* enum mem_shape (arch.h) */
 };
 
 static inline uint64_t *fast_of(unsigned vcpu)

@@ -98,32 +98,21 @@ mem_access_repeat(struct model_vcpu *m, uint64_t site, uint64_t vaddr,
 	return false;
 }
 
-/*
- * A data access, the whole of it: the repeats, the access count with its
- * overflow check, the dTLB and D1 (and LL) references.
- */
-static void __attribute__((noinline))
-mem_access_full(unsigned vcpu, const struct mem_site *ms, uint64_t vaddr,
-		unsigned size, bool store, bool regs)
+/* One access as the instruction set counts it: the access count with its
+ * overflow check, the dTLB and D1 (and LL) references. */
+static void count_access(struct model_vcpu *m, const struct mem_site *ms,
+			 uint64_t vaddr, unsigned size, bool store,
+			 struct event_at at)
 {
-	struct model_vcpu *m = &mv[vcpu];
-	uint64_t site = ms->vaddr;
-	bool kernel = ms->kernel;
-	struct event_at at = { vcpu, site + m->delta[!kernel], vaddr, regs };
 	uint64_t first = vaddr >> m->d1.line_bits;
+	bool kernel = ms->kernel;
 
-	if (ignored(m) ||
-	    mem_access_repeat(m, site, vaddr, size, store, kernel, at))
-		return;
-	m->refault_site = 0;
-	m->load_site = store ? 0 : site;
-	m->load_addr = vaddr;
-	m->load_size = size;
-	m->half_site = 0;
+	at.addr = vaddr;
 	/* an access stalls nothing: add, not bump */
 	add(m, store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ, 1, kernel, at);
-	if (size == 16) {	/* perhaps the first half of an AVX access */
-		m->half_site = site;
+	if (size == 16 && ms->shape == MEM_HALVES) {
+		/* perhaps the first half of an AVX access */
+		m->half_site = ms->vaddr;
 		m->half_end = vaddr + 16;
 		m->half_store = store;
 		m->half_d1_miss = m->half_ll_miss = m->half_tlb_miss = false;
@@ -136,6 +125,35 @@ mem_access_full(unsigned vcpu, const struct mem_site *ms, uint64_t vaddr,
 		d1_miss(m, vaddr, size, store, kernel, at);
 }
 
+/*
+ * A data access, the whole of it: the repeats, then the access, or a
+ * pair's two (MEM_PAIR: each register's half, as cachegrind counts).
+ */
+static void __attribute__((noinline))
+mem_access_full(unsigned vcpu, const struct mem_site *ms, uint64_t vaddr,
+		unsigned size, bool store, bool regs)
+{
+	struct model_vcpu *m = &mv[vcpu];
+	uint64_t site = ms->vaddr;
+	bool kernel = ms->kernel;
+	struct event_at at = { vcpu, site + m->delta[!kernel], vaddr, regs };
+
+	if (ignored(m) ||
+	    mem_access_repeat(m, site, vaddr, size, store, kernel, at))
+		return;
+	m->refault_site = 0;
+	m->load_site = store ? 0 : site;
+	m->load_addr = vaddr;
+	m->load_size = size;
+	m->half_site = 0;
+	if (ms->shape == MEM_PAIR) {
+		count_access(m, ms, vaddr, size / 2, store, at);
+		count_access(m, ms, vaddr + size / 2, size / 2, store, at);
+	} else {
+		count_access(m, ms, vaddr, size, store, at);
+	}
+}
+
 /* The first access of an instruction of this kind: learn its size. */
 static void __attribute__((noinline))
 mem_access_new_kind(unsigned vcpu, qemu_plugin_meminfo_t info,
@@ -143,9 +161,13 @@ mem_access_new_kind(unsigned vcpu, qemu_plugin_meminfo_t info,
 {
 	unsigned shift = qemu_plugin_mem_size_shift(info);
 
-	__atomic_store_n(&ms->kind[store],
-			 (uint64_t)shift << ACCESS_KIND_SHIFT | mem_kind_key(info),
-			 __ATOMIC_RELAXED);
+	/* A pair's kind stays unknown, so that each of its accesses comes
+	 * here and on to the full path, which splits it (not the fast path,
+	 * which books one access). */
+	if (ms->shape != MEM_PAIR)
+		__atomic_store_n(&ms->kind[store], (uint64_t)shift <<
+				 ACCESS_KIND_SHIFT | mem_kind_key(info),
+				 __ATOMIC_RELAXED);
 	mem_access_full(vcpu, ms, vaddr, 1u << shift, store, regs);
 }
 

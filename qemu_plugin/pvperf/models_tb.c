@@ -98,6 +98,15 @@ static bool cond_target(struct qemu_plugin_insn *insn, uint64_t vaddr,
 		target);
 }
 
+/* How its accesses count (arch.h, enum mem_shape). */
+static uint8_t mem_shape(struct qemu_plugin_insn *insn)
+{
+	uint8_t bytes[INSN_MAX_BYTES];
+
+	return pv.arch->mem_shape(bytes,
+		qemu_plugin_insn_data(insn, bytes, sizeof(bytes)));
+}
+
 /* The site of a fast TB's last instruction if the TB is a one-block loop
  * (that instruction a direct conditional branch to the TB's start). */
 static struct branch_site *loop_branch(struct qemu_plugin_tb *tb, size_t n,
@@ -203,7 +212,8 @@ void models_tb(struct qemu_plugin_tb *tb, const uint8_t *cls, size_t n,
 			struct mem_site *ms = arena_alloc(sizeof(*ms));
 
 			*ms = (struct mem_site){ .vaddr = vaddr,
-				.kernel = vaddr_is_kernel(vaddr) };
+				.kernel = vaddr_is_kernel(vaddr),
+				.shape = mem_shape(insn) };
 			/* Loads and stores apart: which one is known here. */
 			qemu_plugin_register_vcpu_mem_cb(insn,
 				regs ? mem_read_regs : mem_read, cb_regs,

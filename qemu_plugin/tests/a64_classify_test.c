@@ -100,6 +100,34 @@ static bool mnemonic_accesses_memory(const char *m, const char *operands)
 	       g_str_has_prefix(m, "cas") || g_str_has_prefix(m, "swp");
 }
 
+/* The general-register pairs, which QEMU accesses as one (MEM_PAIR):
+ * a pair mnemonic whose first operand is an x or w register. */
+static bool mnemonic_is_gpr_pair(const char *m, const char *operands)
+{
+	static const char *const names[] = {
+		"ldp", "stp", "ldnp", "stnp", "ldpsw", "ldxp", "stxp",
+		"ldaxp", "stlxp",
+	};
+
+	for (size_t i = 0; i < G_N_ELEMENTS(names); i++)
+		if (!strcmp(m, names[i]))
+			return operands[0] == 'x' || operands[0] == 'w';
+	return false;
+}
+
+static int check_mem_shape(const struct listed *e)
+{
+	struct cls_insn in = insn_of(e->word, USER_VADDR);
+	uint8_t shape = arch_aarch64.mem_shape(in.bytes, in.len);
+	bool pair = mnemonic_is_gpr_pair(e->mnemonic, e->operands);
+
+	if (shape == (pair ? MEM_PAIR : MEM_AS_IS))
+		return 0;
+	printf("FAIL %08x %s %s: mem_shape %u against objdump's mnemonic\n",
+	       e->word, e->mnemonic, e->operands, shape);
+	return 1;
+}
+
 static int check_listing(const char *listing, const char *expect_path)
 {
 	GArray *insns = read_listing(listing);
@@ -131,6 +159,7 @@ static int check_listing(const char *listing, const char *expect_path)
 			       cls);
 			fails++;
 		}
+		fails += check_mem_shape(e);
 	}
 	printf("a64_classify_test: %u instructions classified\n", insns->len);
 	g_array_free(insns, TRUE);

@@ -87,6 +87,9 @@ here:
 	insn M|X, ldnp x0, x1, [x2]
 	insn M|X, stnp q0, q1, [x2]
 	insn M|X, ldp q0, q1, [x2]
+	insn M|X, ldp d0, d1, [x2]
+	insn M|X, ldnp x0, x1, [x2]
+	insn M|X, stnp w0, w1, [x2]
 	insn M|X, ldr q0, [x0]
 	insn M|X, str d1, [x0, #8]
 	insn M|X, ldr s2, here
@@ -101,6 +104,8 @@ here:
 	insn M|X, stlxr w2, w0, [x1]
 	insn M|X, ldxp x0, x1, [x2]
 	insn M|X, stxp w3, x0, x1, [x2]
+	insn M|X, ldaxp w0, w1, [x2]
+	insn M|X, stlxp w3, w0, w1, [x2]
 	insn M|X, ldar x0, [x1]
 	insn M|X, stlr w0, [x1]
 	insn M|X, ldapr x0, [x1]

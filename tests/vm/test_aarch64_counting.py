@@ -1,7 +1,8 @@
 """arm64 counting end to end: the stock arm64 perf in an aarch64 guest,
 the arm64 pvperf.ko (guest_kernel_patch/arm64/), the plugin and the host
 service count a cross-compiled program's user instructions and branches
-exactly.  One boot runs every measurement.
+exactly.  One boot runs every measurement; a second, under QEMU's own
+PMUv3 with icount (not pvperf's PMU), gives a second opinion on loop.
 
 The references are analytic, read off the programs' disassembly
 (`aarch64-linux-gnu-objdump -d tests/guest_programs/aarch64/{loop,pages}`,
@@ -28,7 +29,8 @@ import subprocess
 
 import pytest
 
-from support import PROGRAMS, REPO, leftovers, run_pvperf
+from support import (PROGRAMS, aarch64_image, leftovers, run_pvperf,
+                     run_qemu_pmuv3)
 
 pytestmark = pytest.mark.vm
 
@@ -59,21 +61,10 @@ def programs(tmp_path_factory):
     return share
 
 
-def build_image():
-    r = run_pvperf(["image", "build", *ARCH], timeout=1200)
-    assert r.returncode == 0, r.stderr[-2000:]
-
-
 @pytest.fixture(scope="module")
 def arm64_driver():
-    """guest_kernel_patch/arm64/pvperf.ko in the aarch64 image.  Its
-    headers come from the private arm64 apt directory, whose package lists
-    the first image build fetches; the second build only adds the driver."""
-    build_image()
-    r = subprocess.run(["make", "-s", "-C", str(REPO / "guest_kernel_patch"),
-                        "KARCH=arm64"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
-    build_image()
+    """guest_kernel_patch/arm64/pvperf.ko in the aarch64 image."""
+    aarch64_image()
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +110,31 @@ def test_loop_difference_is_the_loop_body(measured):
 @pytest.mark.parametrize("n", PAGES_N)
 def test_page_faults_are_not_counted(measured, n):
     assert counts(measured[("pages", str(n))]) == pages_counts(n)
+
+
+@pytest.fixture(scope="module")
+def pmuv3(programs, arm64_driver):
+    """{N: instructions:u} of loop N under QEMU's own PMUv3 with icount
+    (the second opinion; QEMU counts no branches:u there)."""
+    stat = "perf stat -x, -e instructions:u"
+    r = run_qemu_pmuv3(programs, "; ".join(
+        f"echo @{n}; {stat} ./loop {n} 2>&1" for n in LOOP_N))
+    assert r.returncode == 0, (r.stdout, r.stderr[-2000:])
+    got, key = {}, None
+    for line in r.stdout.splitlines():
+        if line.startswith("@"):
+            key = int(line[1:])
+        elif ",instructions:u," in line:
+            got[key] = int(line.split(",")[0])
+    return got
+
+
+@pytest.mark.parametrize("n", LOOP_N)
+def test_qemu_pmuv3_counts_the_same(measured, pmuv3, n):
+    """QEMU's PMUv3 (INST_RETIRED, -icount shift=0) counts loop N as the
+    analytic count, and so as pvperf does."""
+    assert pmuv3[n] == loop_counts(n)[0] == counts(
+        measured[("loop", str(n))])[0]
 
 
 def test_driver_counts_and_refuses_sampling(measured):

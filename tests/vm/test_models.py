@@ -22,34 +22,11 @@ import subprocess
 
 import pytest
 
-from support import PROGRAMS, TUNABLES, cachegrind, run_guest_script
+from support import (CACHEGRIND, GEOMETRIES, MODES, PROGRAMS, RUNS,
+                     TUNABLES, assert_like_cachegrind, cachegrind,
+                     cachegrind_rows, parse_stat, run_guest_script)
 
 pytestmark = pytest.mark.vm
-
-GEOMETRIES = {
-    "default": ("32768,8,64", "32768,8,64", "8388608,16,64"),
-    "small": ("4096,2,32", "8192,4,32", "262144,8,64"),
-}
-MODES = {0: "stream", 1: "stride", 2: "chase", 3: "random", 4: "branchy",
-         5: "indirect"}
-# perf stat runs of at most 8 events: no multiplexing, exact counts.
-RUNS = (("instructions", "L1-icache-load-misses", "L1-dcache-loads",
-         "L1-dcache-load-misses", "L1-dcache-stores",
-         "L1-dcache-store-misses"),
-        ("LLC-load-misses", "LLC-store-misses", "branch-loads",
-         "branch-misses", "cache-references", "cache-misses"))
-# docs/events.md: each event as a sum of cachegrind's counters.
-CACHEGRIND = {
-    "instructions": ("Ir",), "L1-icache-load-misses": ("I1mr",),
-    "L1-dcache-loads": ("Dr",), "L1-dcache-load-misses": ("D1mr",),
-    "L1-dcache-stores": ("Dw",), "L1-dcache-store-misses": ("D1mw",),
-    "LLC-load-misses": ("ILmr", "DLmr"), "LLC-store-misses": ("DLmw",),
-    "branch-loads": ("Bc", "Bi"), "branch-misses": ("Bcm", "Bim"),
-    "cache-references": ("I1mr", "D1mr", "D1mw"),
-    "cache-misses": ("ILmr", "DLmr", "DLmw"),
-}
-EXACT = {"instructions", "L1-icache-load-misses", "L1-dcache-loads",
-         "L1-dcache-stores", "branch-loads", "branch-misses"}
 
 
 def guest_script() -> str:
@@ -62,18 +39,6 @@ def guest_script() -> str:
     return "\n".join(lines + ["echo '=== end'"])
 
 
-def parse_stat(lines: list[str], events: tuple[str, ...]) -> dict[str, int]:
-    """perf stat -x, lines -> {event: count}; every event must count."""
-    got = {}
-    for line in lines:
-        f = line.split(",")
-        if len(f) > 2 and f[2].split(":")[0] in events:
-            assert f[0].isdigit(), line     # not <not supported>
-            got[f[2].split(":")[0]] = int(f[0])
-    assert set(got) == set(events), lines
-    return got
-
-
 @pytest.fixture(scope="module", params=list(GEOMETRIES))
 def compared(request, tmp_path_factory):
     """(geometry, mode, event, pvperf, cachegrind) rows."""
@@ -82,34 +47,17 @@ def compared(request, tmp_path_factory):
                geometry[1], "--LL", geometry[2])
     s = run_guest_script(guest_script(), 1, 600, options)
     out = tmp_path_factory.mktemp("cg") / "cachegrind.out"
-    rows = []
-    for mode, name in MODES.items():
-        ref = cachegrind(geometry, [str(PROGRAMS / "memwalk"), str(mode),
-                                    "1"], out)
-        for i, events in enumerate(RUNS):
-            got = parse_stat(s[f"{mode}.{i}"], events)
-            for ev in events:
-                want = sum(ref[c] for c in CACHEGRIND[ev])
-                rows.append((request.param, name, ev, got[ev], want))
-    print(f"\n{'geometry':8} {'program':9} {'event':24} {'pvperf':>10} "
-          f"{'cachegrind':>10} {'diff':>6}\n" + table(rows))   # pytest -s
-    return rows
-
-
-def table(rows) -> str:
-    return "\n".join(f"{g:8} {m:9} {e:24} {p:>10} {c:>10} {p - c:>+6}"
-                     for g, m, e, p, c in rows)
+    refs = {mode: cachegrind(geometry, [str(PROGRAMS / "memwalk"), str(mode),
+                                        "1"], out) for mode in MODES}
+    return cachegrind_rows(request.param, s, refs)
 
 
 def test_exact_events_equal_cachegrind(compared):
-    wrong = [r for r in compared if r[2] in EXACT and r[3] != r[4]]
-    assert wrong == [], table(wrong) + "\n\nall:\n" + table(compared)
+    assert_like_cachegrind(compared, exact=True)
 
 
 def test_miss_events_within_one_percent(compared):
-    wrong = [r for r in compared if r[2] not in EXACT
-             and abs(r[3] - r[4]) > max(0.01 * r[4], 4)]
-    assert wrong == [], table(wrong) + "\n\nall:\n" + table(compared)
+    assert_like_cachegrind(compared, exact=False)
 
 
 def test_programs_exercise_the_models(compared):
