@@ -34,6 +34,22 @@
  * TBs end at control flow, which is the same in every TB over that code.
  * Code outside the RAM file (firmware) is keyed by its vaddr instead.
  *
+ * Why TBs disagree (measured: a debug line per disagreement, the first
+ * perf stat of a run had 20, each a flush of all code).  Nearly all are a
+ * TB of one instruction against the longer TBs over the same code: TCG's
+ * cpu_io_recompile, when an MMIO access (the local APIC, IO-APIC, HPET,
+ * virtio) is not its TB's last instruction, abandons the TB there and
+ * runs that instruction alone in a CF_MEMI_ONLY TB, where instruction
+ * callbacks (our adds) do not run; the cut after it is what keeps that
+ * count exact (the abandoned chunk counted it once).  Such instructions
+ * are learned while counting is off (count_learn_tb), which costs no
+ * flush.  The rest were code that changed under the TBs (a static key
+ * flipping a nop into a jmp in __schedule when perf enables an event):
+ * the old TBs are gone then, and tail_code_gone() lets the new tail
+ * replace theirs.  With counting on from boot, TBs of a long straight
+ * line (blake2s) also disagreed: TCG halves max_insns when a TB's host
+ * code grows too large, so their ends depend on where they start.
+ *
  * Snapshots.  The doorbell store is a memory access and ends a chunk; in
  * its memory callback (which QEMU runs after the store) the counters hold
  * exactly the instructions up to and including the store.
@@ -50,10 +66,13 @@
  * that does not report at all) over-counts by its
  * tail; a tail two TBs still disagree on after a forced cut takes back
  * one instruction and no branch; a fault taken in an old TB and reported
- * after another vCPU retranslated its code with a new forced cut takes
- * back the new tail (a window of one TB after a conflict); an atomic
+ * after another vCPU retranslated its code with a new forced cut, or
+ * after its code changed, takes back the new tail (a window of one TB
+ * after a conflict or a code change); an atomic
  * instruction QEMU restarts in cpu_exec_step_atomic (EXCP_ATOMIC:
- * misaligned locked accesses under MTTCG) is counted twice; a store that
+ * misaligned locked accesses under MTTCG) is counted twice; an MMIO
+ * access first run while counting is on over-counts by its tail less
+ * one until the flush its disagreement requests; a store that
  * invalidates its own TB (self-modifying code) re-runs as a new TB and is
  * counted twice.
  */
@@ -87,7 +106,6 @@ static GHashTable *tails[2];		/* [0] current, [1] previous; tr_lock */
 /* Code keys after which every TB ends a chunk.  Grows, never shrinks. */
 static GHashTable *forced_cuts;		/* tr_lock */
 
-#define TAIL_CONFLICT	(1ULL << 63)
 /* gpa keys live above every user vaddr and below every kernel one. */
 #define KEY_GPA		(1ULL << 48)
 
@@ -96,10 +114,81 @@ static uint64_t code_key(uint64_t gpa, uint64_t vaddr)
 	return gpa != GPA_NONE ? gpa | KEY_GPA : vaddr;
 }
 
-/* Never 0 (a tail has at least its own instruction): 0 means "absent". */
+/*
+ * A tail as recorded: its instructions and branches (a chunk has at most
+ * TCG_MAX_INSNS, 512), TAIL_CONFLICT, and the code it was computed over,
+ * the chunk's bytes from the instruction on: their length and a hash
+ * (tail_code_gone).  Never 0 (a tail has at least its own instruction):
+ * 0 means "absent".
+ */
+#define TAIL_FIELD	0x3ffULL
+#define TAIL_CONFLICT	(1ULL << 20)
+#define TAIL_LEN_SHIFT	21		/* 13 bits: a TB lies in one page */
+#define TAIL_HASH_SHIFT	34		/* 30 bits */
+#define TAIL_SHAPE	(TAIL_FIELD | TAIL_FIELD << 10)
+
 static uint64_t tail_pack(uint32_t insns, uint32_t branches)
 {
-	return (uint64_t)branches << 32 | insns;
+	return (uint64_t)(branches & TAIL_FIELD) << 10 | (insns & TAIL_FIELD);
+}
+
+static uint32_t tail_insns(uint64_t t)
+{
+	return t & TAIL_FIELD;
+}
+
+static uint32_t tail_branches(uint64_t t)
+{
+	return t >> 10 & TAIL_FIELD;
+}
+
+static uint64_t tail_with_code(uint64_t t, uint32_t len, uint32_t hash)
+{
+	return t | (uint64_t)MIN(len, 0x1fffu) << TAIL_LEN_SHIFT |
+	       (uint64_t)hash << TAIL_HASH_SHIFT;
+}
+
+/* FNV-1a over bytes taken last to first, in 30 bits; extended by
+ * whole instructions as record_tails walks a chunk backwards. */
+#define CODE_HASH_INIT	2166136261u
+
+static uint32_t code_hash(uint32_t h, const uint8_t *b, size_t len)
+{
+	while (len--)
+		h = (h ^ b[len]) * 16777619u;
+	return h;
+}
+
+static uint32_t code_hash_final(uint32_t h)
+{
+	return h >> 2;
+}
+
+/*
+ * Whether the code a recorded tail was computed over has changed in
+ * guest RAM since.  A write to a page that holds translated code (the
+ * guest's own stores, text patching, DMA, a page reused for other code)
+ * invalidates every TB on that page before it lands (QEMU's precise SMC
+ * handling), so no TB with that tail runs any more and the new TB's tail
+ * simply replaces it.  Provable only for code in RAM whose bytes lie in
+ * one page (TBs do, but for a lone instruction crossing a page); an
+ * unchanged hash, collisions included, leaves it a conflict, the safe
+ * side.  (Our own writes to guest RAM do not invalidate TBs: a guest
+ * that runs code from a page the service writes only hurts its own
+ * counts.)
+ */
+static bool tail_code_gone(uint64_t key, uint64_t have)
+{
+	uint64_t gpa = key & ~KEY_GPA;
+	uint32_t len = have >> TAIL_LEN_SHIFT & 0x1fff;
+	const uint8_t *p;
+
+	if ((key & ~(KEY_GPA - 1)) != KEY_GPA ||
+	    (gpa & ~GUEST_PAGE_MASK) + len > GUEST_PAGE_SIZE)
+		return false;
+	p = guest_ram_block(gpa, len);
+	return p && code_hash_final(code_hash(CODE_HASH_INIT, p, len)) !=
+		    have >> TAIL_HASH_SHIFT;
 }
 
 /* One translated instruction, as count_tb sees it. */
@@ -107,6 +196,8 @@ struct tb_insn {
 	uint64_t vaddr;
 	uint64_t key;			/* code_key() */
 	struct qemu_plugin_insn *handle;
+	const struct cls_insn *code;	/* its bytes */
+	bool whole;			/* code has all of them */
 };
 
 /*
@@ -224,12 +315,13 @@ static bool chunk_ends(const struct tb_insn *insn, const uint8_t *cls,
 /*
  * Record the tail of each may-fault insn of the chunk [first, last] in
  * the current generation.  Returns true if a tail disagreed with another
- * TB's and a new forced cut was made (the caller flushes).  tr_lock held.
+ * TB's still in the code cache and a new forced cut was made (the caller
+ * flushes).  tr_lock held.
  */
 static bool record_tails(const struct tb_insn *insn, const uint8_t *cls,
 			 size_t first, size_t last, bool at_end)
 {
-	uint32_t t_insns = 0, t_branches = 0;
+	uint32_t t_insns = 0, t_branches = 0, len = 0, h = CODE_HASH_INIT;
 	bool new_cut = false;
 
 	for (size_t i = last + 1; i-- > first;) {
@@ -238,14 +330,23 @@ static bool record_tails(const struct tb_insn *insn, const uint8_t *cls,
 
 		t_insns++;
 		t_branches += !!(cls[i] & CLS_BRANCH);
+		/* a byte missing: no proof that the code changed */
+		len += insn[i].whole ? insn[i].code->len : GUEST_PAGE_SIZE;
+		h = code_hash(h, insn[i].code->bytes, insn[i].code->len);
 		if (!(cls[i] & CLS_BOUNDARY))
 			continue;
 		/* branch added at the end: counted only if reached */
-		want = tail_pack(t_insns, at_end && i != last ? 0 : t_branches);
+		want = tail_with_code(tail_pack(t_insns, at_end && i != last ?
+						0 : t_branches),
+				      len, code_hash_final(h));
 		have = (uintptr_t)g_hash_table_lookup(tails[0], key);
-		if (!have) {
+		if (have == want || (have & TAIL_CONFLICT))
+			continue;
+		/* the same tail over other code (changed since) is no conflict */
+		if (!have || (have & TAIL_SHAPE) == (want & TAIL_SHAPE) ||
+		    tail_code_gone(insn[i].key, have)) {
 			g_hash_table_insert(tails[0], key, (gpointer)(uintptr_t)want);
-		} else if (have != want && !(have & TAIL_CONFLICT)) {
+		} else {
 			g_hash_table_insert(tails[0], key,
 					    (gpointer)(uintptr_t)(have | TAIL_CONFLICT));
 			if (!g_hash_table_contains(forced_cuts, key)) {
@@ -330,12 +431,51 @@ void count_tb(struct qemu_plugin_tb *tb, size_t n)
 		ci->vaddr = qemu_plugin_insn_vaddr(t->handle);
 		t->key = code_key(guest_insn_gpa(t->handle), ci->vaddr);
 		t->vaddr = ci->vaddr;
+		t->code = ci;
+		t->whole = ci->len == qemu_plugin_insn_size(t->handle);
 	}
 	pv.arch->classify_tb(scratch_ci, n, kernel, scratch_cls);
 	emit_chunks(scratch, scratch_cls, n, kernel);
 	/* After the chunks' adds: the models' callbacks on an instruction
 	 * then run after its counts are added, like any later ones. */
 	models_tb(tb, scratch_cls, n, kernel);
+}
+
+/*
+ * tb_trans with counting off.  A TB of one instruction that does not end
+ * a block is a shape TCG makes after the fact: the instruction after an
+ * MMIO access that was not a TB's last (cpu_io_recompile: a TB of just
+ * that instruction, CF_MEMI_ONLY, which runs no instruction callbacks,
+ * so the TB it was cut from must end a chunk there for its count to be
+ * exact), after sti or mov ss, after a store to its own TB's page, a
+ * lone page-crossing instruction.  Once counting is on, every such TB
+ * disagrees about that instruction's tail with the longer TBs over the
+ * same code, and each disagreement costs a flush of all code
+ * (record_tails).  While counting is off no TB holds a tail, so such an
+ * instruction becomes a forced cut right away, for free: the code that
+ * ran before counting (the timer, interrupt controllers, virtio) has its
+ * cuts before the first event is opened.  A cut too many costs an add.
+ */
+void count_learn_tb(struct qemu_plugin_tb *tb, size_t n)
+{
+	struct qemu_plugin_insn *insn;
+	struct cls_insn ci;
+	uint8_t cls;
+	uint64_t key;
+
+	if (n != 1)
+		return;
+	insn = qemu_plugin_tb_get_insn(tb, 0);
+	ci.vaddr = qemu_plugin_insn_vaddr(insn);
+	ci.len = qemu_plugin_insn_data(insn, ci.bytes, sizeof(ci.bytes));
+	pv.arch->classify_tb(&ci, 1, vaddr_is_kernel(ci.vaddr), &cls);
+	/* only a may-fault instruction has a tail; a branch ends every TB */
+	if ((cls & (CLS_BOUNDARY | CLS_BRANCH)) != CLS_BOUNDARY)
+		return;
+	key = code_key(guest_insn_gpa(insn), ci.vaddr);
+	g_mutex_lock(&tr_lock);
+	g_hash_table_add(forced_cuts, (gpointer)(uintptr_t)key);
+	g_mutex_unlock(&tr_lock);
 }
 
 /* The tail recorded for key, newest generation first; 0 if none. */
@@ -375,9 +515,9 @@ int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode,
 	tail = tail_of(code_key(guest_vaddr_to_gpa(page_table, ip), ip));
 	if (!tail || (tail & TAIL_CONFLICT))
 		tail = tail_pack(1, 0);	/* see "Known inexactness" */
-	bias[ctr_insn(kernel)] -= (uint32_t)tail;
+	bias[ctr_insn(kernel)] -= tail_insns(tail);
 	if (instrument_branches())
-		bias[ctr_branch(kernel)] -= (uint32_t)(tail >> 32);
+		bias[ctr_branch(kernel)] -= tail_branches(tail);
 	return 0;
 }
 

@@ -13,6 +13,7 @@
 
 void count_init(void);
 void count_tb(struct qemu_plugin_tb *tb, size_t n);
+void count_learn_tb(struct qemu_plugin_tb *tb, size_t n);
 int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode,
 		    uint64_t page_table);
 void count_flush(void);

@@ -50,6 +50,8 @@ static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	hcall_tb(tb, n);
 	if (instrument_counting())
 		count_tb(tb, n);
+	else
+		count_learn_tb(tb, n);
 }
 
 /* Exclusive section (accel/tcg/tb-maint.c do_tb_flush): no TB is left. */
