@@ -18,7 +18,7 @@ from ..image import build as image_build
 from ..image import recipe as image_recipe
 from ..image import stage
 from ..image import userkernel
-from ..pmu import abi, geometry
+from ..pmu import abi, events, geometry
 from ..vm import determinism
 from ..vm.launcher import MIN_MEM_MB, VMConfig, check_mem, preflight
 
@@ -156,6 +156,13 @@ def vm_options(pmu_switch: bool = True):
             help="cycles from the timing model: 1 per instruction plus "
             "miss and misprediction penalties (docs/events.md)"))
         opts.append(click.option(
+            "--accounting", type=click.Choice(events.ACCOUNTING_MODES),
+            default=events.ACCOUNTING_CPU, show_default=True,
+            help="what cycles count: guest instructions (cpu: the cost "
+            "model) or the vCPU thread's host CPU time at 1 GHz (domain: "
+            "translation and device emulation included; "
+            "docs/accounting.md)"))
+        opts.append(click.option(
             "--penalties", metavar="N=C,..",
             callback=_checked_by(geometry.parse_penalties, as_text=False),
             help="timing-model penalties in cycles, N one of L1, LL, TLB, "
@@ -196,6 +203,7 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
                 LL: str | None = None, compat: bool = False,
                 iTLB: str | None = None, dTLB: str | None = None,
                 timing: bool = False,
+                accounting: str = events.ACCOUNTING_CPU,
                 penalties: dict[str, int] | None = None,
                 deterministic: bool = False, kernel: Path | None = None,
                 kernel_build: Path | None = None,
@@ -211,6 +219,10 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
         models["compat"] = "on"
     share = (share or Path.cwd()).resolve()
     image_name, arch = resolve_image(image_name, arch)
+    if accounting != events.ACCOUNTING_CPU and (timing or penalties):
+        raise click.BadParameter("domain accounting counts host time: "
+                                 "no timing model with it",
+                                 param_hint="'--accounting'")
     if deterministic:
         try:
             determinism.check(smp)
@@ -221,6 +233,7 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
                       pmu=not no_pmu, timeout=timeout,
                       echo_console=echo_console, plugin_options=models,
                       timing=timing or bool(penalties),
+                      accounting=accounting,
                       deterministic=deterministic,
                       staged=deterministic or staged, arch=arch)
     preflight(config)

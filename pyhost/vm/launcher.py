@@ -141,6 +141,7 @@ class VMConfig:
     echo_console: bool = False
     plugin_options: dict[str, str] = field(default_factory=dict)
     timing: bool = False               # cycles from the timing model
+    accounting: str = "cpu"            # cycles: cpu or domain (events.py)
     kernel_args: tuple[str, ...] = ()  # more of the kernel command line
     deterministic: bool = False        # replayable run (determinism.py)
     # newc archives appended to the image's initramfs: the share staged in
@@ -315,6 +316,7 @@ class VM:
             self.nmi = NmiInjector()
             self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
                                        nmi=self.nmi, timing=c.timing,
+                                       accounting=c.accounting,
                                        deterministic=c.deterministic,
                                        kernel_half_start=c.arch.kernel_half_start)
             if c.pmu_state is not None:
