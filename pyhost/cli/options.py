@@ -101,6 +101,16 @@ def resolve_image(name: str, arch) -> tuple[str, "arches.Arch"]:
     return recipe, own
 
 
+def _device_callback(ctx, param, value):
+    """--device: QEMU -device specs, each one word of QEMU's syntax (QEMU
+    itself says whether it knows the device)."""
+    for spec in value:
+        if not re.fullmatch(r"[A-Za-z0-9][\w.,=:-]*", spec):
+            raise click.BadParameter(f"{spec!r} is not a QEMU device spec "
+                                     "(NAME[,PROP=VALUE...])")
+    return tuple(value)
+
+
 def vm_options(pmu_switch: bool = True):
     """Options shared by run, shell and profile (decorator factory)."""
     opts = [
@@ -117,6 +127,10 @@ def vm_options(pmu_switch: bool = True):
                      f"at {SHARE_MOUNT} [default: current directory]"),
         click.option("--timeout", type=click.FloatRange(min=0.1),
                      default=None, help="stop the guest after S seconds"),
+        click.option("--device", "devices", multiple=True,
+                     callback=_device_callback, metavar="DEV[,PROPS]",
+                     help="add a QEMU device to the VM (as -device; "
+                     "repeatable), e.g. edu"),
         click.option("--console", "echo_console", is_flag=True,
                      help="show the guest's serial console on stderr"),
         click.option("--image", "image_name", default="default",
@@ -197,6 +211,7 @@ def ensure_image(name: str = "default"):
 def make_config(guest_action: str, command: str, smp: int, mem: int,
                 share: Path | None, timeout: float | None,
                 echo_console: bool, image_name: str = "default",
+                devices: tuple[str, ...] = (),
                 arch=None,
                 no_pmu: bool = False,
                 I1: str | None = None, D1: str | None = None,
@@ -233,7 +248,7 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
                       pmu=not no_pmu, timeout=timeout,
                       echo_console=echo_console, plugin_options=models,
                       timing=timing or bool(penalties),
-                      accounting=accounting,
+                      accounting=accounting, devices=tuple(devices),
                       deterministic=deterministic,
                       staged=deterministic or staged, arch=arch)
     preflight(config)

@@ -142,6 +142,7 @@ class VMConfig:
     plugin_options: dict[str, str] = field(default_factory=dict)
     timing: bool = False               # cycles from the timing model
     accounting: str = "cpu"            # cycles: cpu or domain (events.py)
+    devices: tuple[str, ...] = ()      # more QEMU -device specs (--device)
     kernel_args: tuple[str, ...] = ()  # more of the kernel command line
     deterministic: bool = False        # replayable run (determinism.py)
     # newc archives appended to the image's initramfs: the share staged in
@@ -219,8 +220,10 @@ class VM:
                   guest.kernel_arg(guest.ACTION_KEY, c.guest_action),
                   *c.kernel_args]
         firmware = ["-bios", arch.firmware] if arch.firmware else []
+        # debug-threads: QEMU names its threads ("CPU 0/TCG"), so that the
+        # host's /proc, top and perf tell the vCPUs from the I/O threads.
         argv = [find_qemu(c.qemu, arch), "-nodefaults", "-no-user-config",
-                *firmware,
+                "-name", "pvperf,debug-threads=on", *firmware,
                 "-machine", f"{arch.machine},accel=tcg,memory-backend=ram",
                 "-cpu", arch.cpu, "-smp", str(c.smp), "-m", f"{c.mem_mb}M",
                 "-object", f"memory-backend-file,id=ram,size={c.mem_mb}M,"
@@ -243,6 +246,8 @@ class VM:
                                f"path={qemu_escape(str(c.share))}",
                      "-device", "virtio-9p-pci,fsdev=host,"
                                 f"mount_tag={guest.SHARE_TAG}"]
+        for device in c.devices:
+            argv += ["-device", device]
         if c.guest_action == guest.RUN:
             argv += ["-fw_cfg", f"name={guest.COMMAND_FW_CFG},string="
                      + qemu_escape(c.command)]

@@ -126,10 +126,12 @@ static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at)
 	e->ns_at = now;
 	e->insn_at[0] += dk;
 	e->insn_at[1] += du;
-	if (d - user)
-		models_add(vcpu, PVPERF_M_HOST_NS, d - user, true, at);
-	if (user)
-		models_add(vcpu, PVPERF_M_HOST_NS, user, false, at);
+	/* Only the point's own half can overflow here: a sample's ip must
+	 * be in its half (the other's slots see their growth at their next
+	 * point). */
+	models_add(vcpu, PVPERF_M_HOST_NS, kernel ? d - user : user, kernel, at);
+	models_add_quiet(vcpu, PVPERF_M_HOST_NS, kernel ? user : d - user,
+			 !kernel);
 	return d;
 }
 

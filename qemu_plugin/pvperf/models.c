@@ -157,6 +157,11 @@ void models_add(unsigned vcpu, unsigned m, uint64_t n, bool kernel,
 	add(&mv[vcpu], m, n, kernel, at);
 }
 
+void models_add_quiet(unsigned vcpu, unsigned m, uint64_t n, bool kernel)
+{
+	mv[vcpu].ctr[2 * m + !kernel] += n;
+}
+
 uint64_t models_counter(unsigned vcpu, unsigned idx)
 {
 	return model_ctr(vcpu, &mv[vcpu], idx);

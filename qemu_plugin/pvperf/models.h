@@ -48,6 +48,9 @@ uint64_t models_counter(unsigned vcpu, unsigned idx);
 void models_add(unsigned vcpu, unsigned m, uint64_t n, bool kernel,
 		struct event_at at);
 
+/* The same without a place: no slot overflows here. */
+void models_add_quiet(unsigned vcpu, unsigned m, uint64_t n, bool kernel);
+
 /* Checkpoints (state.c): the model counters (PVPERF_NR_MODEL_COUNTERS
  * pairs) and what a reply asked, after sample.c armed its slots. */
 void models_restore(unsigned vcpu, const uint64_t *counters,
