@@ -87,3 +87,32 @@ def test_relocate_into_another_process(tmp_path):
     # page offset in pid 2's mappings
     u2 = symbols.GuestUserSymbols(None, tmp_path, {2: two})
     assert u2.relocate(0x55550001008, code, 2) == 0x7F0000001008
+
+
+def test_dso_offset_is_the_same_in_every_process(tmp_path):
+    # code no symbol names (past g), run by two processes that map the
+    # file at two ASLR bases: one name, the file and its offset
+    make_elf(tmp_path, "lib", [("f", b"\x55" * 8), ("g", b"\x5d" * 8)],
+             base=0x1000, etype="DYN")
+    one = symbols.Mapping.parse_maps(
+        "55550000000-55550002000 r-xp 00000000 00:1f 12 /mnt/host/lib\n")
+    two = symbols.Mapping.parse_maps(
+        "7f0000000000-7f0000002000 r-xp 00000000 00:1f 12 /mnt/host/lib\n")
+    u = symbols.GuestUserSymbols(None, tmp_path, {1: one, 2: two})
+    assert u.dso_offset(0x55550001800, b"", 1) == ("/mnt/host/lib", 0x1800)
+    assert u.dso_offset(0x7F0000001800, b"", 2) == ("/mnt/host/lib", 0x1800)
+    # a file the host does not have: still named by the snapshot's maps
+    gone = symbols.Mapping.parse_maps(
+        "7f0000000000-7f0000002000 r-xp 00003000 00:1f 12 /lib/x.so\n")
+    u2 = symbols.GuestUserSymbols(None, tmp_path, {3: gone})
+    assert u2.dso_offset(0x7F0000000010, b"\x90", 3) == ("/lib/x.so", 0x3010)
+    assert u2.dso_offset(0x7F0000000010, b"\x90", 4) is None
+
+
+def test_why_an_emulator_file_has_no_names(tmp_path):
+    stripped = symbols.ElfImage(make_elf(tmp_path, "stripped", []))
+    assert stripped.why_unnamed().startswith("stripped: no function symbols")
+    named = symbols.ElfImage(make_elf(tmp_path, "named", [("f", b"\x90")]))
+    assert named.why_unnamed().startswith("not inside any function")
+    assert symbols.HostSymbols().why_unnamed(str(tmp_path / "none")) == \
+        "not readable on the host"
