@@ -15,11 +15,13 @@ not come from pvperf:
   /proc/PID/task/TID/schedstat shows over the same interval (the guest
   and the host hand over through files in the share, idle while they
   wait);
-* domain accounting: cycles are the host time (one group, one counter).
+* domain accounting: cycles are the host time (one group, one counter);
+* host-time samples: hotcold's hot/cold split as the host's own profile
+  of the same program (pvperf profile) sees it, within 5 points.
 """
 from __future__ import annotations
 
-import re
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -27,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from support import (PROGRAMS, perf_count, pvperf_cmd, run_guest_script,
-                     sigint_default, sections)
+                     run_pvperf, sigint_default, sections)
 from test_sampling import report_shares
 
 pytestmark = pytest.mark.vm
@@ -199,3 +201,31 @@ def test_domain_cycles_are_the_host_time():
     cycles = count(s["domain"], "cycles")
     assert cycles > 0
     assert cycles == count(s["domain"], "emu-host-ns")
+
+
+HOTCOLD = 300000
+
+
+def test_host_time_samples_agree_with_the_host_profile(tmp_path):
+    """Where the guest's host-time samples put hotcold's time, and where
+    the host's own profile (pvperf profile: host perf on QEMU, through
+    the reverse map) puts it: hot's share of hot + cold within 5 points."""
+    s = run_guest_script(
+        "echo '=== record'\n"
+        "perf record -q -e emu-host-ns:u -c 1000000 -o /tmp/h.data "
+        f"./hotcold {HOTCOLD} >/dev/null 2>&1\n"
+        "perf report -i /tmp/h.data --stdio --sort sym 2>&1\n"
+        "echo '=== end'\n", 1, timeout=600)
+    guest = report_shares(s["record"])
+    guest_hot = guest["hot"] / (guest["hot"] + guest["cold"])
+    out = tmp_path / "prof"
+    r = run_pvperf(["profile", "--output", str(out), "--share",
+                    str(PROGRAMS), "--", "./hotcold", str(HOTCOLD)],
+                   timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = json.loads((out / "summary.json").read_text())["guest_only"]
+    host = {row["symbol"]: row["samples"] for row in rows}
+    host_hot = host["hot"] / (host["hot"] + host["cold"])
+    print(f"hot/(hot+cold): guest host-time samples {100 * guest_hot:.1f}%,"
+          f" pvperf profile {100 * host_hot:.1f}%")
+    assert abs(guest_hot - host_hot) <= 0.05, (guest_hot, host_hot)
