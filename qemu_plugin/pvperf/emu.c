@@ -48,7 +48,7 @@
 
 #define CHECK_NS	20000ULL	/* host time between checks, target */
 #define CHECK_MIN	16ULL		/* blocks between checks */
-#define CHECK_MAX	(1ULL << 24)
+#define CHECK_MAX	(1ULL << 18)
 #define TICK_LIMIT	0x7fffffffULL	/* an imm32, as sample.c's countdown */
 
 #define THREAD_NONE	(-1)		/* not a vCPU thread */
@@ -61,6 +61,7 @@ static struct emu_vcpu {
 	uint64_t ns_at;		/* thread CPU time at the last point */
 	uint64_t insn_at[2];	/* [!kernel] instructions then */
 	uint64_t blocks;	/* blocks between host-time checks */
+	uint64_t check_ns_at;	/* thread CPU time at the last check */
 } __attribute__((aligned(64))) *ev;
 
 /* What a device or host-time callback needs. */
@@ -92,7 +93,7 @@ void emu_vcpu_init(unsigned vcpu)
 	score_count(vcpu, c);
 	ev[vcpu].insn_at[0] = c[PVPERF_CTR_INSN_KERNEL];
 	ev[vcpu].insn_at[1] = c[PVPERF_CTR_INSN_USER];
-	ev[vcpu].ns_at = thread_ns();
+	ev[vcpu].ns_at = ev[vcpu].check_ns_at = thread_ns();
 	score_of(vcpu)->tick = TICK_LIMIT - ev[vcpu].blocks;
 }
 
@@ -175,7 +176,11 @@ static void host_time_exec(unsigned vcpu, void *udata)
 	uint64_t pc = s->vaddr, d;
 
 	guest_read_reg(REG_PC, &pc);
-	d = charge(vcpu, s->kernel, (struct event_at){ vcpu, pc, 0, true });
+	charge(vcpu, s->kernel, (struct event_at){ vcpu, pc, 0, true });
+	/* The pace from the time since the last check (not the last point:
+	 * a hypercall in between would make the blocks look cheap). */
+	d = e->ns_at - e->check_ns_at;
+	e->check_ns_at = e->ns_at;
 	e->blocks = d ? e->blocks * CHECK_NS / d : e->blocks * 2;
 	e->blocks = MIN(MAX(e->blocks, CHECK_MIN), CHECK_MAX);
 	score_of(vcpu)->tick = TICK_LIMIT - e->blocks;
