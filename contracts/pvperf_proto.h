@@ -67,9 +67,14 @@
 #define PVPERF_M_DTLB_WRITE_MISS	13	/* data writes missing it */
 #define PVPERF_M_ITLB_MISS		14	/* fetches missing the iTLB */
 #define PVPERF_M_STALL			15	/* timing: penalty cycles */
-#define PVPERF_NR_MODEL_COUNTERS	16
+/* The emulator's own work (emu.c), counted like the models' counters. */
+#define PVPERF_M_TB_TRANSLATED		16	/* blocks translated */
+#define PVPERF_M_TB_FLUSH		17	/* code-cache flushes */
+#define PVPERF_M_DEVICE			18	/* MMIO and port I/O accesses */
+#define PVPERF_M_HOST_NS		19	/* vCPU thread's host CPU time, ns */
+#define PVPERF_NR_MODEL_COUNTERS	20
 #define PVPERF_CTR_MODEL(m, mode)	(PVPERF_NR_INLINE_COUNTERS + 2 * (m) + (mode))
-#define PVPERF_NR_COUNTERS		36	/* inline + 2 * model */
+#define PVPERF_NR_COUNTERS		44	/* inline + 2 * model */
 
 /* Reply flags: what the plugin must instrument from now on. */
 #define PVPERF_REPLY_COUNTING		(1U << 0)
@@ -97,7 +102,13 @@
 #define PVPERF_REPLY_MODELS_COLD	(1U << 8)
 /* Some open event counts TLB-model events: run the TLB models. */
 #define PVPERF_REPLY_TLB		(1U << 9)
-#define PVPERF_REPLY_KNOWN		((1U << 10) - 1)
+/* Some open event counts device accesses: watch every data access for
+ * I/O memory, and the port I/O instructions. */
+#define PVPERF_REPLY_DEVICE		(1U << 10)
+/* Some sampling event is on host CPU time: read the vCPU thread's clock
+ * every few blocks, to overflow near where the time was spent. */
+#define PVPERF_REPLY_HOST_TIME		(1U << 11)
+#define PVPERF_REPLY_KNOWN		((1U << 12) - 1)
 /*
  * Only on the answer to a SYNC overflow (never saved, not in KNOWN): the
  * service wrote the records and an overflow interrupt is due; the plugin
@@ -109,7 +120,7 @@
  * until QEMU has taken its eventfd (no longer readable): the interrupt
  * is then raised and lands at the vCPU's next block boundary.
  */
-#define PVPERF_REPLY_RING		(1U << 10)
+#define PVPERF_REPLY_RING		(1U << 12)
 
 /*
  * Slot and overflow flags.  SYNC: the vCPU waits for the service's (empty)
@@ -186,7 +197,7 @@ struct pvperf_proto_overflow {
  * QEMU; the plugin validates it again and refuses to install on any error.
  */
 #define PVPERF_STATE_MAGIC		0x53505650	/* "PVPS" */
-#define PVPERF_STATE_VERSION		1
+#define PVPERF_STATE_VERSION		2
 
 struct pvperf_state_header {
 	__u32 magic;
@@ -224,13 +235,13 @@ struct pvperf_state_vcpu {
 
 _Static_assert(PVPERF_NR_COUNTERS ==
 	       PVPERF_NR_INLINE_COUNTERS + 2 * PVPERF_NR_MODEL_COUNTERS, "counters");
-_Static_assert(sizeof(struct pvperf_proto_hcall) == 312, "hcall msg size");
+_Static_assert(sizeof(struct pvperf_proto_hcall) == 376, "hcall msg size");
 _Static_assert(sizeof(struct pvperf_proto_slot) == 32, "slot size");
 _Static_assert(sizeof(struct pvperf_proto_reply) == 272, "reply msg size");
 _Static_assert(sizeof(struct pvperf_proto_overflow) == 176, "overflow msg size");
 _Static_assert(PVPERF_NR_COUNTERS <= 64, "ctr_mask bits");
 _Static_assert(sizeof(struct pvperf_state_header) == 24, "state header size");
 _Static_assert(sizeof(struct pvperf_state_held) == 176, "held size");
-_Static_assert(sizeof(struct pvperf_state_vcpu) == 1976, "state vcpu size");
+_Static_assert(sizeof(struct pvperf_state_vcpu) == 2040, "state vcpu size");
 
 #endif /* PVPERF_PROTO_H */

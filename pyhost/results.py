@@ -13,7 +13,8 @@ A result file is JSON, schema 1 (``SCHEMA``; a reader refuses others):
   command         the guest command line; exit_status its status
   deterministic   whether it ran with --deterministic
   model           the PMU models' options: pmu, I1, D1, LL (size,ways,line),
-                  cachegrind_compat; vm: smp, mem_mb
+                  cachegrind_compat, timing, accounting (cpu, domain);
+                  vm: smp, mem_mb
   qemu            the first line of the QEMU binary's `--version`
   image           name, kernel, id (the image's input hash), packages
   pvperf          revision (git commit, "+dirty" with local changes)

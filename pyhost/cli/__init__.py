@@ -148,7 +148,7 @@ def run_and_record(config: VMConfig, json_out: Path | None,
     model = {"pmu": config.pmu, "I1": opts.get("I1"), "D1": opts.get("D1"),
              "LL": opts.get("LL"), "iTLB": opts.get("iTLB"),
              "dTLB": opts.get("dTLB"), "cachegrind_compat": "compat" in opts,
-             "timing": config.timing,
+             "timing": config.timing, "accounting": config.accounting,
              "penalties": {k[len("penalty_"):]: int(v) for k, v in opts.items()
                            if k.startswith("penalty_")}}
     results.write_result(results.build_result(

@@ -18,7 +18,7 @@ from ..image import build as image_build
 from ..image import recipe as image_recipe
 from ..image import stage
 from ..image import userkernel
-from ..pmu import abi, geometry
+from ..pmu import abi, events, geometry
 from ..vm import determinism
 from ..vm.launcher import MIN_MEM_MB, VMConfig, check_mem, preflight
 
@@ -101,6 +101,16 @@ def resolve_image(name: str, arch) -> tuple[str, "arches.Arch"]:
     return recipe, own
 
 
+def _device_callback(ctx, param, value):
+    """--device: QEMU -device specs, each one word of QEMU's syntax (QEMU
+    itself says whether it knows the device)."""
+    for spec in value:
+        if not re.fullmatch(r"[A-Za-z0-9][\w.,=:-]*", spec):
+            raise click.BadParameter(f"{spec!r} is not a QEMU device spec "
+                                     "(NAME[,PROP=VALUE...])")
+    return tuple(value)
+
+
 def vm_options(pmu_switch: bool = True):
     """Options shared by run, shell and profile (decorator factory)."""
     opts = [
@@ -117,6 +127,10 @@ def vm_options(pmu_switch: bool = True):
                      f"at {SHARE_MOUNT} [default: current directory]"),
         click.option("--timeout", type=click.FloatRange(min=0.1),
                      default=None, help="stop the guest after S seconds"),
+        click.option("--device", "devices", multiple=True,
+                     callback=_device_callback, metavar="DEV[,PROPS]",
+                     help="add a QEMU device to the VM (as -device; "
+                     "repeatable), e.g. edu"),
         click.option("--console", "echo_console", is_flag=True,
                      help="show the guest's serial console on stderr"),
         click.option("--image", "image_name", default="default",
@@ -158,6 +172,13 @@ def vm_options(pmu_switch: bool = True):
             help="cycles from the timing model: 1 per instruction plus "
             "miss and misprediction penalties (docs/events.md)"))
         opts.append(click.option(
+            "--accounting", type=click.Choice(events.ACCOUNTING_MODES),
+            default=events.ACCOUNTING_CPU, show_default=True,
+            help="what cycles count: guest instructions (cpu: the cost "
+            "model) or the vCPU thread's host CPU time at 1 GHz (domain: "
+            "translation and device emulation included; "
+            "docs/accounting.md)"))
+        opts.append(click.option(
             "--penalties", metavar="N=C,..",
             callback=_checked_by(geometry.parse_penalties, as_text=False),
             help="timing-model penalties in cycles, N one of L1, LL, TLB, "
@@ -198,12 +219,14 @@ def ensure_image(name: str = "default"):
 def make_config(guest_action: str, command: str, smp: int, mem: int,
                 share: Path | None, timeout: float | None,
                 echo_console: bool, image_name: str = "default",
+                devices: tuple[str, ...] = (),
                 arch=None,
                 no_pmu: bool = False,
                 I1: str | None = None, D1: str | None = None,
                 LL: str | None = None, compat: bool = False,
                 iTLB: str | None = None, dTLB: str | None = None,
                 timing: bool = False,
+                accounting: str = events.ACCOUNTING_CPU,
                 penalties: dict[str, int] | None = None,
                 deterministic: bool = False, kernel: Path | None = None,
                 kernel_build: Path | None = None,
@@ -220,6 +243,10 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
         models["compat"] = "on"
     share = (share or Path.cwd()).resolve()
     image_name, arch = resolve_image(image_name, arch)
+    if accounting != events.ACCOUNTING_CPU and (timing or penalties):
+        raise click.BadParameter("domain accounting counts host time: "
+                                 "no timing model with it",
+                                 param_hint="'--accounting'")
     if deterministic:
         try:
             determinism.check(smp)
@@ -230,6 +257,7 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
                       pmu=not no_pmu, timeout=timeout,
                       echo_console=echo_console, plugin_options=models,
                       timing=timing or bool(penalties),
+                      accounting=accounting, devices=tuple(devices),
                       deterministic=deterministic,
                       overflow_irq=overflow_irq,
                       staged=deterministic or staged, arch=arch)

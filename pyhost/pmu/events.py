@@ -21,6 +21,10 @@ Cost model (docs/events.md, ``pvperf events``):
                  cache and TLB misses and mispredictions
   ref-cycles   = a virtual reference clock at the same declared 1 GHz
   bus-cycles   = a virtual bus clock at 100 MHz (cycles / 10)
+With domain accounting (``pvperf run --accounting domain``, the VEE 2011
+paper's "domain switch"; docs/accounting.md) cycles and ref-cycles are the
+host CPU time of the vCPU's thread instead, at the same declared 1 GHz
+(1 ns = 1 cycle): translation and device emulation on that thread included.
 """
 from __future__ import annotations
 
@@ -59,6 +63,12 @@ RAW_EVENT_MASK = 0xFFFF
 
 DECLARED_CORE_HZ = 1_000_000_000
 DECLARED_BUS_HZ = 100_000_000
+NS_PER_S = 1_000_000_000
+
+# --accounting: what the clocks count (docs/accounting.md).
+ACCOUNTING_CPU = "cpu"          # guest code only: the cost model
+ACCOUNTING_DOMAIN = "domain"    # the vCPU thread's host CPU time
+ACCOUNTING_MODES = (ACCOUNTING_CPU, ACCOUNTING_DOMAIN)
 
 
 @dataclass(frozen=True)
@@ -107,8 +117,10 @@ class RetirementModel(CountingModel):
 
     name = "retirement"
 
-    def __init__(self, timing: bool = False):
+    def __init__(self, timing: bool = False,
+                 accounting: str = ACCOUNTING_CPU):
         self.timing = timing
+        self.accounting = accounting
 
     def events(self) -> Iterable[EventDef]:
         insn = ((proto.CTR_INSN_KERNEL,), (proto.CTR_INSN_USER,))
@@ -120,14 +132,22 @@ class RetirementModel(CountingModel):
                      (0x00C4,), *br,
                      doc="retired branches: jcc, jmp, call, ret, loop, "
                          "int/iret/syscall family"),
-        ) + clocks(self.timing)
+        ) + clocks(self.timing, self.accounting)
 
 
-def clocks(timing: bool) -> tuple[EventDef, ...]:
+def clocks(timing: bool, accounting: str = ACCOUNTING_CPU
+           ) -> tuple[EventDef, ...]:
     """cycles and the clocks that follow it: one per instruction, plus
-    the timing model's stall cycles if it is on."""
+    the timing model's stall cycles if it is on; or, with domain
+    accounting, the host CPU time spent for the vCPU."""
     insn = ((proto.CTR_INSN_KERNEL,), (proto.CTR_INSN_USER,))
-    if timing:
+    per_raw = 1                     # cycles per raw count
+    if accounting == ACCOUNTING_DOMAIN:
+        cyc = model_counters(proto.M_HOST_NS)
+        per_raw = DECLARED_CORE_HZ // NS_PER_S      # cycles per ns
+        what = ("domain accounting: host CPU time of the vCPU's thread "
+                "(guest code, translation, device emulation)")
+    elif timing:
         stall = model_counters(proto.M_STALL)
         cyc = tuple(i + s for i, s in zip(insn, stall))
         what = ("timing model: 1 cycle per retired instruction plus the "
@@ -137,10 +157,13 @@ def clocks(timing: bool) -> tuple[EventDef, ...]:
         what = "cost model: 1 cycle per retired instruction"
     return (
         EventDef("cpu-cycles", HW_CPU_CYCLES, (0x003C,), *cyc,
+                 scale_num=per_raw,
                  doc=f"{what} at a declared 1 GHz"),
         EventDef("ref-cycles", HW_REF_CPU_CYCLES, (0x0300,), *cyc,
+                 scale_num=per_raw,
                  doc="virtual reference clock at 1 GHz (= cycles)"),
         EventDef("bus-cycles", HW_BUS_CYCLES, (0x013C,), *cyc,
+                 scale_num=per_raw,
                  scale_den=DECLARED_CORE_HZ // DECLARED_BUS_HZ,
                  doc="virtual bus clock at 100 MHz (cycles / 10)"),
     )
@@ -286,13 +309,45 @@ class TimingModel(CountingModel):
                              "mispredictions (cycles - instructions)"),)
 
 
+class EmulatorModel(CountingModel):
+    """The emulator's own work for the guest (qemu_plugin/pvperf/emu.c):
+    what the VEE 2011 paper's domain switch charges and its CPU switch
+    does not (docs/accounting.md)."""
+
+    name = "emulator"
+
+    def events(self) -> Iterable[EventDef]:
+        p = proto
+        return (
+            EventDef("emu-tb-translated", None, (0x01EE,),
+                     *model_counters(p.M_TB_TRANSLATED),
+                     doc="blocks the emulator translated (samples: the "
+                         "guest pc translated; kernel or user by its half)"),
+            EventDef("emu-tb-flushes", None, (0x02EE,),
+                     *model_counters(p.M_TB_FLUSH),
+                     doc="code-cache flushes, charged to the vCPU whose "
+                         "thread flushed (samples: its pc)"),
+            EventDef("emu-device-accesses", None, (0x04EE,),
+                     *model_counters(p.M_DEVICE),
+                     doc="device accesses: loads and stores to I/O memory "
+                         "(MMIO) and port I/O instructions"),
+            EventDef("emu-host-ns", None, (0x08EE,),
+                     *model_counters(p.M_HOST_NS),
+                     doc="host CPU time of the vCPU's thread in ns, split "
+                         "kernel/user by instructions retired (samples: "
+                         "the block running when the time was read)"),
+        )
+
+
 MANDATORY_OPS = ("name", "events")
 
 
-def default_models(timing: bool = False) -> list[CountingModel]:
+def default_models(timing: bool = False, accounting: str = ACCOUNTING_CPU
+                   ) -> list[CountingModel]:
     """The models a Pmu registers unless told otherwise."""
-    return [RetirementModel(timing), CacheModel(), BranchPredictorModel(),
-            TlbModel(), TimingModel()]
+    return [RetirementModel(timing, accounting), CacheModel(),
+            BranchPredictorModel(), TlbModel(), TimingModel(),
+            EmulatorModel()]
 
 
 def check_model(model: CountingModel) -> None:
@@ -307,7 +362,8 @@ def sysfs_listing(defs: Iterable[EventDef]) -> str:
     return "".join(f"{ev.name}={ev.sysfs()}\n" for ev in defs)
 
 
-def default_events(timing: bool = False) -> list[EventDef]:
+def default_events(timing: bool = False, accounting: str = ACCOUNTING_CPU
+                   ) -> list[EventDef]:
     """The event table of a default Pmu, sorted by name."""
-    return sorted((ev for m in default_models(timing) for ev in m.events()),
-                  key=lambda e: e.name)
+    return sorted((ev for m in default_models(timing, accounting)
+                   for ev in m.events()), key=lambda e: e.name)

@@ -40,7 +40,7 @@ from typing import Callable
 from . import abi
 from . import plugin_protocol as proto
 from .guestmem import GuestMemory, GuestMemoryError
-from .events import sysfs_listing
+from .events import ACCOUNTING_CPU, sysfs_listing
 from .model import Pmu, PmuError, PmuEvent
 from .sampling import Sampler
 
@@ -83,13 +83,15 @@ class PerfBackend:
                  nmi: Callable[..., None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  deterministic: bool = False, timing: bool = False,
+                 accounting: str = ACCOUNTING_CPU,
                  kernel_half_start: int = abi.KERNEL_HALF_START):
         self.memory = memory
         # The guest architecture's kernel half (Arch.kernel_half_start):
         # a doorbell below it rang from user mode.
         self.kernel_half_start = kernel_half_start
         # Without a Pmu given, one follows from the run's two settings.
-        self.pmu = pmu or Pmu(timing=timing, sync_samples=deterministic)
+        self.pmu = pmu or Pmu(timing=timing, accounting=accounting,
+                              sync_samples=deterministic)
         if deterministic and not self.pmu.sync_samples:
             raise ValueError("a deterministic backend needs a Pmu with "
                              "sync_samples")
@@ -125,10 +127,12 @@ class PerfBackend:
                 flags |= proto.REPLY_FRAME
             if self._linger("branches", self.pmu.branches_needed()):
                 flags |= proto.REPLY_BRANCHES
-            models = self.pmu.models_needed()
+            models = self.pmu.models_needed() | self.pmu.emulator_needed()
             for flag, what in ((proto.REPLY_CACHE, "cache"),
                                (proto.REPLY_BPRED, "bpred"),
-                               (proto.REPLY_TLB, "tlb")):
+                               (proto.REPLY_TLB, "tlb"),
+                               (proto.REPLY_DEVICE, "device"),
+                               (proto.REPLY_HOST_TIME, "host time")):
                 if self._linger(what, bool(models & flag)):
                     flags |= flag
             if msg.vcpu < self.max_vcpus and self.pmu.models_live(msg.vcpu):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from . import abi
 from . import plugin_protocol as proto
-from .events import (default_models, PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE,
+from .events import (ACCOUNTING_CPU, default_models, PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE,
                      PERF_TYPE_RAW, RAW_EVENT_MASK, CountingModel, EventDef,
                      check_model)
 
@@ -57,11 +57,18 @@ MODEL_OF_COUNTER = {
     **{m: proto.REPLY_TLB
        for m in range(proto.M_DTLB_READ_MISS, proto.M_ITLB_MISS + 1)},
     proto.M_STALL: ALL_MODELS,
+    # The emulator's own work needs no model (emu.c counts it; device
+    # accesses and host-time sampling have reply flags of their own).
+    **{m: 0 for m in range(proto.M_TB_TRANSLATED, proto.M_HOST_NS + 1)},
 }
 assert sorted(MODEL_OF_COUNTER) == list(range(proto.NR_MODEL_COUNTERS))
 STALL_COUNTERS_MASK = (1 << proto.ctr_model(proto.M_STALL, 0) |
                        1 << proto.ctr_model(proto.M_STALL, 1))
 INSN_COUNTERS_MASK = (1 << proto.CTR_INSN_KERNEL | 1 << proto.CTR_INSN_USER)
+DEVICE_COUNTERS_MASK = (1 << proto.ctr_model(proto.M_DEVICE, 0) |
+                        1 << proto.ctr_model(proto.M_DEVICE, 1))
+HOST_NS_COUNTERS_MASK = (1 << proto.ctr_model(proto.M_HOST_NS, 0) |
+                         1 << proto.ctr_model(proto.M_HOST_NS, 1))
 
 
 def model_flags(counters) -> int:
@@ -202,6 +209,8 @@ class Pmu:
     models: list[CountingModel] = field(default_factory=list)
     # cycles from the timing model (instructions + stall cycles)
     timing: bool = False
+    # what the clocks count: events.ACCOUNTING_CPU or _DOMAIN
+    accounting: str = ACCOUNTING_CPU
     max_events: int = abi.MAX_EVENTS
     counters_per_vcpu: int = COUNTERS_PER_VCPU
     # Deterministic runs: every sampling overflow waits for the service
@@ -218,7 +227,7 @@ class Pmu:
         self._frozen: set[int] = set()
         # A session of model events started since the plugin last heard.
         self._models_cold = False
-        models = self.models or default_models(self.timing)
+        models = self.models or default_models(self.timing, self.accounting)
         self.models = []
         for m in models:
             self.register(m)
@@ -447,6 +456,18 @@ class Pmu:
         flags = 0
         for e in self.events.values():
             flags |= model_flags(e.counters)
+        return flags
+
+    def emulator_needed(self) -> int:
+        """PVPERF_REPLY_DEVICE / _HOST_TIME: an open event counts device
+        accesses; a sampling event is on host CPU time (counting it needs
+        nothing: the plugin reads the clock at every hypercall)."""
+        flags = 0
+        for e in self.events.values():
+            if e.ctr_mask & DEVICE_COUNTERS_MASK:
+                flags |= proto.REPLY_DEVICE
+            if e.sampling and e.ctr_mask & HOST_NS_COUNTERS_MASK:
+                flags |= proto.REPLY_HOST_TIME
         return flags
 
     def models_live(self, vcpu: int) -> bool:

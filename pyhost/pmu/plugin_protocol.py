@@ -39,7 +39,12 @@ M_DTLB_READ_MISS = 12
 M_DTLB_WRITE_MISS = 13
 M_ITLB_MISS = 14
 M_STALL = 15                # timing model: penalty cycles
-NR_MODEL_COUNTERS = 16
+# The emulator's own work (qemu_plugin/pvperf/emu.c).
+M_TB_TRANSLATED = 16        # blocks translated
+M_TB_FLUSH = 17             # code-cache flushes
+M_DEVICE = 18               # MMIO and port I/O accesses
+M_HOST_NS = 19              # the vCPU thread's host CPU time, ns
+NR_MODEL_COUNTERS = 20
 NR_COUNTERS = NR_INLINE_COUNTERS + 2 * NR_MODEL_COUNTERS
 
 
@@ -57,9 +62,11 @@ REPLY_BPRED = 1 << 6       # some open event needs the branch predictor
 REPLY_MODELS_LIVE = 1 << 7     # this vCPU runs an event counting models
 REPLY_MODELS_COLD = 1 << 8     # a session of model events starts
 REPLY_TLB = 1 << 9         # some open event needs the TLB models
-REPLY_KNOWN = (1 << 10) - 1
+REPLY_DEVICE = 1 << 10     # some open event counts device accesses
+REPLY_HOST_TIME = 1 << 11  # some sampling event is on host CPU time
+REPLY_KNOWN = (1 << 12) - 1
 # On a SYNC overflow's answer only: ring your doorbell (pvperf_proto.h).
-REPLY_RING = 1 << 10
+REPLY_RING = 1 << 12
 # Slot / overflow flag: the vCPU waits for the answer (callchain events).
 SYNC = 1 << 0
 # Slot: capture registers at the overflow; overflow message: regs valid.
@@ -74,14 +81,14 @@ SLOT = struct.Struct("<QQQIBBH")
 REPLY_HEAD = struct.Struct("<IIII")
 REPLY_MSG_SIZE = REPLY_HEAD.size + MAX_SLOTS * SLOT.size
 OVERFLOW_MSG = struct.Struct(f"<IIIHHQQQQ{abi.NR_REGS}Q")
-assert HCALL_MSG.size == 312
+assert HCALL_MSG.size == 376
 assert SLOT.size == 32
 assert REPLY_MSG_SIZE == 272
 assert OVERFLOW_MSG.size == 176
 
 # Checkpoints: the plugin's state file (struct pvperf_state_*).
 STATE_MAGIC = 0x53505650
-STATE_VERSION = 1
+STATE_VERSION = 2
 STATE_HEADER = struct.Struct("<IIIIII")
 STATE_HELD = struct.Struct(f"<QQQQQHBBI{abi.NR_REGS}Q")
 STATE_VCPU_HEAD = struct.Struct(f"<{NR_COUNTERS}QQIIII")
@@ -89,7 +96,7 @@ STATE_VCPU_SIZE = (STATE_VCPU_HEAD.size + MAX_SLOTS * SLOT.size
                    + MAX_SLOTS * STATE_HELD.size)
 assert STATE_HEADER.size == 24
 assert STATE_HELD.size == 176
-assert STATE_VCPU_SIZE == 1976
+assert STATE_VCPU_SIZE == 2040
 
 
 class ProtocolError(ValueError):

@@ -68,7 +68,14 @@ def preamble(session: dict) -> str:
         f"# Reverse map: {m['rmap_translations']} translations, "
         f"{len(m['rmap_generations'])} generations "
         f"({m.get('rmap_flushes_in_window', 0)} flushes while profiling)",
-        *perfmap_line(m), "#"])
+        *perfmap_line(m), *unsymbolized_lines(m), "#"])
+
+
+def unsymbolized_lines(meta: dict) -> list[str]:
+    """Which emulator files had samples no function symbol names, and
+    why (resolve.unsymbolized)."""
+    return [f"# No symbols: {u['dso']} ({u['samples']} samples named "
+            f"FILE!0x...): {u['why']}" for u in meta.get("unsymbolized", ())]
 
 
 def top_functions(session: dict, n: int = 20) -> list[dict]:

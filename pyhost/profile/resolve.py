@@ -42,7 +42,7 @@ import re
 import shlex
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..errors import ProfileError
 from . import rmap as rmap_mod
@@ -173,12 +173,22 @@ class Resolver:
                     "sym_start": sym.start if sym else guestpc}
         found = self.user.guestpc_to_symbol(guestpc, tr.code or b"", pid)
         if found is None:
-            return {"space": "guest-user", "symbol":
-                    f"[guest user {guestpc:#x}]", "dso": "?",
-                    "sym_start": guestpc}
+            return self._guest_dso_offset(tr, guestpc, pid)
         sym, img = found
         return {"space": "guest-user", "symbol": sym.name,
                 "dso": str(img.path), "sym_start": sym.start}
+
+    def _guest_dso_offset(self, tr, guestpc: int, pid: int | None) -> dict:
+        """No function symbol: DSO+offset if the file is known (one row
+        for every process that maps it), else the address."""
+        at = self.user.dso_offset(guestpc, tr.code or b"", pid)
+        if at is None:
+            return {"space": "guest-user", "symbol":
+                    f"[guest user {guestpc:#x}]", "dso": "?",
+                    "sym_start": guestpc}
+        path, offset = at
+        return {"space": "guest-user", "dso": path, "sym_start": guestpc,
+                "symbol": f"{PurePosixPath(path).name}+{offset:#x}"}
 
     def host_name(self, frame: Frame) -> str:
         if frame.dso == "[kernel.kallsyms]":
@@ -309,7 +319,8 @@ def resolve(rec: Recording, image, share: Path) -> dict:
             f"{rec.qemu_pid}", "command": rec.command,
             "exit_status": rec.status, "qemu_pid": rec.qemu_pid,
             "maps_snapshots": len(snapshots),
-            **rmap_meta(resolver, samples, (int(t0 * 1e9), int(t1 * 1e9)))}
+            **rmap_meta(resolver, samples, (int(t0 * 1e9), int(t1 * 1e9))),
+            "unsymbolized": unsymbolized(resolver, samples)}
     if rec.perfmap_path is not None:
         meta["perfmap_comparison"] = compare_perfmap(
             resolver, rec.perfmap_path, samples)
@@ -317,6 +328,16 @@ def resolve(rec: Recording, image, share: Path) -> dict:
             "processes": process_table(resolver),
             "hot_guest_code": hot_guest_code(resolver, samples),
             "translations": perf_map_entries(resolver)}
+
+
+def unsymbolized(r: Resolver, samples: list[dict]) -> list[dict]:
+    """The emulator's files whose samples found no function symbol
+    (named FILE!0x... or FILE!fn@0x...), with their samples and why."""
+    counts = Counter(s["dso"] for s in samples
+                     if s["space"] == "emulator" and "!" in s["symbol"]
+                     and s["dso"].startswith("/"))
+    return [{"dso": dso, "samples": n, "why": r.host.why_unnamed(dso)}
+            for dso, n in counts.most_common()]
 
 
 def process_table(r: Resolver) -> dict:

@@ -119,6 +119,10 @@ class ElfImage:
         self.loads = [(s.header.p_vaddr, s.header.p_offset, s.header.p_filesz)
                       for s in elf.iter_segments()
                       if s.header.p_type == "PT_LOAD"]
+        # Which symbol table named its functions (".symtab", ".dynsym" or
+        # None), and whether its debug symbols live in another file.
+        self.symbol_section: str | None = None
+        self.debuglink = elf.get_section_by_name(".gnu_debuglink") is not None
         syms = self._function_symbols(elf) + self._plt_symbols(elf,
                                                                 plt_entry)
         if function_starts:
@@ -137,6 +141,7 @@ class ElfImage:
                     if s["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC")
                     and s["st_value"] and s.name]
             if syms:
+                self.symbol_section = section
                 return syms
         return []
 
@@ -161,6 +166,18 @@ class ElfImage:
                 out.append(Symbol(f"{sym.name}@plt", first + i * entry,
                                   entry, self.name))
         return out
+
+    def why_unnamed(self) -> str:
+        """Why an address of this file may have no function name."""
+        where = ("; its debug symbols are in a separate file "
+                 "(.gnu_debuglink: Debian's -dbgsym package)"
+                 if self.debuglink else "")
+        if self.symbol_section == ".symtab":
+            return "not inside any function symbol" + where
+        if self.symbol_section == ".dynsym":
+            return "stripped: only exported functions (.dynsym) are named" \
+                + where
+        return "stripped: no function symbols" + where
 
     def elf_vaddr_to_offset(self, elf_vaddr: int) -> int | None:
         for vaddr, offset, filesz in self.loads:
@@ -263,6 +280,23 @@ class GuestUserSymbols:
     def _mapped_elf(self, m: Mapping) -> ElfImage | None:
         host = self._host_path(m.path)
         return self.elf(host) if host else None
+
+    def mapping_at(self, guestpc: int, pid: int | None) -> Mapping | None:
+        """pid's executable mapping holding guestpc, if a snapshot saw it."""
+        for m in self.by_pid.get(pid, []) if pid is not None else []:
+            if m.start <= guestpc < m.end:
+                return m
+        return None
+
+    def dso_offset(self, guestpc: int, code: bytes, pid: int | None
+                   ) -> tuple[str, int] | None:
+        """(guest path, file offset) of guestpc in the file mapped there:
+        the same code at two ASLR addresses has one name."""
+        found = self.locate(guestpc, code, pid)
+        if found is not None:
+            return found[2].path, found[1]
+        m = self.mapping_at(guestpc, pid)
+        return (m.path, guestpc - m.start + m.offset) if m else None
 
     def _in_pid(self, pid: int | None) -> list[Mapping]:
         """pid's mappings first, then every other process's."""
@@ -368,6 +402,10 @@ class HostSymbols:
             except (OSError, ELFError, ValueError):
                 self._images[path] = None
         return self._images[path]
+
+    def why_unnamed(self, path: str) -> str:
+        img = self.image(path)
+        return img.why_unnamed() if img else "not readable on the host"
 
     def dso_offset_to_name(self, path: str, dso_offset: int) -> str:
         img = self.image(path)

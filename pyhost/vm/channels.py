@@ -56,6 +56,22 @@ def owner_pid(path: Path) -> int | None:
         return None
 
 
+# Guest RAM and initrd files (the launcher's), named for their owner.
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "pvperf-"
+
+
+def sweep_stale_shm() -> list[str]:
+    """Remove RAM files of pvperf processes that no longer exist."""
+    removed = []
+    for path in SHM_DIR.glob(SHM_PREFIX + "*"):
+        if dead_owner(path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(str(path))
+    return removed
+
+
 def dead_owner(path: Path) -> bool:
     """``path`` is named pvperf-<pid>-... and that process is gone (and
     it is not us)."""

@@ -67,7 +67,7 @@ from .qemu import find_qemu, version_line
 log = logging.getLogger("pvperf.checkpoint")
 
 FORMAT = "pvperf-checkpoint"
-VERSION = 1
+VERSION = 2
 MANIFEST = "manifest.json"
 VMSTATE = "vmstate"
 PLUGIN_STATE = "plugin.state"
@@ -75,10 +75,11 @@ PMU_STATE = "pmu.json"
 OVERLAY = "initrd-overlay"
 # The run's configuration a restore rebuilds the machine from: manifest
 # key -> type.  Each key names the VMConfig field, except "mode", which
-# VERSION 1 manifests use for VMConfig.guest_action.
+# manifests use for VMConfig.guest_action (VERSION 2: with accounting and
+# devices, which migration needs to be the same).
 VM_FIELDS = {"mode": str, "command": str, "smp": int, "mem_mb": int,
              "pmu": bool, "timing": bool, "deterministic": bool,
-             "staged": bool}
+             "staged": bool, "accounting": str}
 CONFIG_FIELD = {"mode": "guest_action"}
 OVERFLOW_IRQS = ("doorbell", "qmp")     # VMConfig.overflow_irq
 
@@ -330,6 +331,7 @@ def _write(directory: Path, config: VMConfig, pmu_state: dict,
                # checkpoints taken before the doorbell existed).
                "overflow_irq": config.overflow_irq,
                "kernel_args": list(config.kernel_args),
+               "devices": list(config.devices),
                "plugin_options": dict(config.plugin_options),
                "vmlinux": str(config.image.vmlinux),
                "initramfs": str(config.image.initramfs)},
@@ -379,6 +381,7 @@ def load(directory: Path, timeout: float | None = None,
         share=Path(vm["share"]) if vm["share"] else None,
         kernel_args=tuple(vm["kernel_args"]),
         overflow_irq=vm.get("overflow_irq", "qmp"),
+        devices=tuple(vm["devices"]),
         plugin_options=dict(vm["plugin_options"]), timeout=timeout,
         echo_console=echo_console,
         initrd_overlay=(directory / OVERLAY).read_bytes()
@@ -428,12 +431,18 @@ def _manifest(directory: Path, what: str) -> dict:
         manifest = json.loads(path.read_text())
         ok = manifest.get("format") == FORMAT
         version = manifest.get("version")
+        if ok and version != VERSION:
+            # before its fields: another version has other ones
+            raise CheckpointError(what, f"checkpoint format {version!r}, "
+                                  f"this pvperf reads {VERSION}",
+                                  "resume it with the pvperf that took it")
         vm, files = manifest["vm"], manifest["sha256"]
         ok = ok and isinstance(vm, dict) and isinstance(files, dict) and \
             all(type(vm[k]) is t for k, t in VM_FIELDS.items()) and \
             isinstance(vm["share"], (str, type(None))) and \
             vm.get("overflow_irq", "qmp") in OVERFLOW_IRQS and \
             all(isinstance(a, str) for a in vm["kernel_args"]) and \
+            all(isinstance(a, str) for a in vm["devices"]) and \
             all(isinstance(k, str) and isinstance(v, str)
                 for k, v in vm["plugin_options"].items()) and \
             isinstance(vm["vmlinux"], str) and \
@@ -448,10 +457,6 @@ def _manifest(directory: Path, what: str) -> dict:
         raise CheckpointError(what, f"{MANIFEST} is not a pvperf "
                               "checkpoint manifest", "the checkpoint is "
                               "damaged")
-    if version != VERSION:
-        raise CheckpointError(what, f"checkpoint format {version!r}, this "
-                              f"pvperf reads {VERSION}",
-                              "resume it with the pvperf that took it")
     return manifest
 
 

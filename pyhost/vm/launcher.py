@@ -63,8 +63,6 @@ from .qemu import check_qemu_for_plugin, find_qemu, \
 
 log = logging.getLogger("pvperf.vm")
 
-SHM_DIR = Path("/dev/shm")
-SHM_PREFIX = "pvperf-"
 # Ports that write into files in deterministic runs (vm/channels.py).
 OUTPUT_PORTS = ("stdout", "stderr")
 BOOT_TIMEOUT = 60.0
@@ -142,6 +140,8 @@ class VMConfig:
     echo_console: bool = False
     plugin_options: dict[str, str] = field(default_factory=dict)
     timing: bool = False               # cycles from the timing model
+    accounting: str = "cpu"            # cycles: cpu or domain (events.py)
+    devices: tuple[str, ...] = ()      # more QEMU -device specs (--device)
     kernel_args: tuple[str, ...] = ()  # more of the kernel command line
     deterministic: bool = False        # replayable run (determinism.py)
     # newc archives appended to the image's initramfs: the share staged in
@@ -166,17 +166,6 @@ class VMConfig:
     overflow_irq: str = "doorbell"
 
 
-def sweep_stale_shm() -> list[str]:
-    """Remove RAM files of pvperf processes that no longer exist."""
-    removed = []
-    for path in SHM_DIR.glob(SHM_PREFIX + "*"):
-        if channels.dead_owner(path):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-                removed.append(str(path))
-    return removed
-
-
 class VM:
     """One guest run: ``async with VM(config) as vm``, or run_command()
     and run_shell() below."""
@@ -186,11 +175,11 @@ class VM:
         self.runstate = Runstate.IDLE
         self.transitions: list[Runstate] = [Runstate.IDLE]
         tag = f"{os.getpid()}-{os.urandom(4).hex()}"
-        self.ram_path = SHM_DIR / f"{SHM_PREFIX}{tag}"
+        self.ram_path = channels.SHM_DIR / f"{channels.SHM_PREFIX}{tag}"
         self.channels: channels.SocketPairs | None = None
         self.output_files: channels.OutputFiles | None = None
         self.run_dir: Path | None = None
-        self.initrd_path = SHM_DIR / f"{SHM_PREFIX}{tag}-initrd"
+        self.initrd_path = channels.SHM_DIR / f"{channels.SHM_PREFIX}{tag}-initrd"
         self.console: Console | None = None
         self.qmp = None
         self.memory: GuestMemory | None = None
@@ -222,8 +211,10 @@ class VM:
                   guest.kernel_arg(guest.ACTION_KEY, c.guest_action),
                   *c.kernel_args]
         firmware = ["-bios", arch.firmware] if arch.firmware else []
+        # debug-threads: QEMU names its threads ("CPU 0/TCG"), so that the
+        # host's /proc, top and perf tell the vCPUs from the I/O threads.
         argv = [find_qemu(c.qemu, arch), "-nodefaults", "-no-user-config",
-                *firmware,
+                "-name", "pvperf,debug-threads=on", *firmware,
                 "-machine", f"{arch.machine},accel=tcg,memory-backend=ram",
                 "-cpu", arch.cpu, "-smp", str(c.smp), "-m", f"{c.mem_mb}M",
                 "-object", f"memory-backend-file,id=ram,size={c.mem_mb}M,"
@@ -246,6 +237,8 @@ class VM:
                                f"path={qemu_escape(str(c.share))}",
                      "-device", "virtio-9p-pci,fsdev=host,"
                                 f"mount_tag={guest.SHARE_TAG}"]
+        for device in c.devices:
+            argv += ["-device", device]
         if c.guest_action == guest.RUN:
             argv += ["-fw_cfg", f"name={guest.COMMAND_FW_CFG},string="
                      + qemu_escape(c.command)]
@@ -307,7 +300,7 @@ class VM:
     async def _start(self) -> None:
         c = self.config
         preflight(c)
-        sweep_stale_shm()
+        channels.sweep_stale_shm()
         channels.sweep_run_dirs()
         self._create_ram()
         if c.initrd_overlay:
@@ -322,6 +315,7 @@ class VM:
                 else NmiInjector()
             self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
                                        nmi=self.irq, timing=c.timing,
+                                       accounting=c.accounting,
                                        deterministic=c.deterministic,
                                        kernel_half_start=c.arch.kernel_half_start)
             if c.pmu_state is not None:

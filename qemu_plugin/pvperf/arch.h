@@ -112,6 +112,10 @@ struct arch {
 	 * outside RAM). */
 	uint64_t (*vaddr_to_gpa)(uint64_t root, uint64_t vaddr,
 				 bool (*read_u64)(uint64_t gpa, uint64_t *val));
+	/* Whether bytes[0..len) are a port I/O instruction (a device
+	 * access that is no memory access); NULL: the architecture has no
+	 * port I/O. */
+	bool (*is_port_io)(const uint8_t *bytes, size_t len);
 };
 
 #endif /* PVPERF_ARCH_H */

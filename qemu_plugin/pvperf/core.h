@@ -64,7 +64,10 @@ struct pvperf_score {
 	 * conditional or indirect branch whose outcome the next TB of that
 	 * half shows, 0 for none; an inline store writes it. */
 	uint64_t branch[2];
-	uint8_t pad[128 - (PVPERF_NR_INLINE_COUNTERS + 3) * 8];
+	/* tick: emu.c.  Blocks run, biased: a check of the host time when
+	 * it passes a limit (host-time sampling only). */
+	uint64_t tick;
+	uint8_t pad[128 - (PVPERF_NR_INLINE_COUNTERS + 4) * 8];
 };
 
 /* Per-vCPU state that only callbacks touch (never generated code). */
@@ -197,6 +200,12 @@ static inline qemu_plugin_u64 score_branch(bool kernel)
 {
 	return (qemu_plugin_u64){ pv.score, offsetof(struct pvperf_score, branch) +
 					     !kernel * sizeof(uint64_t) };
+}
+
+static inline qemu_plugin_u64 score_tick(void)
+{
+	return qemu_plugin_scoreboard_u64_in_struct(pv.score,
+						    struct pvperf_score, tick);
 }
 
 static inline qemu_plugin_u64 score_capture(void)

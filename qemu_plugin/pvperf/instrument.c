@@ -76,6 +76,16 @@ bool instrument_tlb(void)
 	return applied_has(INSTRUMENT_TLB);
 }
 
+bool instrument_device(void)
+{
+	return applied_has(INSTRUMENT_DEVICE);
+}
+
+bool instrument_host_time(void)
+{
+	return applied_has(INSTRUMENT_HOST_TIME);
+}
+
 enum capture_at instrument_capture(void)
 {
 	return applied_has(INSTRUMENT_CAPTURE_ALL) ? CAPTURE_ALL :
@@ -121,9 +131,13 @@ unsigned reply_instrumentation(uint32_t flags)
 		what |= INSTRUMENT_BPRED;
 	if (flags & PVPERF_REPLY_TLB)
 		what |= INSTRUMENT_TLB;
+	if (flags & PVPERF_REPLY_DEVICE)
+		what |= INSTRUMENT_DEVICE;
 	if (!(flags & PVPERF_REPLY_SAMPLING))
 		return what;
 	what |= INSTRUMENT_SAMPLE;
+	if (flags & PVPERF_REPLY_HOST_TIME)
+		what |= INSTRUMENT_HOST_TIME;
 	if (flags & PVPERF_REPLY_REGS)
 		what |= INSTRUMENT_CAPTURE_ALL;
 	else if (flags & PVPERF_REPLY_FRAME)

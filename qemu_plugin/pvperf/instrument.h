@@ -24,6 +24,9 @@ enum instrumentation {
 	INSTRUMENT_CACHE = 1 << 5,	/* + fetch and memory callbacks */
 	INSTRUMENT_BPRED = 1 << 6,	/* + branch sites, TB-start callbacks */
 	INSTRUMENT_TLB = 1 << 7,	/* + fetch and memory callbacks (TLBs) */
+	INSTRUMENT_DEVICE = 1 << 8,	/* + memory callbacks, port I/O ones */
+	INSTRUMENT_HOST_TIME = 1 << 9,	/* + a block count and a conditional
+					 * callback per TB (emu.c) */
 };
 
 /* Where register capture points go (count.c), from the applied
@@ -44,6 +47,8 @@ bool instrument_sampling(void);
 bool instrument_cache(void);
 bool instrument_bpred(void);
 bool instrument_tlb(void);
+bool instrument_device(void);
+bool instrument_host_time(void);
 enum capture_at instrument_capture(void);
 unsigned reply_instrumentation(uint32_t flags);
 void instrument_request(unsigned what);

@@ -151,6 +151,17 @@ void models_count(unsigned vcpu, uint64_t *out)
 		out[i] = model_ctr(vcpu, &mv[vcpu], i);
 }
 
+void models_add(unsigned vcpu, unsigned m, uint64_t n, bool kernel,
+		struct event_at at)
+{
+	add(&mv[vcpu], m, n, kernel, at);
+}
+
+void models_add_quiet(unsigned vcpu, unsigned m, uint64_t n, bool kernel)
+{
+	mv[vcpu].ctr[2 * m + !kernel] += n;
+}
+
 uint64_t models_counter(unsigned vcpu, unsigned idx)
 {
 	return model_ctr(vcpu, &mv[vcpu], idx);

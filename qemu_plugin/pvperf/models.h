@@ -14,6 +14,7 @@
 #include <qemu-plugin.h>
 
 #include "pvperf_proto.h"
+#include "sample.h"
 
 void models_init(unsigned n_vcpus);
 /* vcpu_init: the vCPU's fast-path entries (before any of its code runs). */
@@ -41,6 +42,14 @@ void models_flush(void);
 /* The models' count of raw model counter idx (2 * m + !kernel), for
  * sample.c (its model_counter_fn). */
 uint64_t models_counter(unsigned vcpu, unsigned idx);
+
+/* Model counter m (PVPERF_M_*) of vcpu grew by n in the half given, at
+ * `at` (emu.c's counters: the slots armed on it see it). */
+void models_add(unsigned vcpu, unsigned m, uint64_t n, bool kernel,
+		struct event_at at);
+
+/* The same without a place: no slot overflows here. */
+void models_add_quiet(unsigned vcpu, unsigned m, uint64_t n, bool kernel);
 
 /* Checkpoints (state.c): the model counters (PVPERF_NR_MODEL_COUNTERS
  * pairs) and what a reply asked, after sample.c armed its slots. */

@@ -29,6 +29,7 @@
 
 #include "core.h"
 #include "count.h"
+#include "emu.h"
 #include "guest.h"
 #include "hcall.h"
 #include "instrument.h"
@@ -48,6 +49,7 @@ static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	size_t n = qemu_plugin_tb_n_insns(tb);
 
 	hcall_tb(tb, n);
+	emu_tb(tb, n);
 	if (instrument_counting())
 		count_tb(tb, n);
 	else
@@ -57,6 +59,7 @@ static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 /* Exclusive section (accel/tcg/tb-maint.c do_tb_flush): no TB is left. */
 static void flush(qemu_plugin_id_t id)
 {
+	emu_flush();
 	models_flush();
 	count_flush();
 }
@@ -66,6 +69,7 @@ static void vcpu_init(qemu_plugin_id_t id, unsigned int vcpu)
 	core_vcpu_init(vcpu);
 	models_vcpu_init(vcpu);
 	guest_regs_init();
+	emu_vcpu_init(vcpu);
 	state_restore_vcpu(vcpu);
 }
 
@@ -121,6 +125,7 @@ static void instrumentation_settled(void)
 	for (unsigned i = 0; i < pv.n_vcpus && i < (unsigned)qemu_plugin_num_vcpus(); i++)
 		sample_update_room(i);
 	models_flush();
+	emu_settled();
 	if (pv.verbose)
 		pvperf_log("counting %s%s%s%s\n", instrument_counting() ? "on" : "off",
 			   instrument_branches() ? ", branches" : "",
@@ -218,6 +223,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 	}
 	count_init();
 	models_init(pv.n_vcpus);
+	emu_init(pv.n_vcpus);
 	sample_init(models_counter);
 	if (pv.ram_path && guest_ram_init(pv.ram_path, &pv.ram_size))
 		return -1;

@@ -390,6 +390,27 @@ static bool is_doorbell(const uint8_t *bytes, size_t len)
 	return len == sizeof(doorbell) && !memcmp(bytes, doorbell, len);
 }
 
+/*
+ * in/out and ins/outs (the SDM's IN, OUT, INS, OUTS): opcodes 6C-6F,
+ * E4-E7, EC-EF after any legacy prefixes and a REX byte.  Read from the
+ * bytes, in every mode (they mean the same in 16, 32 and 64 bits).
+ */
+static bool is_port_io(const uint8_t *bytes, size_t len)
+{
+	size_t i = 0;
+
+	while (i < len && (bytes[i] == 0x66 || bytes[i] == 0x67 ||
+			   bytes[i] == 0xf0 || bytes[i] == 0xf2 || bytes[i] == 0xf3 ||
+			   bytes[i] == 0x26 || bytes[i] == 0x2e || bytes[i] == 0x36 ||
+			   bytes[i] == 0x3e || bytes[i] == 0x64 || bytes[i] == 0x65))
+		i++;
+	if (i < len && (bytes[i] & 0xf0) == 0x40)	/* REX */
+		i++;
+	if (i >= len)
+		return false;
+	return (bytes[i] & 0xfc) == 0x6c || (bytes[i] & 0xf4) == 0xe4;
+}
+
 static void classify_tb(const struct cls_insn *insn, size_t n, bool kernel,
 			uint8_t *cls)
 {
@@ -469,4 +490,5 @@ const struct arch arch_x86_64 = {
 	.mem_shape = mem_shape,
 	.cond_target = cond_target,
 	.vaddr_to_gpa = vaddr_to_gpa,
+	.is_port_io = is_port_io,
 };

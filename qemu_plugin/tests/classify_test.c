@@ -150,10 +150,54 @@ static int test_mode_fallback(void)
 	return fails;
 }
 
+/* Port I/O instructions (is_port_io): device accesses without memory
+ * operands.  Names as objdump prints the bytes. */
+static const struct port_case {
+	const char *name;
+	uint8_t bytes[4];
+	size_t len;
+	bool port_io;
+} port_cases[] = {
+	{ "in (%dx),%al",	{ 0xec }, 1, true },
+	{ "in (%dx),%ax",	{ 0x66, 0xed }, 2, true },
+	{ "out %al,(%dx)",	{ 0xee }, 1, true },
+	{ "out %eax,(%dx)",	{ 0xef }, 1, true },
+	{ "in $0x60,%al",	{ 0xe4, 0x60 }, 2, true },
+	{ "out %eax,$0x80",	{ 0xe7, 0x80 }, 2, true },
+	{ "rep insb (%dx),%es:(%rdi)", { 0xf3, 0x6c }, 2, true },
+	{ "rep outsw %ds:(%rsi),(%dx)", { 0xf3, 0x66, 0x6f }, 3, true },
+	{ "rex.W in (%dx),%eax", { 0x48, 0xed }, 2, true },
+	{ "call .",		{ 0xe8, 0xfb, 0xff, 0xff }, 4, false },
+	{ "jmp .",		{ 0xeb, 0xfe }, 2, false },
+	{ "loop .",		{ 0xe2, 0xfe }, 2, false },
+	{ "jrcxz .",		{ 0xe3, 0xfe }, 2, false },
+	{ "push $0x1",		{ 0x6a, 0x01 }, 2, false },
+	{ "imul $0x1,%eax,%eax", { 0x6b, 0xc0, 0x01 }, 3, false },
+	{ "mov %eax,%ecx",	{ 0x89, 0xc1 }, 2, false },
+	{ "lock prefix alone",	{ 0xf0 }, 1, false },
+};
+
+static int test_port_io(void)
+{
+	int fails = 0;
+
+	for (size_t i = 0; i < G_N_ELEMENTS(port_cases); i++) {
+		const struct port_case *c = &port_cases[i];
+
+		if (arch_x86_64.is_port_io(c->bytes, c->len) == c->port_io)
+			continue;
+		printf("FAIL is_port_io %s: want %d\n", c->name, c->port_io);
+		fails++;
+	}
+	return fails;
+}
+
 int main(void)
 {
-	int fails = test_cases() + test_mode_fallback() + check_targets();
-	size_t total = G_N_ELEMENTS(cases) + 2 + N_TARGET_CASES;
+	int fails = test_cases() + test_mode_fallback() + check_targets() +
+		    test_port_io();
+	size_t total = G_N_ELEMENTS(cases) + 2 + N_TARGET_CASES +
+		       G_N_ELEMENTS(port_cases);
 
 	printf("%zu passed, %d failed\n", total - fails, fails);
 	return fails ? 1 : 0;

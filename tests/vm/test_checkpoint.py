@@ -28,6 +28,7 @@ import pytest
 from support import PROGRAMS, REPO, leftovers, perf_count, run_pvperf, \
     sections, valgrind_irefs
 from pyhost.cli import EXIT_USAGE
+from pyhost.pmu import plugin_protocol as proto
 from pyhost.vm.checkpoint import OnOutput
 from test_sampling import callgrind_shares, report_shares
 
@@ -196,7 +197,7 @@ def test_bad_plugin_state_refused(checkpoint, tmp_path):
     (a slot count of 9) is refused as the plugin would refuse it."""
     d = _copy(checkpoint, tmp_path)
     raw = bytearray((d / "plugin.state").read_bytes())
-    off = 24 + 36 * 8 + 8 + 4            # vCPU 0's n_slots
+    off = 24 + proto.NR_COUNTERS * 8 + 8 + 4    # vCPU 0's n_slots
     raw[off:off + 4] = (9).to_bytes(4, "little")
     (d / "plugin.state").write_bytes(bytes(raw))
     _rehash(d, "plugin.state")

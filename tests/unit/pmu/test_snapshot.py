@@ -136,7 +136,8 @@ def test_manifest_fields_checked(tmp_path):
     from pyhost.vm import checkpoint
     vm = {"mode": "run", "command": "true", "smp": 1, "mem_mb": 1024,
           "pmu": True, "timing": False, "deterministic": False,
-          "staged": True, "share": None, "kernel_args": [],
+          "staged": True, "accounting": "cpu", "share": None,
+          "kernel_args": [], "devices": ["edu"],
           "plugin_options": {"I1": "32768,8,64"}, "vmlinux": "/x",
           "initramfs": "/y"}
     good = {"format": checkpoint.FORMAT, "version": checkpoint.VERSION,
@@ -145,7 +146,8 @@ def test_manifest_fields_checked(tmp_path):
     assert checkpoint._manifest(tmp_path, "t")["vm"] == vm
     for edit in ({"plugin_options": {"state_out": "/etc/passwd"}},
                  {"mem_mb": 1 << 20}, {"smp": "2"}, {"mode": "shell"},
-                 {"kernel_args": [1]}):
+                 {"kernel_args": [1]}, {"devices": [1]},
+                 {"accounting": None}):
         bad = copy.deepcopy(good)
         bad["vm"].update(edit)
         (tmp_path / "manifest.json").write_text(json.dumps(bad))

@@ -74,16 +74,21 @@ def test_host_qemu_symbols():
     assert name  # a named or "qemu-system-x86_64!…" label, never empty
 
 
-def test_relocate_into_another_process(tmp_path):
-    # one PIE mapped by two processes at different bases: pid 2 runs the
-    # TB pid 1 translated at pid 1's address
+def shared_pie(tmp_path):
+    """One PIE (f, g) mapped by pid 1 at 0x55550000000 and by pid 2 at
+    0x7f0000000000: (its path, pid 2's mappings, the symbolizer)."""
     p = make_elf(tmp_path, "pie", [("f", b"\x55" * 8), ("g", b"\x5d" * 8)],
                  base=0x1000, etype="DYN")
     one = symbols.Mapping.parse_maps(
         "55550000000-55550002000 r-xp 00000000 00:1f 12 /mnt/host/pie\n")
     two = symbols.Mapping.parse_maps(
         "7f0000000000-7f0000002000 r-xp 00000000 00:1f 12 /mnt/host/pie\n")
-    u = symbols.GuestUserSymbols(None, tmp_path, {1: one, 2: two})
+    return p, two, symbols.GuestUserSymbols(None, tmp_path, {1: one, 2: two})
+
+
+def test_relocate_into_another_process(tmp_path):
+    # pid 2 runs the TB pid 1 translated at pid 1's address
+    p, two, u = shared_pie(tmp_path)
     code = b"\x5d" * 8
     assert u.has_code(1, 0x55550001008, code)
     assert not u.has_code(2, 0x55550001008, code)
@@ -116,3 +121,26 @@ def test_plt_stubs_named_as_objdump_names_them(prog, arch_name, objdump):
     assert expected and named == expected
     first = min(expected)
     assert img.symbols.lookup(first + 4).name == expected[first]
+
+
+def test_dso_offset_is_the_same_in_every_process(tmp_path):
+    # code no symbol names (past g), run by two processes that map the
+    # file at two ASLR bases: one name, the file and its offset
+    _, _, u = shared_pie(tmp_path)
+    assert u.dso_offset(0x55550001800, b"", 1) == ("/mnt/host/pie", 0x1800)
+    assert u.dso_offset(0x7F0000001800, b"", 2) == ("/mnt/host/pie", 0x1800)
+    # a file the host does not have: still named by the snapshot's maps
+    gone = symbols.Mapping.parse_maps(
+        "7f0000000000-7f0000002000 r-xp 00003000 00:1f 12 /lib/x.so\n")
+    u2 = symbols.GuestUserSymbols(None, tmp_path, {3: gone})
+    assert u2.dso_offset(0x7F0000000010, b"\x90", 3) == ("/lib/x.so", 0x3010)
+    assert u2.dso_offset(0x7F0000000010, b"\x90", 4) is None
+
+
+def test_why_an_emulator_file_has_no_names(tmp_path):
+    stripped = symbols.ElfImage(make_elf(tmp_path, "stripped", []))
+    assert stripped.why_unnamed().startswith("stripped: no function symbols")
+    named = symbols.ElfImage(make_elf(tmp_path, "named", [("f", b"\x90")]))
+    assert named.why_unnamed().startswith("not inside any function")
+    assert symbols.HostSymbols().why_unnamed(str(tmp_path / "none")) == \
+        "not readable on the host"

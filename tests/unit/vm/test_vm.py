@@ -10,7 +10,8 @@ import pytest
 from pyhost.vm import channels, launcher as vm_mod
 from pyhost.errors import SetupError, VMError
 from pyhost.image.store import GuestImage
-from pyhost.vm.launcher import VM, Runstate, VMConfig, sweep_stale_shm
+from pyhost.vm.channels import sweep_stale_shm
+from pyhost.vm.launcher import VM, Runstate, VMConfig
 
 
 def fake_image(tmp_path) -> GuestImage:
@@ -42,7 +43,7 @@ def test_argv_has_shared_ram_private_sockets_and_escaped_command(tmp_path):
 
 
 def test_sweep_removes_only_dead_owners_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(vm_mod, "SHM_DIR", tmp_path)
+    monkeypatch.setattr(channels, "SHM_DIR", tmp_path)
     dead = subprocess.Popen(["true"])
     dead.wait()
     live = tmp_path / f"pvperf-{os.getppid()}-aa"

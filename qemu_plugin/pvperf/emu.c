@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * emu.c - the emulator's own work for the guest, counted like the models'
+ * counters (models_add: a slot armed on one samples where it grows):
+ *
+ *   blocks translated  tb_trans, on the translating vCPU's thread; the
+ *                      event's place is the guest pc translated (the
+ *                      translating vCPU's address: it is about to run it)
+ *                      and its half says kernel or user.
+ *   flushes            the flush callback, which QEMU runs on the thread
+ *                      of the vCPU that asked for it (a full code cache,
+ *                      an instrumentation switch), in an exclusive
+ *                      section; its place is that vCPU's pc.
+ *   device accesses    while an open event counts them (INSTRUMENT_DEVICE):
+ *                      a memory callback on every access, counting those
+ *                      to I/O memory (qemu_plugin_hwaddr_is_io: MMIO), and
+ *                      an exec callback on each port I/O instruction (the
+ *                      architecture names them: arch.h is_port_io), which
+ *                      runs before it, so one that traps (a user process
+ *                      without I/O permission) counts too.
+ *   host CPU time      the vCPU thread's CLOCK_THREAD_CPUTIME_ID, read at
+ *                      points: every hypercall the service serves (before
+ *                      its counters are read: per-task counts are exact to
+ *                      the hypercalls that switch tasks), and while a
+ *                      sampling event is on it (INSTRUMENT_HOST_TIME) every
+ *                      k blocks, k adapted so that a check comes about
+ *                      every CHECK_NS of host time.  The time between two
+ *                      points is split between the halves in proportion to
+ *                      the instructions each retired meanwhile (all to the
+ *                      point's half if none did).  A hypercall's own round
+ *                      trip (the vCPU waiting for the service) is not
+ *                      charged.
+ *
+ * Which vCPU: a thread-local index set at vcpu_init.  Round-robin TCG
+ * (one thread for every vCPU: -icount, deterministic runs) with smp > 1
+ * cannot tell them apart: translations and flushes go to vCPU 0, and each
+ * vCPU's host time is the shared thread's (docs/accounting.md).
+ */
+#include <glib.h>
+#include <time.h>
+
+#include "arena.h"
+#include "core.h"
+#include "emu.h"
+#include "guest.h"
+#include "instrument.h"
+#include "models.h"
+
+#define CHECK_NS	20000ULL	/* host time between checks, target */
+#define CHECK_MIN	16ULL		/* blocks between checks */
+#define CHECK_MAX	(1ULL << 18)
+#define TICK_LIMIT	0x7fffffffULL	/* an imm32, as sample.c's countdown */
+
+#define THREAD_NONE	(-1)		/* not a vCPU thread */
+#define THREAD_SHARED	(-2)		/* every vCPU's (round-robin) */
+
+static __thread int thread_vcpu = THREAD_NONE;
+
+/* Per vCPU, touched only by its thread (or an exclusive section). */
+static struct emu_vcpu {
+	uint64_t ns_at;		/* thread CPU time at the last point */
+	uint64_t insn_at[2];	/* [!kernel] instructions then */
+	uint64_t blocks;	/* blocks between host-time checks */
+	uint64_t check_ns_at;	/* thread CPU time at the last check */
+} __attribute__((aligned(64))) *ev;
+
+/* What a device or host-time callback needs. */
+struct emu_site {
+	uint64_t vaddr;		/* translated address */
+	bool kernel;
+};
+
+void emu_init(unsigned n_vcpus)
+{
+	ev = g_aligned_alloc0(n_vcpus, sizeof(*ev), 64);
+	for (unsigned i = 0; i < n_vcpus; i++)
+		ev[i].blocks = 1024;
+}
+
+static uint64_t thread_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+void emu_vcpu_init(unsigned vcpu)
+{
+	uint64_t c[PVPERF_NR_INLINE_COUNTERS];
+
+	thread_vcpu = thread_vcpu == THREAD_NONE ? (int)vcpu : THREAD_SHARED;
+	score_count(vcpu, c);
+	ev[vcpu].insn_at[0] = c[PVPERF_CTR_INSN_KERNEL];
+	ev[vcpu].insn_at[1] = c[PVPERF_CTR_INSN_USER];
+	ev[vcpu].ns_at = ev[vcpu].check_ns_at = thread_ns();
+	score_of(vcpu)->tick = TICK_LIMIT - ev[vcpu].blocks;
+}
+
+void emu_settled(void)
+{
+	for (unsigned i = 0; i < pv.n_vcpus &&
+	     i < (unsigned)qemu_plugin_num_vcpus(); i++)
+		score_of(i)->tick = TICK_LIMIT - ev[i].blocks;
+}
+
+/* The vCPU this thread runs, or -1. */
+static int self(void)
+{
+	return thread_vcpu == THREAD_SHARED ? 0 : thread_vcpu;
+}
+
+/* Charge the host time since the last point, read now; at is where. */
+static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at)
+{
+	struct emu_vcpu *e = &ev[vcpu];
+	uint64_t c[PVPERF_NR_INLINE_COUNTERS], now = thread_ns();
+	uint64_t d = now - e->ns_at, dk, du, user;
+
+	if (now < e->ns_at)
+		return 0;
+	score_count(vcpu, c);
+	dk = c[PVPERF_CTR_INSN_KERNEL] - e->insn_at[0];
+	du = c[PVPERF_CTR_INSN_USER] - e->insn_at[1];
+	user = dk + du ? (uint64_t)((unsigned __int128)d * du / (dk + du)) :
+	       kernel ? 0 : d;
+	e->ns_at = now;
+	e->insn_at[0] += dk;
+	e->insn_at[1] += du;
+	/* Only the point's own half can overflow here: a sample's ip must
+	 * be in its half (the other's slots see their growth at their next
+	 * point). */
+	models_add(vcpu, PVPERF_M_HOST_NS, kernel ? d - user : user, kernel, at);
+	models_add_quiet(vcpu, PVPERF_M_HOST_NS, kernel ? user : d - user,
+			 !kernel);
+	return d;
+}
+
+void emu_hcall_enter(unsigned vcpu, uint64_t ip)
+{
+	charge(vcpu, true, (struct event_at){ vcpu, ip, 0, false });
+}
+
+void emu_hcall_leave(unsigned vcpu)
+{
+	ev[vcpu].ns_at = thread_ns();
+}
+
+/* ---- callbacks ---- */
+
+static void device_mem(unsigned vcpu, qemu_plugin_meminfo_t info,
+		       uint64_t vaddr, void *udata)
+{
+	const struct emu_site *s = udata;
+	struct qemu_plugin_hwaddr *hw = qemu_plugin_get_hwaddr(info, vaddr);
+
+	if (hw && qemu_plugin_hwaddr_is_io(hw))
+		models_add(vcpu, PVPERF_M_DEVICE, 1, s->kernel,
+			   (struct event_at){ vcpu, s->vaddr, vaddr, false });
+}
+
+static void port_io_exec(unsigned vcpu, void *udata)
+{
+	const struct emu_site *s = udata;
+
+	models_add(vcpu, PVPERF_M_DEVICE, 1, s->kernel,
+		   (struct event_at){ vcpu, s->vaddr, 0, false });
+}
+
+/* Every `blocks` blocks (the scoreboard's tick passed TICK_LIMIT): read
+ * the clock here, at this block's start, and set the next check. */
+static void host_time_exec(unsigned vcpu, void *udata)
+{
+	const struct emu_site *s = udata;
+	struct emu_vcpu *e = &ev[vcpu];
+	uint64_t pc = s->vaddr, d;
+
+	guest_read_reg(REG_PC, &pc);
+	charge(vcpu, s->kernel, (struct event_at){ vcpu, pc, 0, true });
+	/* The pace from the time since the last check (not the last point:
+	 * a hypercall in between would make the blocks look cheap). */
+	d = e->ns_at - e->check_ns_at;
+	e->check_ns_at = e->ns_at;
+	e->blocks = d ? e->blocks * CHECK_NS / d : e->blocks * 2;
+	e->blocks = MIN(MAX(e->blocks, CHECK_MIN), CHECK_MAX);
+	score_of(vcpu)->tick = TICK_LIMIT - e->blocks;
+}
+
+/* ---- translation ---- */
+
+static struct emu_site *site(uint64_t vaddr, bool kernel)
+{
+	struct emu_site *s = arena_alloc(sizeof(*s));
+
+	s->vaddr = vaddr;
+	s->kernel = kernel;
+	return s;
+}
+
+static void device_tb(struct qemu_plugin_tb *tb, size_t n, bool kernel)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+		struct emu_site *s = site(qemu_plugin_insn_vaddr(insn), kernel);
+		uint8_t bytes[INSN_MAX_BYTES];
+		size_t len = qemu_plugin_insn_data(insn, bytes, sizeof(bytes));
+
+		/* Only instructions that access memory get the callback. */
+		qemu_plugin_register_vcpu_mem_cb(insn, device_mem,
+						 QEMU_PLUGIN_CB_NO_REGS,
+						 QEMU_PLUGIN_MEM_RW, s);
+		if (pv.arch->is_port_io && pv.arch->is_port_io(bytes, len))
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, port_io_exec,
+				QEMU_PLUGIN_CB_NO_REGS, s);
+	}
+}
+
+static void host_time_tb(struct qemu_plugin_tb *tb, uint64_t vaddr,
+				 bool kernel)
+{
+	qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb,
+		QEMU_PLUGIN_INLINE_ADD_U64, score_tick(), 1);
+	qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, host_time_exec,
+		QEMU_PLUGIN_CB_R_REGS, QEMU_PLUGIN_COND_GT, score_tick(),
+		TICK_LIMIT, site(vaddr, kernel));
+}
+
+void emu_tb(struct qemu_plugin_tb *tb, size_t n)
+{
+	uint64_t vaddr = qemu_plugin_tb_vaddr(tb);
+	bool kernel = vaddr_is_kernel(vaddr);
+	int vcpu = self();
+
+	if (vcpu >= 0)
+		models_add(vcpu, PVPERF_M_TB_TRANSLATED, 1, kernel,
+			   (struct event_at){ vcpu, vaddr, 0, false });
+	if (instrument_device())
+		device_tb(tb, n, kernel);
+	if (instrument_host_time())
+		host_time_tb(tb, vaddr, kernel);
+}
+
+void emu_flush(void)
+{
+	int vcpu = self();
+	uint64_t pc = 0;
+
+	if (vcpu < 0)
+		return;		/* not on a vCPU thread: nobody to charge */
+	guest_read_reg(REG_PC, &pc);
+	models_add(vcpu, PVPERF_M_TB_FLUSH, 1, vaddr_is_kernel(pc),
+		   (struct event_at){ vcpu, pc, 0, false });
+}

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * emu.h - the emulator's own work as guest events (PVPERF_M_TB_TRANSLATED,
+ * _TB_FLUSH, _DEVICE, _HOST_NS): blocks translated, code-cache flushes,
+ * device accesses and the vCPU thread's host CPU time.
+ */
+#ifndef PVPERF_EMU_H
+#define PVPERF_EMU_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <qemu-plugin.h>
+
+void emu_init(unsigned n_vcpus);
+/* vcpu_init (on the vCPU's own thread). */
+void emu_vcpu_init(unsigned vcpu);
+/* tb_trans: count the translation; instrument device accesses and the
+ * host-time checks if asked (INSTRUMENT_DEVICE, _HOST_TIME). */
+void emu_tb(struct qemu_plugin_tb *tb, size_t n);
+/* An instrumentation switch (exclusive section): checks start afresh. */
+void emu_settled(void);
+/* The flush callback (exclusive section). */
+void emu_flush(void);
+/* Around a hypercall the service serves (the vCPU's thread): bring the
+ * host time up to date before its counters are read, and leave the
+ * round trip itself uncharged. */
+void emu_hcall_enter(unsigned vcpu, uint64_t ip);
+void emu_hcall_leave(unsigned vcpu);
+
+#endif /* PVPERF_EMU_H */
