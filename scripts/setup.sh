@@ -273,15 +273,8 @@ finish_steps() {  # wait for every step, reporting each as it ends
 }
 
 say "setting up the $tier tier"
-# pip needs only python3-venv: with it there, PyPI downloads while apt
-# works (both mostly wait on the network and on unpacking).
-pip_early=""
-if python3 -c 'import ensurepip, venv' 2>/dev/null; then
-    step pip "pvperf${TIER_EXTRAS[$tier]} into .venv (alongside apt)" setup_venv
-    pip_early=1
-fi
 setup_apt
-[ -n "$pip_early" ] || step pip "pvperf${TIER_EXTRAS[$tier]} into .venv" setup_venv
+step pip "pvperf${TIER_EXTRAS[$tier]} into .venv" setup_venv
 step plugin "the TCG plugin (the first run fetches qemu-plugin.h from QEMU's source package, ~40 MB)" build_plugin
 step driver "the guest PMU driver (the first run fetches the kernel's headers packages, ~14 MB)" build_driver
 step programs "the guest test programs (${TIER_PROGRAMS[$tier]})" build_programs
