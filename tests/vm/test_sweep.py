@@ -305,14 +305,22 @@ def stop_session(sid: int) -> None:
     raise AssertionError(f"the Ray node of session {sid} did not stop")
 
 
-def alive_nodes(address: str) -> int:
+def node_ids(address: str) -> tuple[str, list[str]]:
+    """(the head's node id, every live node's id)."""
     probe = ("import ray; ray.init(address=%r, logging_level='ERROR', "
-             "log_to_driver=False); print(sum(n['Alive'] for n in "
-             "ray.nodes()))" % address)
+             "log_to_driver=False); ns = [n for n in ray.nodes() if "
+             "n['Alive']]; print(*[n['NodeID'] for n in ns if "
+             "'node:__internal_head__' in n['Resources']]); "
+             "print(*[n['NodeID'] for n in ns])" % address)
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True,
                        text=True, timeout=120, env=RAY_ENV)
     assert r.returncode == 0, r.stderr[-2000:]
-    return int(r.stdout.split()[-1])
+    head, every = r.stdout.strip().splitlines()[-2:]
+    return head.strip(), every.split()
+
+
+def alive_nodes(address: str) -> int:
+    return len(node_ids(address)[1])
 
 
 @dataclass
@@ -385,20 +393,6 @@ def test_sweep_on_a_cluster_runs_on_both_nodes_like_a_local_one(
                    local[cell]["L1-dcache-load-misses:u"]) <= 1, cell
     # (the cluster's own files go with it, after the test)
     assert [p for p in leftovers() if p != str(cluster_files)] == []
-
-
-def node_ids(address: str) -> tuple[str, list[str]]:
-    """(the head's node id, every live node's id)."""
-    probe = ("import ray; ray.init(address=%r, logging_level='ERROR', "
-             "log_to_driver=False); ns = [n for n in ray.nodes() if "
-             "n['Alive']]; print(*[n['NodeID'] for n in ns if "
-             "'node:__internal_head__' in n['Resources']]); "
-             "print(*[n['NodeID'] for n in ns])" % address)
-    r = subprocess.run([sys.executable, "-c", probe], capture_output=True,
-                       text=True, timeout=120, env=RAY_ENV)
-    assert r.returncode == 0, r.stderr[-2000:]
-    head, every = r.stdout.strip().splitlines()[-2:]
-    return head.strip(), every.split()
 
 
 KILL_NODE_WORKLOADS = {f"loop{i}": f"./loop {n}" for i, n in
