@@ -26,7 +26,6 @@ everything they would provide is built in.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -38,6 +37,10 @@ from support import PROGRAMS, REPO, aarch64_image, run_pvperf, sections
 from pyhost.arch import aarch64
 from pyhost.paths import cache_dir
 from test_aarch64_counting import loop_counts, pages_counts
+# The same checks of the booted guest as x86's, run on this module's guest.
+from test_intree_kernel import (  # noqa: F401
+    GUEST_CHECKS, current_patch, test_builtin_driver_found_the_host,
+    test_driver_is_built_in_not_a_module)
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
@@ -49,26 +52,11 @@ BUILD_TIMEOUT = 4 * 3600        # first build on 2 busy cores, with margin
 LOOP_N, PAGES_N = 100_000, 500
 STAT = "perf stat -x, -e instructions:u,branches:u"
 
-GUEST_SCRIPT = f"""
-sec() {{ echo "=== $1"; }}
-sec uname;   uname -r
-sec modules; cat /proc/modules
-sec cputype; cat /sys/bus/event_source/devices/cpu/type
-sec dmesg;   dmesg | grep pvperf
+GUEST_SCRIPT = GUEST_CHECKS + f"""
 sec loop;    {STAT} ./loop {LOOP_N} 2>&1
 sec pages;   {STAT} ./pages {PAGES_N} 2>&1
 sec end
 """
-
-
-def _patch_file() -> Path:
-    BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    patch = BUILD_DIR / "pvperf.patch"
-    text = subprocess.run([str(GKP / "make-patch.sh"), "aarch64"],
-                          check=True, capture_output=True, text=True).stdout
-    if not patch.exists() or patch.read_text() != text:
-        patch.write_text(text)
-    return patch
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +66,8 @@ def kernel():
         pytest.skip("no aarch64-linux-gnu-gcc (gcc-aarch64-linux-gnu)")
     start = time.monotonic()
     r = subprocess.run([str(GKP / "build-intree-kernel.sh"),
-                        str(_patch_file())], capture_output=True, text=True,
+                        str(current_patch(BUILD_DIR, "aarch64"))],
+                       capture_output=True, text=True,
                        timeout=BUILD_TIMEOUT, env=BUILD_ENV)
     seconds = time.monotonic() - start
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
@@ -125,19 +114,6 @@ def test_kernel_is_configured_with_the_driver_built_in(kernel):
 
 def test_guest_runs_the_built_kernel(kernel, guest):
     assert guest["uname"] == [kernel[1]]
-
-
-def test_driver_is_built_in_not_a_module(guest):
-    assert not any(l.startswith("pvperf ") for l in guest["modules"]), \
-        guest["modules"]
-    assert guest["cputype"] == ["4"]            # PERF_TYPE_RAW
-
-
-def test_builtin_driver_found_the_host(guest):
-    dmesg = guest["dmesg"]
-    assert any(re.search(r"pvperf: paravirtual PMU host interface v\d+ found",
-                         l) for l in dmesg), dmesg
-    assert any('pvperf: PMU "cpu" registered' in l for l in dmesg), dmesg
 
 
 def stat_counts(lines: list[str]) -> tuple[int, int]:
