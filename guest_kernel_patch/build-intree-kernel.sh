@@ -17,10 +17,10 @@
 #      (kept as $OUT/applied.patch) is reversed first, so a rebuild only
 #      recompiles what the patch touches.
 #   3. .config = `make x86_64_defconfig` (arm64: `defconfig`, without the
-#      SoC platforms, ARCH_*, that QEMU's virt machine is none of) + the
-#      options below (what the
-#      image's /init needs, built in: it cannot load the image's Debian
-#      modules into this kernel) + CONFIG_PVPERF_PMU=y, then olddefconfig;
+#      SoC platforms, ARCH_*, none of which QEMU's virt machine is) + the
+#      options below (what the image's /init needs, built in: it cannot
+#      load the image's Debian modules into this kernel) +
+#      CONFIG_PVPERF_PMU=y, then olddefconfig;
 #      every option is checked to have stuck.  .config is only replaced
 #      when it changes, so a rerun does not rebuild everything.
 #   4. `nice -n 19 make -j$JOBS vmlinux` (arm64: `Image`).
@@ -28,7 +28,7 @@
 # OUT defaults to ${XDG_CACHE_HOME:-~/.cache}/pvperf/intree-build
 # (intree-build-aarch64 for arm64; override with PVPERF_INTREE_DIR), JOBS
 # to 2 (PVPERF_INTREE_JOBS).  A first build takes tens of minutes on 2
-# cores (see README.md); the tree is ~2.5 GB.  The last line of output is
+# cores (see README.md); the tree is ~2.5 GB. The last line of output is
 # the path of the built vmlinux (arm64: arch/arm64/boot/Image).
 set -eu
 
@@ -74,7 +74,7 @@ x86_want_n="DRM SOUND CFG80211 MAC80211 WLAN USB_SUPPORT PCCARD NFS_FS"
 #            off below), KVM, ACPI (virt boots -kernel with a device tree),
 #            storage (SCSI, ATA, MMC, MTD), ethernet, I2C, SPI, regulators,
 #            thermal, watchdogs, IIO, PWM, FPGA, DMA engines, mailboxes,
-#            remoteprocs, interconnects, crypto engines, staging: ~1,250
+#            remoteprocs, interconnects, crypto engines, staging: ~1,290
 #            options =y instead of ~1,700
 arm64_want_y="BLK_DEV_INITRD PCI PCI_HOST_GENERIC
 VIRTIO_MENU VIRTIO VIRTIO_PCI VIRTIO_CONSOLE
