@@ -284,8 +284,15 @@ def build_driver(build_dir: Path, release: str) -> Path:
     shutil.copy(ABI_HEADER, src / "include" / "asm" / "pvperf_abi.h")
     # modules_prepare: a tree built with `make vmlinux` lacks what
     # external modules link with (scripts/module.lds); quick when done.
+    # Such a tree of 6.2 or later has no Module.symvers either (only
+    # `make modules` writes it), but vmlinux.symvers: the kernel's exports
+    # for modpost, without which every symbol is undefined.
+    exports = ([f"KBUILD_EXTRA_SYMBOLS={build_dir / 'vmlinux.symvers'}"]
+               if not (build_dir / "Module.symvers").is_file()
+               and (build_dir / "vmlinux.symvers").is_file() else [])
     for target in (["modules_prepare"],
-                   [f"M={src}", "CONFIG_DEBUG_INFO_BTF_MODULES=", "modules"]):
+                   [f"M={src}", "CONFIG_DEBUG_INFO_BTF_MODULES=", *exports,
+                    "modules"]):
         r = subprocess.run(["make", "-C", str(build_dir), *target],
                            capture_output=True, text=True)
         if r.returncode != 0:
