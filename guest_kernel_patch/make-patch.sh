@@ -1,56 +1,139 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 #
-# make-patch.sh - print the in-tree form of the pvperf guest driver, a
-# git-format patch against Linux 6.1, on stdout.  It is generated from the
-# module's own files so the two never diverge:
+# make-patch.sh [ARCH] - print the in-tree form of the pvperf guest driver
+# for ARCH (x86_64, the default, or aarch64), a git-format patch against
+# Linux 6.1 that applies to 6.12 as well, on stdout.  It is generated from
+# the module's own files so the two never diverge:
 #
-#   the .c file of each object Kbuild names, and every .h here
-#                 -> arch/x86/events/pvperf/              (verbatim)
-#   Kbuild's pvperf- lines (the objects)
-#                 -> arch/x86/events/pvperf/Makefile
-#   pvperf_abi.h  -> arch/x86/include/asm/pvperf_abi.h     (verbatim)
-#   plus a Kconfig entry CONFIG_PVPERF_PMU and its line in
-#   arch/x86/events/Makefile.
+#   the .c file of each object Kbuild names for ARCH (the generic ones and
+#   ARCH's pvperf_<arch>.c), and every .h here
+#                 -> DIR/                                  (verbatim)
+#   Kbuild's pvperf- lines for ARCH (the objects)
+#                 -> DIR/Makefile
+#   pvperf_abi.h  -> arch/<karch>/include/asm/pvperf_abi.h  (verbatim)
+#   plus a Kconfig entry CONFIG_PVPERF_PMU and the line that builds DIR:
+#
+#   x86_64   DIR = arch/x86/events/pvperf; the entry in
+#            arch/x86/events/Kconfig, the line in arch/x86/events/Makefile
+#            -> 0001-x86-events-pvperf-paravirtual-PMU.patch
+#   aarch64  DIR = arch/arm64/pvperf (beside arm64's other guest-side
+#            paravirt code, xen/ and hyperv/); the entry in
+#            drivers/perf/Kconfig's "Performance monitor support" menu,
+#            where arm64's own PMU drivers are configured; the line in
+#            arch/arm64/Kbuild -> 0001-arm64-pvperf-paravirtual-PMU.patch
+#
+# The two patches touch no file in common, so one tree can take both
+# (each architecture then builds its own copy of the generic files).
 #
 # Output is deterministic (fixed author and date): `make patch` rewrites
-# 0001-x86-events-pvperf-paravirtual-PMU.patch, tests/vm/test_driver_build.py
-# checks the committed patch is what this script prints, and `make
-# check-patch` dry-runs it on linux-source-6.1.
+# both patches, tests/vm/test_driver_build.py checks the committed ones
+# are what this script prints, and `make check-patch` dry-runs them on
+# linux-source-6.1.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 # Paths are relative to $here from now on.
 cd "$here"
 
-# The context of the two hunks on existing files, as in Linux 6.1.y.
-kconfig_ctx_before='	  Enable AMD Zen3 branch sampling support (BRS) which samples up to
-	  16 consecutive taken branches in registers.
-'
-kconfig_new='config PVPERF_PMU
-	tristate "pvperf paravirtual PMU for guests under QEMU TCG"
-	depends on X86_64 && PERF_EVENTS && TRACEPOINTS
-	help
-	  A "cpu" PMU for x86_64 guests run by QEMU TCG, which emulates no
-	  hardware PMU, on a host that runs the pvperf TCG plugin and host
-	  service. Each perf event becomes a host event through paravirtual
-	  hypercalls (the KVM paravirt perf ABI of 2010, carried by a marker
-	  store), and the host counts the guest'"'"'s instructions exactly.
+arch=${1:-x86_64}
 
-	  Without a pvperf host the driver prints one line and does not
-	  register. To compile it as a module, choose M here: the module
-	  will be called pvperf.
+# The Kconfig entry for the guests of $2 ($1: its depends line).
+kconfig_entry() {
+	printf '%s\n' "config PVPERF_PMU" \
+		"	tristate \"pvperf paravirtual PMU for ${3:-}guests under QEMU TCG\"" \
+		"	depends on $1" \
+		"	help" \
+		"	  A \"cpu\" PMU for $2 guests run by QEMU TCG, which emulates no" \
+		"	  hardware PMU, on a host that runs the pvperf TCG plugin and host" \
+		"	  service. Each perf event becomes a host event through paravirtual" \
+		"	  hypercalls (the KVM paravirt perf ABI of 2010, carried by a marker" \
+		"	  store), and the host counts the guest's instructions exactly." \
+		"" \
+		"	  Without a pvperf host the driver prints one line and does not" \
+		"	  register. To compile it as a module, choose M here: the module" \
+		"	  will be called pvperf."
+}
+
+# Per architecture: the Kbuild symbol of its object line, where the files
+# go, the patch's subject, and the two hunks on existing files (their
+# context is the same, at the same lines, in Linux 6.1.y and 6.12.y).
+case $arch in
+x86_64)
+	kbuild_config=CONFIG_X86_64
+	dir=arch/x86/events/pvperf
+	abi=arch/x86/include/asm/pvperf_abi.h
+	subject='x86/events: pvperf paravirtual PMU for guests under QEMU TCG'
+	kconfig_file=arch/x86/events/Kconfig
+	kconfig_line=52
+	kconfig_func='config PERF_EVENTS_AMD_BRS'
+	kconfig_ctx_before='	  Enable AMD Zen3 branch sampling support (BRS) which samples up to
+	  16 consecutive taken branches in registers.
+
 '
-events_mk_ctx='obj-$(CONFIG_CPU_SUP_INTEL)		+= intel/
+	kconfig_new="$(kconfig_entry 'X86_64 && PERF_EVENTS && TRACEPOINTS' \
+		x86_64)
+
+"
+	kconfig_ctx_after='endmenu
+'
+	mk_file=arch/x86/events/Makefile
+	mk_line=6
+	mk_func='obj-$(CONFIG_X86_LOCAL_APIC)            += msr.o'
+	mk_ctx_before='obj-$(CONFIG_CPU_SUP_INTEL)		+= intel/
 obj-$(CONFIG_CPU_SUP_CENTAUR)		+= zhaoxin/
 obj-$(CONFIG_CPU_SUP_ZHAOXIN)		+= zhaoxin/
 '
-events_mk_new='obj-$(CONFIG_PVPERF_PMU)		+= pvperf/
+	mk_new='obj-$(CONFIG_PVPERF_PMU)		+= pvperf/
 '
+	mk_ctx_after=
+	;;
+aarch64)
+	kbuild_config=CONFIG_ARM64
+	dir=arch/arm64/pvperf
+	abi=arch/arm64/include/asm/pvperf_abi.h
+	subject='arm64: pvperf paravirtual PMU for guests under QEMU TCG'
+	kconfig_file=drivers/perf/Kconfig
+	kconfig_line=6
+	kconfig_func=
+	kconfig_ctx_before='menu "Performance monitor support"
+	depends on PERF_EVENTS
+
+'
+	# PERF_EVENTS: the menu's dependency.
+	kconfig_new="$(kconfig_entry 'ARM64 && TRACEPOINTS' arm64 'arm64 ')
+
+"
+	kconfig_ctx_after='config ARM_CCI_PMU
+	tristate "ARM CCI PMU driver"
+	depends on (ARM && CPU_V7) || ARM64
+'
+	mk_file=arch/arm64/Kbuild
+	mk_line=7
+	mk_func='subdir-ccflags-$(CONFIG_TRACE_BRANCH_PROFILING) += -DDISABLE_BRANCH_PROFILING'
+	mk_ctx_before='obj-$(CONFIG_KVM)	+= kvm/
+obj-$(CONFIG_XEN)	+= xen/
+obj-$(subst m,y,$(CONFIG_HYPERV))	+= hyperv/
+'
+	mk_new='obj-$(CONFIG_PVPERF_PMU)	+= pvperf/
+'
+	mk_ctx_after='obj-$(CONFIG_CRYPTO)	+= crypto/
+
+# for cleaning
+'
+	;;
+*)
+	echo "make-patch.sh: ARCH is x86_64 or aarch64, not '$arch'" >&2
+	exit 2
+	;;
+esac
+
 # The object lines of Kbuild ("pvperf-... := / +=" and their continuations)
-# that an x86 kernel builds: the patch goes under arch/x86, so other
-# architectures' lines (pvperf-$(CONFIG_ARM64)) stay out, with their files.
-kbuild_objects=$(awk '/^pvperf-/ { more = !/^pvperf-\$\(CONFIG_/ || /CONFIG_X86_64/ }
+# that this architecture's kernel builds: the unconditional ones and the
+# one of its own symbol; other architectures' lines stay out, with their
+# files.
+kbuild_objects=$(awk -v own="pvperf-\$($kbuild_config)" '/^pvperf-/ {
+		more = !/^pvperf-\$\(CONFIG_/ || index($0, own) == 1 }
 	more { print; more = /\\$/ }' Kbuild)
 pvperf_mk="# SPDX-License-Identifier: GPL-2.0
 obj-\$(CONFIG_PVPERF_PMU)	+= pvperf.o
@@ -80,47 +163,39 @@ newfile() {
 	prefix + "$content"
 }
 
-kconfig_diff() {
-	ctx=$(lines "$kconfig_ctx_before")
-	old=$((ctx + 2))
-	new=$((old + $(lines "$kconfig_new") + 1))
-	echo "diff --git a/arch/x86/events/Kconfig b/arch/x86/events/Kconfig"
-	echo "--- a/arch/x86/events/Kconfig"
-	echo "+++ b/arch/x86/events/Kconfig"
-	echo "@@ -52,$old +52,$new @@ config PERF_EVENTS_AMD_BRS"
-	prefix ' ' "$kconfig_ctx_before"
-	echo ' '
-	prefix + "$kconfig_new"
-	echo '+'
-	echo ' endmenu'
-}
-
-events_mk_diff() {
-	echo "diff --git a/arch/x86/events/Makefile b/arch/x86/events/Makefile"
-	echo "--- a/arch/x86/events/Makefile"
-	echo "+++ b/arch/x86/events/Makefile"
-	echo "@@ -6,3 +6,4 @@ obj-\$(CONFIG_X86_LOCAL_APIC)            += msr.o"
-	prefix ' ' "$events_mk_ctx"
-	prefix + "$events_mk_new"
+# hunk FILE LINE FUNC BEFORE NEW AFTER: a diff of FILE that inserts NEW
+# between the context lines BEFORE and AFTER, BEFORE starting at LINE
+# (FUNC: what git shows after the line numbers, may be empty).
+hunk() {
+	old=$(( $(lines "$4") + $(lines "$6") ))
+	echo "diff --git a/$1 b/$1"
+	echo "--- a/$1"
+	echo "+++ b/$1"
+	echo "@@ -$2,$old +$2,$((old + $(lines "$5"))) @@${3:+ $3}"
+	prefix ' ' "$4"
+	prefix + "$5"
+	prefix ' ' "$6"
 }
 
 diffs() {
-	kconfig_diff
-	events_mk_diff
-	printf '%s' "$pvperf_mk" | newfile arch/x86/events/pvperf/Makefile
+	hunk "$kconfig_file" "$kconfig_line" "$kconfig_func" \
+		"$kconfig_ctx_before" "$kconfig_new" "$kconfig_ctx_after"
+	hunk "$mk_file" "$mk_line" "$mk_func" \
+		"$mk_ctx_before" "$mk_new" "$mk_ctx_after"
+	printf '%s' "$pvperf_mk" | newfile "$dir/Makefile"
 	for f in $sources; do
-		newfile "arch/x86/events/pvperf/$f" < "$f"
+		newfile "$dir/$f" < "$f"
 	done
-	newfile arch/x86/include/asm/pvperf_abi.h < ../contracts/pvperf_abi.h
+	newfile "$abi" < ../contracts/pvperf_abi.h
 }
 
 # The files the patch creates, for its summary.
 created() {
-	echo arch/x86/events/pvperf/Makefile
+	echo "$dir/Makefile"
 	for f in $sources; do
-		echo "arch/x86/events/pvperf/$f"
+		echo "$dir/$f"
 	done
-	echo arch/x86/include/asm/pvperf_abi.h
+	echo "$abi"
 }
 
 body=$(diffs; echo x)
@@ -133,7 +208,7 @@ cat <<EOF
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: pvperf <pvperf@localhost>
 Date: Sat, 21 Nov 2026 00:00:00 +0000
-Subject: [PATCH] x86/events: pvperf paravirtual PMU for guests under QEMU TCG
+Subject: [PATCH] $subject
 
 QEMU TCG emulates no hardware PMU, so perf in a guest has software events
 only. Add a "cpu" PMU (type PERF_TYPE_RAW) whose events are counted by the
@@ -143,7 +218,7 @@ counts into guest memory), carried by a marker store the plugin recognises.
 Samples carry the instruction the host saw overflow; page faults are
 reported to the host so that retired-instruction counts stay exact.
 Generic code reaches the architecture only through pvperf_arch.h,
-implemented for x86_64 by pvperf_x86_64.c.
+implemented for $arch by pvperf_$arch.c.
 
 Generated by pvperf guest_kernel_patch/make-patch.sh from the module
 source; do not edit, change the module and regenerate.

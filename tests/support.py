@@ -28,6 +28,15 @@ TUNABLES = ("glibc.cpu.x86_rep_movsb_threshold=0x10000000:"
 GUEST_KERNEL_IMAGES = {"6.1": "default", "6.12": "linux-6.12"}
 
 
+def driver_counters_per_cpu() -> int:
+    """The guest driver's counters per CPU (PVPERF_COUNTERS_PER_CPU in
+    guest_kernel_patch/pvperf.h): beyond that many events perf
+    multiplexes."""
+    text = (REPO / "guest_kernel_patch" / "pvperf.h").read_text()
+    return int(re.search(r"#define PVPERF_COUNTERS_PER_CPU\s+(\d+)",
+                         text).group(1))
+
+
 def guest_kernel_image() -> str:
     """The image PVPERF_GUEST_KERNEL names (default 6.1: "default");
     ValueError for a kernel not in GUEST_KERNEL_IMAGES."""

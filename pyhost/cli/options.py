@@ -270,19 +270,21 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
     config.image = ensure_image(image_name)
     if kernel is not None:
         config.image, overlay = boot_user_kernel(kernel, kernel_build,
-                                                 config.image, not no_pmu)
+                                                 config.image, not no_pmu,
+                                                 arch)
         config.initrd_overlay += overlay
     return config
 
 
-def boot_user_kernel(kernel: Path, build_dir: Path | None, base, pmu: bool):
+def boot_user_kernel(kernel: Path, build_dir: Path | None, base, pmu: bool,
+                     arch=None):
     """(image with the user's kernel, initramfs overlay); a kernel that
     cannot work is a usage error naming what it lacks."""
     if pmu and build_dir is not None:
         click.echo(f"pvperf: checking {kernel} (the PMU driver is built "
                    f"against {build_dir} if it needs to be)...", err=True)
     try:
-        uk = userkernel.user_kernel(kernel, build_dir, base, pmu)
+        uk = userkernel.user_kernel(kernel, build_dir, base, pmu, arch)
     except PvperfError as e:
         if not e.what.startswith("--kernel"):
             raise               # building the driver failed: not usage

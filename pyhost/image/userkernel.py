@@ -1,11 +1,13 @@
 """A kernel the user built, booted with an image's userland.
 
 ``pvperf run --kernel PATH [--kernel-build DIR]`` (virtme-ng's "boot what
-you just built"): PATH is an ELF vmlinux or a bzImage; DIR is its build
-tree (found automatically when PATH lies in one).  The image's /init
-needs, built in (=y: the image's Debian modules are for another kernel),
-the options in REQUIRED; a kernel without one is refused in one line that
-names them all.  What the kernel has is read, in this order, from DIR's
+you just built"): PATH is an ELF vmlinux, a bzImage, or a boot image the
+guest architecture's ``boot_kernel`` takes as it is (an Image with no ELF
+inside); DIR is its build tree (found automatically when PATH lies in
+one).  The image's /init needs, built in (=y: the image's Debian modules
+are for another kernel), the options in REQUIRED; a kernel without one
+is refused in one line that names them all.  What the kernel has is
+read, in this order, from DIR's
 .config, the kernel's own IKCONFIG, or symbols only a built-in option
 leaves (the ELF's .symtab, or a System.map next to it).
 
@@ -30,7 +32,7 @@ import subprocess
 import zlib
 from pathlib import Path
 
-from ..arch import UnbootableKernel
+from ..arch import Arch, UnbootableKernel, host
 from ..errors import ImageError
 from ..paths import REPO_ROOT as REPO, cache_dir
 from .cpio import CpioWriter
@@ -58,6 +60,7 @@ ABI_HEADER = REPO / "contracts" / "pvperf_abi.h"
 GUEST_DRIVER_PATH = "lib/modules/pvperf/pvperf.ko"   # images/default/init
 
 _BZIMAGE_MAGIC_AT = (0x202, b"HdrS")
+_ELF_MAGIC = b"\x7fELF"
 _IKCONFIG_START = b"IKCFG_ST"
 
 
@@ -114,12 +117,17 @@ def _symtab(vmlinux: bytes):
 
 
 def elf_symbols(vmlinux: bytes) -> frozenset[str]:
+    """The .symtab's names (none for a kernel that is no ELF file)."""
+    if not vmlinux.startswith(_ELF_MAGIC):
+        return frozenset()
     return frozenset(s.name for s in _symtab(vmlinux))
 
 
 def system_map_from_elf(vmlinux: bytes) -> str:
     """System.map lines from a vmlinux's .symtab ("" if it has none):
     functions as T, everything else with an address as D."""
+    if not vmlinux.startswith(_ELF_MAGIC):
+        return ""
     rows = sorted((s["st_value"], "T" if s["st_info"]["type"] == "STT_FUNC"
                    else "D", s.name) for s in _symtab(vmlinux)
                   if s["st_value"] and s["st_shndx"] != "SHN_UNDEF")
@@ -184,14 +192,15 @@ def find_system_map(path: Path, build_dir: Path | None) -> Path | None:
     return None
 
 
-def read_kernel(path: Path) -> tuple[bytes, bytes]:
-    """(the file, its ELF vmlinux): a vmlinux is both, a bzImage's ELF is
-    extracted."""
+def read_kernel(path: Path, arch: Arch) -> tuple[bytes, bytes]:
+    """(the file, its kernel for banner and symbols): a vmlinux is both,
+    a bzImage's ELF is extracted, and a boot image ``arch`` boots as it is
+    (an Image with no ELF inside) is both too."""
     try:
         data = path.read_bytes()
     except OSError as e:
         raise _refuse(path, e.strerror or str(e), "check the path") from e
-    if data.startswith(b"\x7fELF"):
+    if data.startswith(_ELF_MAGIC):
         return data, data
     off, magic = _BZIMAGE_MAGIC_AT
     if data[off:off + len(magic)] == magic:
@@ -202,9 +211,17 @@ def read_kernel(path: Path) -> tuple[bytes, bytes]:
                           "pass the build's vmlinux instead") from e
         except UnbootableKernel as e:
             raise _refuse(path, f"bzImage that {e.cause}", e.hint) from e
-    raise _refuse(path, "neither an ELF vmlinux nor a bzImage",
-                  "pass vmlinux (top of the build tree) or "
-                  "arch/x86/boot/bzImage")
+    try:
+        if arch.boot_kernel(data).image == data:
+            return data, data
+    except ValueError:
+        pass
+    except UnbootableKernel as e:
+        raise _refuse(path, f"kernel that {e.cause}", e.hint) from e
+    raise _refuse(path, "neither an ELF vmlinux, a bzImage nor a boot "
+                  f"image for {arch.name}",
+                  "pass vmlinux (top of the build tree) or the boot image "
+                  "your build wrote under arch/*/boot")
 
 
 def check_options(path: Path, feats: KernelFeatures, elf_boot: bool,
@@ -267,8 +284,15 @@ def build_driver(build_dir: Path, release: str) -> Path:
     shutil.copy(ABI_HEADER, src / "include" / "asm" / "pvperf_abi.h")
     # modules_prepare: a tree built with `make vmlinux` lacks what
     # external modules link with (scripts/module.lds); quick when done.
+    # Such a tree of 6.2 or later has no Module.symvers either (only
+    # `make modules` writes it), but vmlinux.symvers: the kernel's exports
+    # for modpost, without which every symbol is undefined.
+    exports = ([f"KBUILD_EXTRA_SYMBOLS={build_dir / 'vmlinux.symvers'}"]
+               if not (build_dir / "Module.symvers").is_file()
+               and (build_dir / "vmlinux.symvers").is_file() else [])
     for target in (["modules_prepare"],
-                   [f"M={src}", "CONFIG_DEBUG_INFO_BTF_MODULES=", "modules"]):
+                   [f"M={src}", "CONFIG_DEBUG_INFO_BTF_MODULES=", *exports,
+                    "modules"]):
         r = subprocess.run(["make", "-C", str(build_dir), *target],
                            capture_output=True, text=True)
         if r.returncode != 0:
@@ -312,9 +336,10 @@ class UserKernel:
 
 
 def user_kernel(path: Path, build_dir: Path | None, base: GuestImage,
-                pmu: bool) -> UserKernel:
-    """Check the kernel at ``path`` and describe how to boot it."""
-    data, vmlinux = read_kernel(path)
+                pmu: bool, arch: Arch | None = None) -> UserKernel:
+    """Check the kernel at ``path`` (for ``arch``'s guests, by default the
+    host's) and describe how to boot it."""
+    data, vmlinux = read_kernel(path, arch or host())
     release = release_of(vmlinux, path)
     build_dir = build_dir or find_build_dir(path)
     if build_dir is not None and not (build_dir / ".config").is_file():
@@ -327,7 +352,7 @@ def user_kernel(path: Path, build_dir: Path | None, base: GuestImage,
             system_map=system_map or base.system_map), b"", [])
     # A bzImage with a PVH note still boots as a bzImage (QEMU picks the
     # boot protocol by the file); only an ELF needs the note.
-    elf_boot = data is vmlinux
+    elf_boot = data is vmlinux and data.startswith(_ELF_MAGIC)
     feats = features(vmlinux, build_dir, system_map)
     warnings = check_options(path, feats, elf_boot, release)
     if elf_boot and feats.has(*PVH[:2]) is None and pvh_entry(vmlinux) is None:

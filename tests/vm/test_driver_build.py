@@ -1,8 +1,8 @@
 """The guest driver (guest_kernel_patch/): the module builds clean against
 the Debian headers of both guest kernels (6.1, and 6.12 for the
 linux-6.12 image), carries the right metadata and exactly one doorbell,
-and the in-tree patch is generated from the same source, applies to
-linux-source-6.1 and linux-source-6.12 and compiles.
+and the in-tree patches (x86_64's and arm64's) are generated from the same
+source, apply to linux-source-6.1 and linux-source-6.12 and compile.
 
 The first run downloads the headers (14 MB, 16 MB for 6.12) and the
 linux-source packages (140 and 153 MB, unpacked once into
@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,28 @@ HCTEST_KO = GKP / "hctest" / "pvperf_hctest.ko"
 ARCH_FILE = re.compile(r"pvperf_(x86_64|aarch64|riscv64)\.c")
 KO = GKP / "pvperf.ko"
 PATCH = GKP / "0001-x86-events-pvperf-paravirtual-PMU.patch"
+
+
+@dataclass(frozen=True)
+class InTree:
+    """An architecture's in-tree patch (make-patch.sh ARCH): where it puts
+    the driver and the ABI header, and the Kbuild line of its own file."""
+    patch: Path
+    dir: str
+    include: str                # holds asm/pvperf_abi.h
+    kbuild_line: str
+    arch_file: str
+
+
+IN_TREE = {
+    "x86_64": InTree(PATCH, "arch/x86/events/pvperf", "arch/x86/include",
+                     "pvperf-$(CONFIG_X86_64)\t+= pvperf_x86_64.o",
+                     "pvperf_x86_64.c"),
+    "aarch64": InTree(GKP / "0001-arm64-pvperf-paravirtual-PMU.patch",
+                      "arch/arm64/pvperf", "arch/arm64/include",
+                      "pvperf-$(CONFIG_ARM64)\t+= pvperf_aarch64.o",
+                      "pvperf_aarch64.c"),
+}
 DOORBELL = "c7 00 50 56 50 46"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pvperf"
 
@@ -197,11 +220,18 @@ def test_per_cpu_data_only_in_data_percpu(build):
     assert names == [".data..percpu"], names
 
 
-def test_patch_is_generated_from_module_source():
-    r = run([GKP / "make-patch.sh"])
+@pytest.mark.parametrize("arch", IN_TREE)
+def test_patch_is_generated_from_module_source(arch):
+    r = run([GKP / "make-patch.sh", arch])
     assert r.returncode == 0, r.stderr
-    assert r.stdout == PATCH.read_text(), \
+    assert r.stdout == IN_TREE[arch].patch.read_text(), \
         "stale patch: run `make -C guest_kernel_patch patch`"
+
+
+def test_make_patch_defaults_to_x86_64_and_refuses_other_arches():
+    assert run([GKP / "make-patch.sh"]).stdout == PATCH.read_text()
+    r = run([GKP / "make-patch.sh", "riscv64"])
+    assert r.returncode != 0 and "x86_64 or aarch64" in r.stderr
 
 
 def new_files(patch_text: str) -> dict[str, str]:
@@ -224,21 +254,33 @@ def new_files(patch_text: str) -> dict[str, str]:
     return files
 
 
-def test_patch_carries_the_module_source_verbatim():
-    """The x86 patch carries the generic files and x86's: no other
-    architecture's file (its objects' lines are not in the Makefile)."""
-    files = new_files(PATCH.read_text())
+@pytest.mark.parametrize("arch", IN_TREE)
+def test_patch_carries_the_module_source_verbatim(arch):
+    """Each architecture's patch carries the generic files and its own: no
+    other architecture's file (its objects' lines are not in the
+    Makefile)."""
+    it = IN_TREE[arch]
+    files = new_files(it.patch.read_text())
     for name in driver_sources()[1:]:
-        if ARCH_FILE.fullmatch(name) and name != "pvperf_x86_64.c":
+        if ARCH_FILE.fullmatch(name) and name != it.arch_file:
             continue
-        assert files.pop(f"arch/x86/events/pvperf/{name}") == \
-            (GKP / name).read_text(), name
-    assert files.pop("arch/x86/include/asm/pvperf_abi.h") == \
+        assert files.pop(f"{it.dir}/{name}") == (GKP / name).read_text(), name
+    assert files.pop(f"{it.include}/asm/pvperf_abi.h") == \
         (REPO / "contracts" / "pvperf_abi.h").read_text()
-    makefile = files.pop("arch/x86/events/pvperf/Makefile")
+    makefile = files.pop(f"{it.dir}/Makefile")
     assert "obj-$(CONFIG_PVPERF_PMU)" in makefile
-    assert "pvperf-$(CONFIG_X86_64)\t+= pvperf_x86_64.o" in makefile
+    assert it.kbuild_line in makefile
+    assert makefile.count("pvperf-$(CONFIG_") == 1, makefile
     assert files == {}
+
+
+def test_the_two_patches_touch_no_file_in_common():
+    """So one tree can take both."""
+    def touched(patch: Path) -> set[str]:
+        return set(re.findall(r"^diff --git a/(\S+)", patch.read_text(),
+                              re.M))
+    x86, arm64 = (touched(it.patch) for it in IN_TREE.values())
+    assert x86 and arm64 and not x86 & arm64
 
 
 def test_kbuild_names_every_driver_source():
@@ -318,11 +360,13 @@ def test_arch_file_implements_the_seam_and_nothing_generic():
         assert '#include "pvperf.h"' not in code, name
 
 
+@pytest.mark.parametrize("arch", IN_TREE)
 @pytest.mark.parametrize("source,release", [
     ("linux-source-6.1", ""), ("linux-source-6.12", RELEASE_612)])
-def test_patch_applies_to_linux_source(source, release):
-    """One patch for both trees, without offsets or fuzz."""
-    r = run([GKP / "check-patch.sh", PATCH],
+def test_patch_applies_to_linux_source(source, release, arch):
+    """One patch per architecture for both trees, without offsets or
+    fuzz."""
+    r = run([GKP / "check-patch.sh", IN_TREE[arch].patch],
             env=dict(os.environ, LINUX_SOURCE_PKG=source,
                      LINUX_SOURCE_RELEASE=release))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -330,30 +374,48 @@ def test_patch_applies_to_linux_source(source, release):
     assert r.stdout.strip().endswith(source), r.stdout
 
 
-@pytest.mark.parametrize("headers", ["kdir", "kdir612"])
-def test_patched_files_compile_in_tree_layout(request, headers):
+@pytest.fixture(scope="module")
+def kdir_arm64() -> Path:
+    """Debian's arm64 6.1 headers (fetch-kbuild.sh KARCH=arm64), or skip."""
+    if not shutil.which("aarch64-linux-gnu-gcc") or not any(
+            (CACHE / "apt" / "arm64" / "lists").glob("*_Packages*")):
+        pytest.skip("no arm64 cross compiler or arm64 package lists "
+                    "(pvperf image build --arch aarch64 fetches them)")
+    r = run([GKP / "fetch-kbuild.sh"], env=dict(os.environ, KARCH="arm64"))
+    assert r.returncode == 0, r.stderr
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("arch,headers", [
+    ("x86_64", "kdir"), ("x86_64", "kdir612"), ("aarch64", "kdir_arm64")])
+def test_patched_files_compile_in_tree_layout(request, arch, headers):
     """Build the patch's files as a module with the in-tree include layout
-    (<asm/pvperf_abi.h> from arch/x86/include) and its own Makefile,
-    against 6.1's headers and 6.12's."""
+    (<asm/pvperf_abi.h> from arch/<karch>/include) and its own Makefile,
+    against the headers of 6.1 and 6.12 (x86_64) and of arm64's 6.1
+    (cross-compiled)."""
+    it = IN_TREE[arch]
     kdir = request.getfixturevalue(headers)
     work = CACHE / f"test-intree-build-{headers}"
     shutil.rmtree(work, ignore_errors=True)
     try:
-        for rel, text in new_files(PATCH.read_text()).items():
+        for rel, text in new_files(it.patch.read_text()).items():
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             (work / rel).write_text(text)
-        src = work / "arch/x86/events/pvperf"
+        src = work / it.dir
         # The in-tree Makefile, plus what the arch Makefile would provide.
         (src / "Kbuild").write_text(
             "CONFIG_PVPERF_PMU := m\n"
-            f"ccflags-y := -I{work / 'arch/x86/include'}\n"
+            f"ccflags-y := -I{work / it.include}\n"
             + (src / "Makefile").read_text())
+        cross = (["ARCH=arm64", "CROSS_COMPILE=aarch64-linux-gnu-"]
+                 if arch == "aarch64" else [])
         # No module BTF (as the Makefile): 6.12's needs pahole and the
         # kernel's vmlinux, neither of which the headers bring.
-        r = run(["make", "-C", kdir, f"M={src}", "KCFLAGS=-Werror",
+        r = run(["make", "-C", kdir, f"M={src}", *cross, "KCFLAGS=-Werror",
                  "CONFIG_DEBUG_INFO_BTF_MODULES=", "modules"])
         assert r.returncode == 0, r.stdout + r.stderr
         assert (src / "pvperf.ko").is_file()
+        assert (src / it.arch_file.replace(".c", ".o")).is_file()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from support import PROGRAMS, run_pvperf, valgrind_irefs
+from support import PROGRAMS, aarch64_image, run_pvperf, valgrind_irefs
 from elfwriter import ElfWriter
 from pyhost.cli import EXIT_USAGE
 from pyhost.image import userkernel
@@ -78,7 +78,7 @@ def test_no_driver_and_no_build_tree_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("content,words", [
-    (b"#!/bin/sh\n", "neither an ELF vmlinux nor a bzImage"),
+    (b"#!/bin/sh\n", "neither an ELF vmlinux, a bzImage nor a boot image"),
     (ElfWriter().build(), "no `Linux version` banner")])
 def test_what_is_not_a_kernel_is_refused(tmp_path, content, words):
     path = tmp_path / "k"
@@ -86,6 +86,36 @@ def test_what_is_not_a_kernel_is_refused(tmp_path, content, words):
     code, lines = refusal(["--kernel", str(path)])
     assert code == EXIT_USAGE and len(lines) == 1, lines
     assert words in lines[0], lines
+
+
+def fake_arm64_image(tmp_path, config: str) -> bytes:
+    """An arm64 boot Image (the header's magic and a size; no ELF inside)
+    with a banner and an IKCONFIG."""
+    header = bytearray(64)
+    header[8:24] = (0).to_bytes(8, "little") + (1 << 20).to_bytes(8, "little")
+    header[0x38:0x3c] = b"ARM\x64"
+    blob = bytes(header) + b"Linux version 6.1.99-fake (test@host) #1 SMP\0" \
+        + b"IKCFG_ST" + gzip.compress(config.encode()) + b"IKCFG_ED"
+    path = tmp_path / "Image"
+    path.write_bytes(blob)
+    return path
+
+
+def test_an_arm64_image_is_read_as_a_kernel_for_aarch64_only(tmp_path):
+    """`--arch aarch64 --kernel Image`: the Image (booted as it is, no ELF
+    in it) is checked like a vmlinux, here refused for what its IKCONFIG
+    lacks; for x86_64 guests the same file is no kernel."""
+    config = "\n".join(f"CONFIG_{o}=y" for o, _, _ in userkernel.REQUIRED
+                       if o != "9P_FS")
+    image = fake_arm64_image(tmp_path, config + "\nCONFIG_PVPERF_PMU=y\n")
+    aarch64_image()             # built first: its progress is not refusal
+    code, lines = refusal(["--arch", "aarch64", "--kernel", str(image)])
+    assert code == EXIT_USAGE and len(lines) == 1, lines
+    assert "6.1.99-fake lacks CONFIG_9P_FS" in lines[0], lines
+    assert "IKCONFIG" in lines[0] and "PVH" not in lines[0], lines
+    code, lines = refusal(["--kernel", str(image)])
+    assert code == EXIT_USAGE and len(lines) == 1, lines
+    assert "a boot image for x86_64" in lines[0], lines
 
 
 def test_kernel_build_needs_kernel(tmp_path):
