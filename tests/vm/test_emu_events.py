@@ -111,26 +111,31 @@ def test_device_reads_counted_exactly():
 # what the guest does outside the host's window (below) is well below the
 # 2% compared.
 HOST_LOOP = 3_000_000_000
-# The counted command signals the host from a waitfile already running
-# (perf stat -a enables its counters before it starts the command), so
-# the guest counts outside the host's window only the command's start
-# (sh, one exec) and its end.  Those must run warm: the first event
-# opened switches the plugin to counting, which retranslates all code,
-# and the code then run first (perf, sh, waitfile) cost 170 ms of host
-# time outside the window (+3% in three runs, 2026-11-27; the old
-# handshake, a fixed 0.3 s wait, gave -0.3% to +4%, by how long perf took
-# to start).  So a background event keeps counting on and a first run
-# warms the code: the edges then cost 18 ms (the same with loop 1000:
-# 36.7 ms counted, 18.7 ms in the window), +0.20% to +0.32% in four runs.
-HOST_TIME = f"""
+
+
+def windowed(events: str, command: str) -> str:
+    """A guest script that counts events with perf stat -a over command,
+    in section 'window', between two handshakes with window_ns() on the
+    host.  The counted command signals from a waitfile already running
+    (perf stat -a enables its counters before it starts the command), so
+    the guest counts outside the host's window only the command's start
+    (sh, one exec) and its end.  Those must run warm: the first event
+    opened switches the plugin to counting, which retranslates all code,
+    and the code then run first (perf, sh, waitfile) cost 170 ms of host
+    time outside the window (+3% in three runs, 2026-11-27; the old
+    handshake, a fixed 0.3 s wait, gave -0.3% to +4%, by how long perf
+    took to start).  So a background event keeps counting on and a first
+    run warms the code: the edges then cost 18 ms (with loop 1000: 36.7 ms
+    counted, 18.7 ms in the window)."""
+    return f"""
 touch w
 perf stat -a -e instructions -o /tmp/bg -- ./waitfile bgstop bgon &
 ./waitfile bgon
-perf stat -a -x, -e emu-host-ns -- sh -c \\
-  './waitfile w c0; ./loop 1000; ./waitfile w d0' >/dev/null 2>&1
-echo '=== host'
-perf stat -a -x, -e emu-host-ns -- sh -c \\
-  './waitfile go counting; ./loop {HOST_LOOP}; ./waitfile stop done' 2>&1
+perf stat -a -x, -e {events} -- sh -c \\
+  './waitfile w c0; ./waitfile w d0' >/dev/null 2>&1
+echo '=== window'
+perf stat -a -x, -e {events} -- sh -c \\
+  './waitfile go counting; {command}; ./waitfile stop done' 2>&1
 touch bgstop
 wait
 echo '=== end'
@@ -178,39 +183,153 @@ def wait_for(path: Path, proc: subprocess.Popen, what: str) -> None:
         time.sleep(0.01)
 
 
-def test_host_time_matches_the_vcpu_threads_cpu_time(tmp_path):
+def window_ns(share: Path, script: str, options: tuple[str, ...] = ()
+              ) -> tuple[dict[str, list[str]], int]:
+    """Run a windowed() script in a guest with share as its directory
+    (loop and waitfile copied in): its sections, and the vCPU thread's
+    CPU time (/proc/PID/task/TID/schedstat) between "counting" and
+    "done" (after "counting" the guest idles until "go"; after "done" it
+    only waits)."""
     subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
     for name in ("loop", "waitfile"):
-        (tmp_path / name).write_bytes((PROGRAMS / name).read_bytes())
-        (tmp_path / name).chmod(0o755)
+        (share / name).write_bytes((PROGRAMS / name).read_bytes())
+        (share / name).chmod(0o755)
     proc = subprocess.Popen(pvperf_cmd() + [
-        "run", "--share", str(tmp_path), "--", "sh", "-c",
-        "touch started; ./waitfile ready; " + HOST_TIME],
+        "run", "--share", str(share), *options, "--", "sh", "-c",
+        "touch started; ./waitfile ready; " + script],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=sigint_default)
     try:
-        wait_for(tmp_path / "started", proc, "the guest started")
+        wait_for(share / "started", proc, "the guest started")
         task = qemu_vcpu_thread(proc.pid)
-        (tmp_path / "ready").touch()
-        # HOST_TIME: after "counting" the guest idles until "go"; after
-        # "done" it only waits.
-        wait_for(tmp_path / "counting", proc, "perf stat counted")
+        (share / "ready").touch()
+        wait_for(share / "counting", proc, "perf stat counted")
         before = thread_ns(task)
-        (tmp_path / "go").touch()
-        wait_for(tmp_path / "done", proc, "the loop ended")
+        (share / "go").touch()
+        wait_for(share / "done", proc, "the command ended")
         after = thread_ns(task)
-        (tmp_path / "stop").touch()
+        (share / "stop").touch()
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.terminate()
             proc.wait()
     assert proc.returncode == 0, out[-2000:] + err
-    got = count(sections(out)["host"], "emu-host-ns")
-    ref = after - before
+    s = sections(out)
+    assert "end" in s, out[-2000:] + err
+    return s, after - before
+
+
+def test_host_time_matches_the_vcpu_threads_cpu_time(tmp_path):
+    """+0.20% to +0.32% in four runs at load 11-13 (2026-11-27)."""
+    s, ref = window_ns(tmp_path, windowed("emu-host-ns",
+                                          f"./loop {HOST_LOOP}"))
+    got = count(s["window"], "emu-host-ns")
     print(f"emu-host-ns {got} ns, /proc schedstat {ref} ns: "
           f"{100 * (got - ref) / ref:+.2f}%")
     assert abs(got - ref) <= 0.02 * ref, (got, ref)
+
+
+# Reads of 4 KB from a file through the 9p share (cache=none: each one a
+# 9p request): the guest kernel's 9p client and virtio, QEMU's virtio
+# and 9p server.  2048 of them retire about 30 M instructions and take
+# 0.15-0.2 s of the vCPU thread's host time (load 13), so 8 x 4096 of
+# them, 2.5-3 s, put the windows' edges (about 20 ms) below 1%.
+IO_FILE_KB = 16384
+IO_READ = ("i=0; while [ $i -lt 8 ]; do dd if=big of=/dev/null bs=4k "
+           "2>/dev/null; i=$((i + 1)); done")
+
+
+def io_share(tmp_path: Path) -> Path:
+    share = tmp_path / "share"
+    share.mkdir()
+    (share / "big").write_bytes(bytes(range(256)) * (4 * IO_FILE_KB))
+    return share
+
+
+def test_domain_cycles_of_io_are_the_vcpu_threads_host_time(tmp_path):
+    """Domain vs CPU accounting on a workload that does I/O: domain-mode
+    cycles exceed CPU-mode cycles (one per instruction) by the host time
+    the emulation took.  Reference: the vCPU thread's CPU time from
+    /proc over the same window (the two windows, one boot each)."""
+    events = "'{cycles,instructions}'"
+    share = io_share(tmp_path)
+    cpu, cpu_ref = window_ns(share, windowed(events, IO_READ),
+                             ("--accounting", "cpu"))
+    for f in ("ready", "counting", "go", "done", "stop", "started",
+              "bgon", "bgstop", "w"):
+        (share / f).unlink(missing_ok=True)
+    dom, dom_ref = window_ns(share, windowed(events, IO_READ),
+                             ("--accounting", "domain"))
+    cpu_cycles = count(cpu["window"], "cycles")
+    dom_cycles = count(dom["window"], "cycles")
+    insns = count(dom["window"], "instructions")
+    print(f"dd 8 x {IO_FILE_KB} KB in 4 KB reads over 9p: cycles cpu "
+          f"{cpu_cycles} (instructions {count(cpu['window'], 'instructions')}"
+          f", /proc {cpu_ref} ns), domain {dom_cycles} (instructions {insns}"
+          f", /proc {dom_ref} ns): domain - cpu {dom_cycles - cpu_cycles}, "
+          f"/proc - instructions {dom_ref - insns} "
+          f"({100 * (dom_cycles - dom_ref) / dom_ref:+.2f}% of /proc)")
+    assert cpu_cycles == count(cpu["window"], "instructions")
+    assert abs(dom_cycles - dom_ref) <= 0.02 * dom_ref, (dom_cycles, dom_ref)
+
+
+def emulation_on_behalf(summary: dict) -> dict[str, float]:
+    """pvperf profile's domain-switch view less its CPU-switch view: per
+    guest function (of the top 20), the emulator's samples on its behalf
+    (their unwound host stack reaches that function's TB), in percent of
+    all samples of guest code or on its behalf (QEMU's other threads and
+    its work for no TB left out: "[not on behalf of guest code]")."""
+    own = {r["symbol"]: r["samples"] for r in summary["guest_only"]}
+    rows = summary["guest_plus_emulator"]       # the top 20
+    both = {r["symbol"]: r["samples"] for r in rows
+            if r["space"] != "emulator"}
+    total = summary["samples_total"] - sum(
+        r["samples"] for r in rows if r["space"] == "emulator")
+    return {sym: 100 * (n - own.get(sym, 0)) / total
+            for sym, n in both.items()}
+
+
+def sym_shares(lines: list[str]) -> dict[str, float]:
+    """perf report --sort sym's shares, kernel and user symbols."""
+    shares = {}
+    for line in lines:
+        m = re.match(r"\s*([\d.]+)%\s+\[[.k]\]\s+(\S+)", line)
+        if m:
+            shares[m.group(2)] = float(m.group(1))
+    return shares
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="skid: the device emulation's host "
+                   "time is found at the next host-time check (about 20 us "
+                   "of host time later) or hypercall, after the kick "
+                   "(docs/accounting.md)")
+def test_domain_cycles_of_io_land_where_the_host_profile_puts_them(tmp_path):
+    """The same I/O: the guest function on whose behalf the host's own
+    profile (pvperf profile: host perf on QEMU, emulator samples charged
+    to the TB their host stack reaches) puts the most emulator work (the
+    virtio kick, iowrite16) has the same share of the guest's domain-mode
+    cycles samples, within 5 points."""
+    share = io_share(tmp_path)
+    out = tmp_path / "prof"
+    r = run_pvperf(["profile", "--output", str(out), "--share", str(share),
+                    "--", "dd", "if=big", "of=/dev/null", "bs=4k"],
+                   timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    host = emulation_on_behalf(json.loads((out / "summary.json").read_text()))
+    top = max(host, key=host.get)
+    s = run_pvperf(["run", "--share", str(share), "--accounting", "domain",
+                    "--", "sh", "-c",
+                    "echo '=== record'; perf record -q -e cycles -c 100000 "
+                    "-o /tmp/c.data dd if=big of=/dev/null bs=4k 2>/dev/null;"
+                    " perf report -i /tmp/c.data --stdio --sort sym 2>&1;"
+                    " echo '=== end'"], timeout=600)
+    assert s.returncode == 0, s.stderr[-3000:]
+    guest = sym_shares(sections(s.stdout)["record"])
+    print(f"emulator work on behalf of {top}: {host[top]:.1f}% in pvperf "
+          f"profile, {guest.get(top, 0):.1f}% of the guest's domain cycles "
+          f"samples; guest top: {sorted(guest.items(), key=lambda x: -x[1])[:4]}")
+    assert abs(guest.get(top, 0) - host[top]) <= 5, (top, host[top], guest)
 
 
 DOMAIN = """
