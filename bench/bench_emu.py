@@ -12,6 +12,9 @@
              checks every k blocks included
   armed      the same at -c 10^12: the instrumentation and the host-time
              checks, no sample
+  armedi     perf record -e instructions:u -c 10^12: sampling's own
+             instrumentation (counting, the chunks' countdown), without
+             the host-time checks
   cpuclock   perf record -e cpu-clock -c 1000000: the guest's own 1 kHz
              software sampling, which involves no pvperf at all: what
              perf record and the guest kernel's sampling cost under TCG
@@ -59,6 +62,8 @@ RECORD = {
     "armed": "perf record -q -e emu-host-ns:u -c 1000000000000 "
              "-o /tmp/h.data -- ",
     "cpuclock": "perf record -q -e cpu-clock -c 1000000 -o /tmp/h.data -- ",
+    "armedi": "perf record -q -e instructions:u -c 1000000000000 "
+              "-o /tmp/h.data -- ",
 }
 
 
@@ -135,7 +140,7 @@ def main() -> None:
     ap.add_argument("--workload", default="./hotcold 100000")
     ap.add_argument("--pre-emu", type=Path, default=None)
     ap.add_argument("--extra", nargs="*", default=["armed", "cpuclock"],
-                    choices=["armed", "cpuclock"])
+                    choices=list(RECORD)[1:])
     args = ap.parse_args()
     subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
     configs = ["plain", "idle", *(["pre-emu"] if args.pre_emu else []),
