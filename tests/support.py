@@ -371,3 +371,44 @@ def perf_count(lines: list[str], event: str) -> str | None:
         if len(f) > 2 and f[2] == event:
             return f[0]
     return None
+
+
+def descendants(root: int) -> list[int]:
+    """Process root and every process below it."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue                        # gone
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def qemu_vcpu_thread(root: int) -> Path:
+    """The task directory of the vCPU thread of the QEMU below process
+    root (QEMU names it "CPU 0/TCG": pvperf starts it with
+    debug-threads=on)."""
+    for pid in descendants(root):
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                if (task / "comm").read_text().strip() == "CPU 0/TCG":
+                    return task
+            except OSError:
+                pass
+    raise AssertionError("no QEMU vCPU thread under pvperf")
+
+
+def thread_ns(task: Path) -> int:
+    return int((task / "schedstat").read_text().split()[0])
+
+
+def wait_for(path: Path, proc: subprocess.Popen, what: str) -> None:
+    while not path.exists():
+        assert proc.poll() is None, f"pvperf ended before {what}"
+        time.sleep(0.01)

@@ -110,6 +110,27 @@ static int self(void)
 	return thread_vcpu == THREAD_SHARED ? 0 : thread_vcpu;
 }
 
+/*
+ * Instructions a half retired since *at, which becomes now.  The count
+ * can go back: a chunk's instructions are added at its start, and when
+ * one of them page-faults, the kernel's FAULT hypercall takes back the
+ * ones that did not run (count_fault), after the kernel's fault handler
+ * ran for a while, long enough for a host-time check in it to read the
+ * user count with that tail still in.  A count behind *at retired
+ * nothing since.  (As a u64 difference it wrapped, and with kernel
+ * instructions in the interval the split below charged the user half
+ * far more than the interval and the kernel half a wrapped negative
+ * amount: a user counter near 2^64, past which the service's next
+ * threshold was disarmed, so a forked program lost all its samples.)
+ */
+static uint64_t retired_since(uint64_t now, uint64_t *at)
+{
+	int64_t d = (int64_t)(now - *at);
+
+	*at = now;
+	return d > 0 ? (uint64_t)d : 0;
+}
+
 /* Charge the host time since the last point, read now; at is where. */
 static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at)
 {
@@ -120,13 +141,11 @@ static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at)
 	if (now < e->ns_at)
 		return 0;
 	score_count(vcpu, c);
-	dk = c[PVPERF_CTR_INSN_KERNEL] - e->insn_at[0];
-	du = c[PVPERF_CTR_INSN_USER] - e->insn_at[1];
+	dk = retired_since(c[PVPERF_CTR_INSN_KERNEL], &e->insn_at[0]);
+	du = retired_since(c[PVPERF_CTR_INSN_USER], &e->insn_at[1]);
 	user = dk + du ? (uint64_t)((unsigned __int128)d * du / (dk + du)) :
 	       kernel ? 0 : d;
 	e->ns_at = now;
-	e->insn_at[0] += dk;
-	e->insn_at[1] += du;
 	/* Only the point's own half can overflow here: a sample's ip must
 	 * be in its half (the other's slots see their growth at their next
 	 * point). */

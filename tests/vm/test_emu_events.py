@@ -17,7 +17,9 @@ not come from pvperf:
   wait);
 * domain accounting: cycles are the host time (one group, one counter);
 * host-time samples: hotcold's hot/cold split as the host's own profile
-  of the same program (pvperf profile) sees it, within 5 points;
+  of the same program (pvperf profile) sees it, within 5 points; a
+  program a shell forks under perf record gets most of the samples (it
+  does nearly all the work), in each of 16 runs;
 * domain vs CPU accounting: iomix's two loops retire the same
   instructions (the analytic reference: an even split under CPU
   accounting); under domain accounting the one that loads from the edu
@@ -26,14 +28,16 @@ not come from pvperf:
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from support import (PROGRAMS, perf_count, pvperf_cmd, run_guest_script,
-                     run_pvperf, sigint_default, sections)
+from support import (PROGRAMS, perf_count, pvperf_cmd, qemu_vcpu_thread,
+                     run_guest_script, run_pvperf, sigint_default,
+                     sections, thread_ns, wait_for)
 from test_sampling import report_shares
 
 pytestmark = pytest.mark.vm
@@ -105,93 +109,187 @@ def test_device_reads_counted_exactly():
 
 
 # loop's 2 * N instructions: a few seconds of host time under TCG, so that
-# the guest's own start-up and hand-over (fork, exec; idle otherwise) are
-# well below the 2% compared.
+# what the guest does outside the host's window (below) is well below the
+# 2% compared.
 HOST_LOOP = 3_000_000_000
-HOST_TIME = f"""
-echo '=== host'
-perf stat -a -x, -e emu-host-ns -- sh -c \\
-  './waitfile go; ./loop {HOST_LOOP}; touch done; ./waitfile stop' 2>&1
+
+
+def windowed(events: str, command: str) -> str:
+    """A guest script that counts events with perf stat -a over command,
+    in section 'window', between two handshakes with window_ns() on the
+    host.  The counted command signals from a waitfile already running
+    (perf stat -a enables its counters before it starts the command), so
+    the guest counts outside the host's window only the command's start
+    (sh, one exec) and its end.  Those must run warm: the first event
+    opened switches the plugin to counting, which retranslates all code,
+    and the code then run first (perf, sh, waitfile) cost 170 ms of host
+    time outside the window (+3% in three runs, 2026-11-27; the old
+    handshake, a fixed 0.3 s wait, gave -0.3% to +4%, by how long perf
+    took to start).  So a background event keeps counting on and a first
+    run warms the code: the edges then cost 18 ms (with loop 1000: 36.7 ms
+    counted, 18.7 ms in the window)."""
+    return f"""
+touch w
+perf stat -a -e instructions -o /tmp/bg -- ./waitfile bgstop bgon &
+./waitfile bgon
+perf stat -a -x, -e {events} -- sh -c \\
+  './waitfile w c0; ./waitfile w d0' >/dev/null 2>&1
+echo '=== window'
+perf stat -a -x, -e {events} -- sh -c \\
+  './waitfile go counting; {command}; ./waitfile stop done' 2>&1
+touch bgstop
+wait
 echo '=== end'
 """
 
 
-def descendants(root: int) -> list[int]:
-    """Process root and every process below it."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue                        # gone
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo += children.get(pid, [])
-    return out
-
-
-def qemu_vcpu_thread(root: int) -> Path:
-    """The task directory of the vCPU thread of the QEMU below process
-    root (QEMU names it "CPU 0/TCG": pvperf starts it with
-    debug-threads=on)."""
-    for pid in descendants(root):
-        for task in Path(f"/proc/{pid}/task").glob("*"):
-            try:
-                if (task / "comm").read_text().strip() == "CPU 0/TCG":
-                    return task
-            except OSError:
-                pass
-    raise AssertionError("no QEMU vCPU thread under pvperf")
-
-
-def thread_ns(task: Path) -> int:
-    return int((task / "schedstat").read_text().split()[0])
-
-
-def wait_for(path: Path, proc: subprocess.Popen, what: str) -> None:
-    while not path.exists():
-        assert proc.poll() is None, f"pvperf ended before {what}"
-        time.sleep(0.01)
-
-
-def test_host_time_matches_the_vcpu_threads_cpu_time(tmp_path):
+def window_ns(share: Path, script: str, options: tuple[str, ...] = ()
+              ) -> tuple[dict[str, list[str]], int]:
+    """Run a windowed() script in a guest with share as its directory
+    (loop and waitfile copied in): its sections, and the vCPU thread's
+    CPU time (/proc/PID/task/TID/schedstat) between "counting" and
+    "done" (after "counting" the guest idles until "go"; after "done" it
+    only waits)."""
     subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
     for name in ("loop", "waitfile"):
-        (tmp_path / name).write_bytes((PROGRAMS / name).read_bytes())
-        (tmp_path / name).chmod(0o755)
+        (share / name).write_bytes((PROGRAMS / name).read_bytes())
+        (share / name).chmod(0o755)
     proc = subprocess.Popen(pvperf_cmd() + [
-        "run", "--share", str(tmp_path), "--", "sh", "-c",
-        "touch started; ./waitfile ready; " + HOST_TIME],
+        "run", "--share", str(share), *options, "--", "sh", "-c",
+        "touch started; ./waitfile ready; " + script],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=sigint_default)
     try:
-        wait_for(tmp_path / "started", proc, "the guest started")
+        wait_for(share / "started", proc, "the guest started")
         task = qemu_vcpu_thread(proc.pid)
-        (tmp_path / "ready").touch()
-        # perf stat is counting once it runs its command's waitfile: give
-        # it the go only after the clock is read.  The guest CPU time
-        # outside the host's window (its shell's and waitfile's start,
-        # waitfile's few looks at the share) is what the 2% must hold.
-        time.sleep(0.3)
+        (share / "ready").touch()
+        wait_for(share / "counting", proc, "perf stat counted")
         before = thread_ns(task)
-        (tmp_path / "go").touch()
-        wait_for(tmp_path / "done", proc, "the loop ended")
+        (share / "go").touch()
+        wait_for(share / "done", proc, "the command ended")
         after = thread_ns(task)
-        (tmp_path / "stop").touch()
+        (share / "stop").touch()
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.terminate()
             proc.wait()
     assert proc.returncode == 0, out[-2000:] + err
-    got = count(sections(out)["host"], "emu-host-ns")
-    ref = after - before
+    s = sections(out)
+    assert "end" in s, out[-2000:] + err
+    return s, after - before
+
+
+def test_host_time_matches_the_vcpu_threads_cpu_time(tmp_path):
+    """+0.20% to +0.32% in four runs at load 11-13 (2026-11-27)."""
+    s, ref = window_ns(tmp_path, windowed("emu-host-ns",
+                                          f"./loop {HOST_LOOP}"))
+    got = count(s["window"], "emu-host-ns")
     print(f"emu-host-ns {got} ns, /proc schedstat {ref} ns: "
           f"{100 * (got - ref) / ref:+.2f}%")
     assert abs(got - ref) <= 0.02 * ref, (got, ref)
+
+
+# Reads of 4 KB from a file through the 9p share (cache=none: each one a
+# 9p request): the guest kernel's 9p client and virtio, QEMU's virtio
+# and 9p server.  2048 of them retire about 30 M instructions and take
+# 0.15-0.2 s of the vCPU thread's host time (load 13), so 8 x 4096 of
+# them, 2.5-3 s, put the windows' edges (about 20 ms) below 1%.
+IO_FILE_KB = 16384
+IO_READ = ("i=0; while [ $i -lt 8 ]; do dd if=big of=/dev/null bs=4k "
+           "2>/dev/null; i=$((i + 1)); done")
+
+
+def io_share(tmp_path: Path) -> Path:
+    share = tmp_path / "share"
+    share.mkdir()
+    (share / "big").write_bytes(bytes(range(256)) * (4 * IO_FILE_KB))
+    return share
+
+
+def test_domain_cycles_of_io_are_the_vcpu_threads_host_time(tmp_path):
+    """Domain vs CPU accounting on a workload that does I/O: domain-mode
+    cycles exceed CPU-mode cycles (one per instruction) by the host time
+    the emulation took.  Reference: the vCPU thread's CPU time from
+    /proc over the same window (the two windows, one boot each)."""
+    events = "'{cycles,instructions}'"
+    share = io_share(tmp_path)
+    cpu, cpu_ref = window_ns(share, windowed(events, IO_READ),
+                             ("--accounting", "cpu"))
+    for f in ("ready", "counting", "go", "done", "stop", "started",
+              "bgon", "bgstop", "w"):
+        (share / f).unlink(missing_ok=True)
+    dom, dom_ref = window_ns(share, windowed(events, IO_READ),
+                             ("--accounting", "domain"))
+    cpu_cycles = count(cpu["window"], "cycles")
+    dom_cycles = count(dom["window"], "cycles")
+    insns = count(dom["window"], "instructions")
+    print(f"dd 8 x {IO_FILE_KB} KB in 4 KB reads over 9p: cycles cpu "
+          f"{cpu_cycles} (instructions {count(cpu['window'], 'instructions')}"
+          f", /proc {cpu_ref} ns), domain {dom_cycles} (instructions {insns}"
+          f", /proc {dom_ref} ns): domain - cpu {dom_cycles - cpu_cycles}, "
+          f"/proc - instructions {dom_ref - insns} "
+          f"({100 * (dom_cycles - dom_ref) / dom_ref:+.2f}% of /proc)")
+    assert cpu_cycles == count(cpu["window"], "instructions")
+    assert abs(dom_cycles - dom_ref) <= 0.02 * dom_ref, (dom_cycles, dom_ref)
+
+
+def emulation_on_behalf(summary: dict) -> dict[str, float]:
+    """pvperf profile's domain-switch view less its CPU-switch view: per
+    guest function (of the top 20), the emulator's samples on its behalf
+    (their unwound host stack reaches that function's TB), in percent of
+    all samples of guest code or on its behalf (QEMU's other threads and
+    its work for no TB left out: "[not on behalf of guest code]")."""
+    own = {r["symbol"]: r["samples"] for r in summary["guest_only"]}
+    rows = summary["guest_plus_emulator"]       # the top 20
+    both = {r["symbol"]: r["samples"] for r in rows
+            if r["space"] != "emulator"}
+    total = summary["samples_total"] - sum(
+        r["samples"] for r in rows if r["space"] == "emulator")
+    return {sym: 100 * (n - own.get(sym, 0)) / total
+            for sym, n in both.items()}
+
+
+def sym_shares(lines: list[str]) -> dict[str, float]:
+    """perf report --sort sym's shares, kernel and user symbols."""
+    shares = {}
+    for line in lines:
+        m = re.match(r"\s*([\d.]+)%\s+\[[.k]\]\s+(\S+)", line)
+        if m:
+            shares[m.group(2)] = float(m.group(1))
+    return shares
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="skid: the device emulation's host "
+                   "time is found at the next host-time check (about 20 us "
+                   "of host time later) or hypercall, after the kick "
+                   "(docs/accounting.md)")
+def test_domain_cycles_of_io_land_where_the_host_profile_puts_them(tmp_path):
+    """The same I/O: the guest function on whose behalf the host's own
+    profile (pvperf profile: host perf on QEMU, emulator samples charged
+    to the TB their host stack reaches) puts the most emulator work (the
+    virtio kick, iowrite16) has the same share of the guest's domain-mode
+    cycles samples, within 5 points."""
+    share = io_share(tmp_path)
+    out = tmp_path / "prof"
+    r = run_pvperf(["profile", "--output", str(out), "--share", str(share),
+                    "--", "dd", "if=big", "of=/dev/null", "bs=4k"],
+                   timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    host = emulation_on_behalf(json.loads((out / "summary.json").read_text()))
+    top = max(host, key=host.get)
+    s = run_pvperf(["run", "--share", str(share), "--accounting", "domain",
+                    "--", "sh", "-c",
+                    "echo '=== record'; perf record -q -e cycles -c 100000 "
+                    "-o /tmp/c.data dd if=big of=/dev/null bs=4k 2>/dev/null;"
+                    " perf report -i /tmp/c.data --stdio --sort sym 2>&1;"
+                    " echo '=== end'"], timeout=600)
+    assert s.returncode == 0, s.stderr[-3000:]
+    guest = sym_shares(sections(s.stdout)["record"])
+    print(f"emulator work on behalf of {top}: {host[top]:.1f}% in pvperf "
+          f"profile, {guest.get(top, 0):.1f}% of the guest's domain cycles "
+          f"samples; guest top: {sorted(guest.items(), key=lambda x: -x[1])[:4]}")
+    assert abs(guest.get(top, 0) - host[top]) <= 5, (top, host[top], guest)
 
 
 DOMAIN = """
@@ -235,6 +333,57 @@ def test_host_time_samples_agree_with_the_host_profile(tmp_path):
     print(f"hot/(hot+cold): guest host-time samples {100 * guest_hot:.1f}%,"
           f" pvperf profile {100 * host_hot:.1f}%")
     assert abs(guest_hot - host_hot) <= 0.05, (guest_hot, host_hot)
+
+
+
+# A script that forks its program (not exec: the shell waits), as a
+# benchmark's timing wrapper does, with command substitutions (more
+# forks) around it; hotcold does nearly all its work.
+FORKING = "x=$(echo a); ./hotcold 30000 >/dev/null; y=$(echo b)"
+FORK_RUNS = 16
+FORKS = f"""
+echo '{FORKING}' > /tmp/forking
+i=0
+while [ $i -lt {FORK_RUNS} ]; do
+  echo "=== record$i"
+  perf record -q -e emu-host-ns:u -c 1000000 -o /tmp/f.data \\
+    -- sh /tmp/forking >/dev/null 2>&1
+  perf report -i /tmp/f.data --stdio --sort comm 2>&1
+  i=$((i + 1))
+done
+echo '=== end'
+"""
+
+
+def comm_shares(lines: list[str]) -> dict[str, float]:
+    shares = {}
+    for line in lines:
+        m = re.match(r"\s*([\d.]+)%\s+(\S+)\s*$", line)
+        if m:
+            shares[m.group(2)] = float(m.group(1))
+    return shares
+
+
+def test_host_time_of_a_forked_program_under_perf_record():
+    """A program a shell forks under `perf record -e emu-host-ns:u`
+    (inherited events) gets the samples of the time it takes: hotcold
+    does nearly all the script's work (the analytic reference), so it
+    must have most of the samples in every one of FORK_RUNS runs in one
+    boot.  Before emu.c's charge() took a count that went back as nothing
+    retired (a host-time check in the kernel's page-fault handler read
+    the user count before the FAULT hypercall took back the faulting
+    chunk's tail; the COW faults of a forked shell make them common),
+    9 of 16 runs gave hotcold no sample: the split wrapped, the user
+    counter jumped near 2^64 and the service's next threshold lay past
+    the u64 (disarmed).  Counting alone cannot show it: without
+    host-time checks every point is a hypercall, and FAULT is served
+    before any other."""
+    s = run_guest_script(FORKS, 1, timeout=900)
+    starved = [(i, shares) for i in range(FORK_RUNS)
+               if (shares := comm_shares(s[f"record{i}"])).get(
+                   "hotcold", 0) < 50]
+    print(f"{FORK_RUNS} runs: hotcold starved of samples in {len(starved)}")
+    assert not starved, starved
 
 
 IOMIX_LOADS = 100000
