@@ -60,7 +60,9 @@ PYTHON = REPO / ".venv" / "bin" / "python"
 # tests/guest_programs' (aarch64/ for arm64 guests; work is x86's only).
 WORKLOADS = {"work": "./work 100000000", "loop": "./loop 1000000000",
              "loop2": "sh -c './loop 1000000000 & ./loop 1000000000; wait'",
-             "memwalk": "./memwalk 0 24"}
+             "memwalk": "./memwalk 0 24",
+             # kernel-heavy: 300,000 read+write pairs
+             "syscalls": "dd if=/dev/zero of=/dev/null bs=1 count=300000"}
 CONFIGS = {
     "plain": (["--no-pmu"], "task-clock"),
     "idle": ([], "task-clock"),
@@ -150,7 +152,10 @@ def main() -> None:
     ap.add_argument("--smp", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--arch", nargs="+", default=[arches.host().name],
                     choices=sorted(arches.ARCHES))
-    ap.add_argument("--workload", nargs="+", default=list(WORKLOADS))
+    ap.add_argument("--workload", nargs="+", choices=list(WORKLOADS),
+                    default=[w for w in WORKLOADS if w != "syscalls"],
+                    help="syscalls (kernel-heavy; 11 s a run on arm64) only "
+                    "when asked")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS),
                     choices=list(CONFIGS), help="a subset (plain is always "
                     "run: the ratios are against it)")

@@ -30,8 +30,9 @@
  * forced cut for every TB from then on (its tail is then itself alone)
  * and all code is retranslated once (instrument_request_flush).  Chunks end at
  * a TB's end, after a doorbell and at forced cuts, so a loop body costs
- * one add (two with branches) per TB; tails almost always agree because
- * TBs end at control flow, which is the same in every TB over that code.
+ * one add per TB (two in the kernel half with branches); tails almost
+ * always agree because TBs end at control flow, which is the same in
+ * every TB over that code.
  * Code outside the RAM file (firmware) is keyed by its vaddr instead.
  *
  * Why TBs disagree (measured: a debug line per disagreement, the first
