@@ -9,6 +9,8 @@ PMU), REPS times per boot:
   plain      pvperf run --no-pmu       (no plugin, no driver: plain TCG)
   idle       pvperf run                (plugin + driver, no PMU event open)
   counting   pvperf run, perf stat -e instructions,branches as well
+  insns      pvperf run, perf stat -e instructions only (what the branch
+             count adds is counting's cost less this one's)
   pmuv3      aarch64 only, smp 1: QEMU's own PMUv3 counting instructions
              under -icount shift=0 (scripts/pvperf-qemu-pmuv3.py), what a
              user would use instead of pvperf; icount makes the guest's clock
@@ -18,7 +20,9 @@ PMU), REPS times per boot:
 Targets: x86_64 (QEMU 10 issue): counting <= 1.05x plain at smp 1 and at
 smp 2 with both vCPUs busy (workload loop2), idle <= 1.03x; aarch64
 (issue 24): counting <= 1.15x.  Configurations alternate within each
-round.  Each figure is the minimum over all runs of its configuration:
+round.  Each figure is the minimum over all runs of its configuration
+(and, in the "median" column, the median ratio over every run but each
+boot's first):
 the host's noise (other tenants) only ever adds time, and it moved single
 runs by up to 30% here, so the minimum is the stable statistic.  "first
 run" is the minimum over the first run of each boot only: it includes
@@ -34,10 +38,14 @@ source, freestanding), as time and as guest instructions per second
 
   .venv/bin/python bench/bench_counting.py [--rounds 3] [--reps 5] [--smp 1 2]
       [--arch x86_64 aarch64] [--workload loop memwalk] [--configs ...]
+      [--metric cpu]   (QEMU's vCPU threads' host CPU time between the
+                        guest's markers: steadier than guest time on a
+                        loaded host)
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 
 from benchlib import PROGRAMS, REPO, arch_command, marked_runs
@@ -52,11 +60,14 @@ PYTHON = REPO / ".venv" / "bin" / "python"
 # tests/guest_programs' (aarch64/ for arm64 guests; work is x86's only).
 WORKLOADS = {"work": "./work 100000000", "loop": "./loop 1000000000",
              "loop2": "sh -c './loop 1000000000 & ./loop 1000000000; wait'",
-             "memwalk": "./memwalk 0 24"}
+             "memwalk": "./memwalk 0 24",
+             # kernel-heavy: 300,000 read+write pairs
+             "syscalls": "dd if=/dev/zero of=/dev/null bs=1 count=300000"}
 CONFIGS = {
     "plain": (["--no-pmu"], "task-clock"),
     "idle": ([], "task-clock"),
     "counting": ([], "task-clock,instructions,branches"),
+    "insns": ([], "task-clock,instructions"),
     "pmuv3": (None, "task-clock,instructions"),
 }
 
@@ -97,28 +108,39 @@ def bench(archs, wl, smp, args) -> dict[tuple[str, str], list[list[dict]]]:
     return boots
 
 
+METRIC = "task-clock"
+
+
 def key(config: str) -> str:
     """What a configuration's time is: icount makes pmuv3's guest clock
-    virtual, so its figure is host wall time (against plain's)."""
+    virtual, so its figure is host wall time (against plain's); --metric
+    cpu: QEMU's host CPU time (benchlib.cpu_ms) for every configuration."""
+    if METRIC == "cpu":
+        return "cpu"
     return "wall" if config == "pmuv3" else "task-clock"
 
 
-def report(arch, wl, smp, boots) -> tuple[float, float]:
+def report(arch, wl, smp, boots, args_reps: int) -> tuple[float, float]:
     """Print the rows; return plain's best task-clock and the
     instructions counting saw."""
     def best(c, k, first=False):
         return min(b[0][k] if first else min(r[k] for r in b)
                    for b in boots[c])
+
+    def median(c, k):
+        """Over every run but each boot's first (which switches on)."""
+        return statistics.median(r[k] for b in boots[c] for r in b[1:])
     for c in boots:
         k = key(c)
         m, base = best(c, k), best("plain", k)
+        med = median(c, k) / median("plain", k) if args_reps > 1 else 0.0
         # The first run of a boot also pays for switching the plugin's
         # counting on (all guest code is retranslated); later ones reuse
         # it (PVPERF_COUNT_LINGER_MS).
         f, base_first = best(c, k, True), best("plain", k, True)
         print(f"{arch.name:<8} {wl:<8} {smp:>3} {c:<9} {m:>10.0f}"
-              f"{' wall' if k == 'wall' else '     '} {m / base:>6.2f}x"
-              f"   {f:>9.0f} {f / base_first:>6.2f}x")
+              f"{' ' + k[:4] if k != 'task-clock' else '     '} {m / base:>6.2f}x"
+              f" {med:>6.2f}x   {f:>9.0f} {f / base_first:>6.2f}x")
     counted = boots.get("counting", [[{}]])[0][0]
     return best("plain", "task-clock"), counted.get("instructions", 0.0)
 
@@ -130,15 +152,24 @@ def main() -> None:
     ap.add_argument("--smp", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--arch", nargs="+", default=[arches.host().name],
                     choices=sorted(arches.ARCHES))
-    ap.add_argument("--workload", nargs="+", default=list(WORKLOADS))
+    ap.add_argument("--workload", nargs="+", choices=list(WORKLOADS),
+                    default=[w for w in WORKLOADS if w != "syscalls"],
+                    help="syscalls (kernel-heavy; 11 s a run on arm64) only "
+                    "when asked")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS),
                     choices=list(CONFIGS), help="a subset (plain is always "
                     "run: the ratios are against it)")
+    ap.add_argument("--metric", choices=["task-clock", "cpu"],
+                    default="task-clock", help="cpu: QEMU's host CPU time "
+                    "between the guest's markers instead of guest time "
+                    "(steadier on a loaded host)")
     args = ap.parse_args()
+    global METRIC
+    METRIC = args.metric
     args.configs = ["plain"] + [c for c in args.configs if c != "plain"]
     plain = {}
     print(f"{'arch':<8} {'workload':<8} {'smp':>3} {'config':<9} "
-          f"{'task-clock ms':>14} {'ratio':>7}   {'first run':>9} "
+          f"{'task-clock ms':>14} {'ratio':>7} {'median':>7}   {'first run':>9} "
           f"{'ratio':>7}")
     for wl in args.workload:
         # the architectures it is built for
@@ -148,7 +179,8 @@ def main() -> None:
             boots = bench(archs, wl, smp, args)
             for a in archs:
                 plain[a.name, wl, smp] = report(a, wl, smp, {
-                    c: b for (n, c), b in boots.items() if n == a.name})
+                    c: b for (n, c), b in boots.items() if n == a.name},
+                    args.reps)
     cross_arch(plain, args)
 
 

@@ -41,6 +41,45 @@ def task_clock_ms(perf_stat_stderr: str) -> float:
     raise SystemExit(f"bench: no task-clock in output:\n{perf_stat_stderr}")
 
 
+def qemu_pid(parent: int) -> int | None:
+    """The QEMU process that `parent` started (directly or not), if any."""
+    children: dict[int, list[int]] = {}
+    comm: dict[int, str] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        pid, rest = int(d.name), stat.rsplit(")", 1)[1].split()
+        comm[pid] = stat[stat.find("(") + 1:stat.rfind(")")]
+        children.setdefault(int(rest[1]), []).append(pid)
+    todo = list(children.get(parent, []))
+    while todo:
+        pid = todo.pop()
+        if comm.get(pid, "").startswith("qemu-system"):
+            return pid
+        todo += children.get(pid, [])
+    return None
+
+
+def cpu_ms(pid: int | None) -> float:
+    """Host CPU time (ms) the vCPU threads of QEMU process pid ("CPU
+    0/TCG"...: guest code, its translation, the plugin's callbacks) have
+    run so far.  Unlike wall or guest time it does not grow while the
+    host's other load keeps QEMU waiting for a CPU.  (Other threads come
+    and go, taking their time with them.)"""
+    total = 0
+    for t in Path(f"/proc/{pid}/task").glob("*") if pid else ():
+        try:
+            if (t / "comm").read_text().startswith("CPU "):
+                total += int((t / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e6
+
+
 def marked_runs(argv: list[str], cmd: str, events: str, reps: int
                 ) -> list[dict[str, float]]:
     """The counts of ``reps`` runs of `perf stat -x, -e EVENTS CMD` in one
@@ -48,18 +87,21 @@ def marked_runs(argv: list[str], cmd: str, events: str, reps: int
     in ms, EVENTS' first) and "wall", the host's ms between its reading
     of two markers the guest prints around the run: what a run costs in
     host time even when the guest's clock is virtual (icount: task-clock
-    then counts instructions)."""
+    then counts instructions); "cpu", QEMU's host CPU ms between them
+    (cpu_ms: the figure least moved by the host's other load)."""
     script = (f"i=0; while [ $i -lt {reps} ]; do i=$((i + 1)); "
               f"echo @start; perf stat -x, -e {events} {cmd} >/dev/null; "
-              f"echo @end; done")
+              f"echo @end; done; sleep 1")  # QEMU alive while @end is read
     proc = subprocess.Popen([*argv, script], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    walls, t0 = [], 0.0
+    walls, cpus, t0, c0, qemu = [], [], 0.0, 0.0, None
     for line in proc.stdout:
         if line.startswith("@start"):
-            t0 = time.monotonic()
+            qemu = qemu or qemu_pid(proc.pid)
+            t0, c0 = time.monotonic(), cpu_ms(qemu)
         elif line.startswith("@end"):
             walls.append((time.monotonic() - t0) * 1000)
+            cpus.append(cpu_ms(qemu) - c0)
     err = proc.stderr.read()
     if proc.wait() or len(walls) != reps:
         raise SystemExit(f"bench: {argv[:4]} exited {proc.returncode}:\n"
@@ -71,6 +113,6 @@ def marked_runs(argv: list[str], cmd: str, events: str, reps: int
             if f[2] == "task-clock":
                 found.append({})
             found[-1][f[2]] = float(f[0])
-    for run, wall in zip(found, walls):
-        run["wall"] = wall
+    for run, wall, cpu in zip(found, walls, cpus):
+        run["wall"], run["cpu"] = wall, cpu
     return found

@@ -56,6 +56,18 @@ static inline unsigned ctr_branch(bool kernel)
  * capture: register capture.  The key of the one instruction whose
  *       capture point must fire next (sample.h), 0 for none; keys are
  *       unique for the life of the plugin, so a stale one never matches.
+ * packed: the user half's instructions and branches while counting both
+ *       without sampling, one inline add per chunk instead of two
+ *       (count.c emit_adds): instructions << PACK_SHIFT | branches, run
+ *       since the last score_fold.  A shift of 29 keeps the addend of a
+ *       chunk of up to 3 instructions an imm32 (one host instruction
+ *       less: a movabs).  Kernel TBs fold the word once it holds
+ *       2^26 instructions (PACK_FOLD_AT); branches never outnumber
+ *       instructions, so the branch field wraps only if user code runs
+ *       over 2^29 - 2^26 branches (each ends a block: half a second of
+ *       nothing else at least) without entering the kernel, whose timer
+ *       tick comes every 4 ms (HZ=250), and the instruction field
+ *       (35 bits) later still.
  */
 struct pvperf_score {
 	uint64_t ctr[PVPERF_NR_INLINE_COUNTERS];
@@ -67,8 +79,13 @@ struct pvperf_score {
 	/* tick: emu.c.  Blocks run, biased: a check of the host time when
 	 * it passes a limit (host-time sampling only). */
 	uint64_t tick;
-	uint8_t pad[128 - (PVPERF_NR_INLINE_COUNTERS + 4) * 8];
+	uint64_t packed;
+	uint8_t pad[128 - (PVPERF_NR_INLINE_COUNTERS + 5) * 8];
 };
+
+#define PACK_SHIFT	29
+#define PACK_BRANCHES	((1ULL << PACK_SHIFT) - 1)
+#define PACK_FOLD_AT	(1ULL << (PACK_SHIFT + 26))
 
 /* Per-vCPU state that only callbacks touch (never generated code). */
 struct pvperf_vcpu {
@@ -186,8 +203,24 @@ static inline void score_count(unsigned vcpu, uint64_t out[PVPERF_NR_INLINE_COUN
 {
 	const struct pvperf_score *s = score_of(vcpu);
 
+	uint64_t packed = __atomic_load_n(&s->packed, __ATOMIC_RELAXED);
+
 	for (unsigned i = 0; i < PVPERF_NR_INLINE_COUNTERS; i++)
 		out[i] = s->ctr[i] + pv.vcpu[vcpu].bias[i];
+	out[PVPERF_CTR_INSN_USER] += packed >> PACK_SHIFT;
+	out[PVPERF_CTR_BRANCH_USER] += packed & PACK_BRANCHES;
+}
+
+/* Move the packed counts into the bias (the vCPU's own thread, or an
+ * exclusive section); the counts stay what they are. */
+static inline void score_fold(unsigned vcpu)
+{
+	struct pvperf_score *s = score_of(vcpu);
+	uint64_t *bias = pv.vcpu[vcpu].bias;
+
+	bias[PVPERF_CTR_INSN_USER] += s->packed >> PACK_SHIFT;
+	bias[PVPERF_CTR_BRANCH_USER] += s->packed & PACK_BRANCHES;
+	s->packed = 0;
 }
 
 static inline qemu_plugin_u64 score_ctr(unsigned ctr)
@@ -200,6 +233,12 @@ static inline qemu_plugin_u64 score_branch(bool kernel)
 {
 	return (qemu_plugin_u64){ pv.score, offsetof(struct pvperf_score, branch) +
 					     !kernel * sizeof(uint64_t) };
+}
+
+static inline qemu_plugin_u64 score_packed(void)
+{
+	return qemu_plugin_scoreboard_u64_in_struct(pv.score,
+						    struct pvperf_score, packed);
 }
 
 static inline qemu_plugin_u64 score_tick(void)

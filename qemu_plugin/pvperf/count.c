@@ -30,8 +30,9 @@
  * forced cut for every TB from then on (its tail is then itself alone)
  * and all code is retranslated once (instrument_request_flush).  Chunks end at
  * a TB's end, after a doorbell and at forced cuts, so a loop body costs
- * one add (two with branches) per TB; tails almost always agree because
- * TBs end at control flow, which is the same in every TB over that code.
+ * one add per TB (two in the kernel half with branches); tails almost
+ * always agree because TBs end at control flow, which is the same in
+ * every TB over that code.
  * Code outside the RAM file (firmware) is keyed by its vaddr instead.
  *
  * Why TBs disagree (measured: a debug line per disagreement, the first
@@ -55,13 +56,18 @@
  * exactly the instructions up to and including the store.
  *
  * Branches are counted only while an event counts them (INSTRUMENT_BRANCHES);
- * when nothing samples, a chunk's branch (its last instruction) is added
- * just before that branch instead (branch_at_end), and its tails follow.
+ * when nothing samples, a user chunk adds both in one packed word
+ * (packing(), core.h) and a kernel chunk's branch (its last instruction)
+ * is added just before that branch instead (branch_at_end), and its
+ * tails follow.
  * Sampling adds, per chunk, a conditional callback on the instruction
  * counter, which doubles as the countdown (core.h, sample.c), and
  * capture points for registers; the chunks are the same.
  *
- * Known inexactness (FIXMEs): a fault the guest does not report (a
+ * Known inexactness (FIXMEs): user code that runs 2^29 - 2^26 branches
+ * without entering the kernel while instructions and branches count
+ * without sampling (a tickless CPU: nohz_full) wraps the packed word
+ * (core.h); a fault the guest does not report (a
  * protection fault, a divide error, an undefined opcode..., or a kernel
  * that does not report at all) over-counts by its
  * tail; a tail two TBs still disagree on after a forced cut takes back
@@ -201,9 +207,10 @@ struct tb_insn {
 };
 
 /*
- * Where a chunk's branch is added: before its first instruction, with the
- * instructions, or, when it only counts (no overflow to find) and its one
- * branch is its last instruction (a branch ends a TB), before that branch.
+ * Where a kernel chunk's branch is added: before its first instruction,
+ * with the instructions, or, when it only counts (no overflow to find)
+ * and its one branch is its last instruction (a branch ends a TB), before
+ * that branch (user chunks pack both into one add then: packing()).
  * A second inline op at a TB's start costs more than at its end (on a
  * dec/jnz loop, 0.47 against 0.28 ns a TB, where the first op costs
  * nothing measurable): bench_counting's loop went from 1.21x plain TCG
@@ -211,16 +218,40 @@ struct tb_insn {
  * tails (record_tails) hold no branch, and the branch's own tail does.
  */
 static bool branch_at_end(const uint8_t *cls, size_t last,
-			  uint32_t n_branches)
+			  uint32_t n_branches, bool kernel)
 {
-	return n_branches == 1 && (cls[last] & CLS_BRANCH) &&
+	return n_branches == 1 && (cls[last] & CLS_BRANCH) && kernel &&
 	       instrument_branches() && !instrument_sampling();
+}
+
+/*
+ * Counting both without sampling, a user chunk adds its instructions and
+ * branches to one packed word (core.h), before its first instruction: one
+ * inline op instead of two.  Kernel chunks keep two adds (the kernel may
+ * run any number of instructions between two user chunks) and the first
+ * of each kernel TB folds the word once it holds 2^26 instructions, a
+ * compare and a branch when it does not.
+ */
+static bool packing(void)
+{
+	return instrument_branches() && !instrument_sampling();
+}
+
+static void fold_exec(unsigned int vcpu, void *udata)
+{
+	score_fold(vcpu);
 }
 
 static void emit_adds(struct qemu_plugin_insn *first,
 		      struct qemu_plugin_insn *last, bool kernel,
 		      uint32_t n_insns, uint32_t n_branches, bool at_end)
 {
+	if (!kernel && packing()) {
+		qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(first,
+			QEMU_PLUGIN_INLINE_ADD_U64, score_packed(),
+			(uint64_t)n_insns << PACK_SHIFT | n_branches);
+		return;
+	}
 	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(first,
 		QEMU_PLUGIN_INLINE_ADD_U64, score_ctr(ctr_insn(kernel)), n_insns);
 	if (n_branches && instrument_branches())
@@ -373,6 +404,10 @@ static void emit_chunks(const struct tb_insn *insn, const uint8_t *cls,
 	bool new_cut = false, at_end;
 	size_t first = 0;
 
+	if (kernel && packing())
+		qemu_plugin_register_vcpu_insn_exec_cond_cb(insn[0].handle,
+			fold_exec, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_GE,
+			score_packed(), PACK_FOLD_AT, NULL);
 	g_mutex_lock(&tr_lock);
 	for (size_t i = 0; i < n; i++) {
 		struct sample_chunk *c = NULL;
@@ -381,7 +416,7 @@ static void emit_chunks(const struct tb_insn *insn, const uint8_t *cls,
 		n_branches += !!(cls[i] & CLS_BRANCH);
 		if (!chunk_ends(insn, cls, i, n))
 			continue;
-		at_end = branch_at_end(cls, i, n_branches);
+		at_end = branch_at_end(cls, i, n_branches, kernel);
 		new_cut |= record_tails(insn, cls, first, i, at_end);
 		if (sampling)
 			c = describe_chunk(insn + first, cls + first, n_insns,

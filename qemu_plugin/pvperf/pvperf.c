@@ -119,11 +119,14 @@ static void register_callbacks(qemu_plugin_id_t id)
 }
 
 /* Inside an instrumentation switch's exclusive section: the countdowns
- * start afresh. */
+ * start afresh, the packed counts (core.h) from 0 (no kernel chunk
+ * folds them while sampling). */
 static void instrumentation_settled(void)
 {
-	for (unsigned i = 0; i < pv.n_vcpus && i < (unsigned)qemu_plugin_num_vcpus(); i++)
+	for (unsigned i = 0; i < pv.n_vcpus && i < (unsigned)qemu_plugin_num_vcpus(); i++) {
+		score_fold(i);
 		sample_update_room(i);
+	}
 	models_flush();
 	emu_settled();
 	if (pv.verbose)
