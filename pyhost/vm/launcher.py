@@ -19,8 +19,9 @@ What it sets up, and how each piece is cleaned up:
               stopped in ``finally``.
   interrupts  sampling's overflow interrupt: pmu.doorbell.Doorbell (an
               ivshmem-doorbell on a socketpair), or (deterministic runs,
-              overflow_irq="qmp") a pmu.nmi.NmiInjector bound to QMP once
-              connected, closed before QMP goes away.
+              overflow_irq="qmp", where the machine has NMIs) a
+              pmu.nmi.NmiInjector bound to QMP once connected, closed
+              before QMP goes away (pmu.doorbell.uses_doorbell).
 
 Control channel (images/README.md; the names: guest_contract.py): the
 guest writes ``READY`` and then ``EXIT <status>`` to the virtio-serial
