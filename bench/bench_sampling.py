@@ -48,14 +48,29 @@ overflowing instruction to the guest's handler, which then runs at the
 vCPU's next block boundary; the plugin-to-service message before it is
 the same for both paths.
 
+Architectures (``--arch``, default the host's): each runs its own
+hotcold (tests/guest_programs/aarch64/hotcold for arm64 guests), whose
+instruction count the sampling boot first takes with perf stat (exact
+under pvperf) to derive the periods.  ``--plain`` adds a boot of plain
+TCG (``--no-pmu``: no plugin, no driver) running only the base
+measurement, so that sampled/plain is the ratio against QEMU alone;
+``--rounds`` repeats the boots, plain and sampling alternating, and the
+figures are medians over the rounds.
+
   .venv/bin/python bench/bench_sampling.py [N] [REPS] [IRQS]
+      [--arch aarch64] [--plain] [--rounds R]
 """
 from __future__ import annotations
 
+import argparse
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from benchlib import arch_command
+from pyhost import arch as arches
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAMS = REPO / "tests" / "guest_programs"
@@ -64,21 +79,28 @@ PVPERF = REPO / ".venv" / "bin" / "pvperf"
 # /tmp/timed: runs hotcold and leaves the centiseconds it took in /tmp/cs.
 # perf record follows it (perf record -- sh /tmp/timed).
 TIMED = r"""cs() { read -r u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }
-s=$(cs); ./hotcold N >/dev/null; e=$(cs); echo $((e - s)) > /tmp/cs
+s=$(cs); CMD >/dev/null; e=$(cs); echo $((e - s)) > /tmp/cs
 """
 
 
-def script(n: int, reps: int) -> str:
-    timed = TIMED.replace(" N ", f" {n} ")
-    return f"""
+def script(cmd: str, reps: int, plain: bool = False) -> str:
+    """The guest's script: CMD (hotcold N) timed; plain TCG: base only."""
+    timed = TIMED.replace("CMD", cmd)
+    head = f"""
 printf '%s' '{timed}' > /tmp/timed
 best() {{ b=999999; i=0; while [ $i -lt {reps} ]; do
     "$@" >/dev/null 2>&1; d=$(cat /tmp/cs)
     [ $d -lt $b ] && b=$d; i=$((i + 1)); done; echo $b; }}
+B=$(best sh /tmp/timed); echo "base $B"
+"""
+    if plain:
+        return head
+    return head + f"""
 samples() {{ perf report -i $1 --stdio 2>/dev/null |
     sed -n 's/^# Samples: *\\([0-9KM]*\\).*/\\1/p' | head -1; }}
-INSNS=$((6007 * {n}))
-B=$(best sh /tmp/timed); echo "base $B"
+INSNS=$(perf stat -x, -e instructions:u {cmd} 2>&1 >/dev/null |
+    sed -n 's/^\\([0-9]*\\),.*instructions.*/\\1/p')
+echo "insns $INSNS"
 P1=$((INSNS * 100 / (B * 1000))); P2=$((INSNS * 100 / (B * 10000)))
 P0=$((INSNS * 2))
 # Host-time sampling first: the high-rate runs below make the guest
@@ -114,59 +136,96 @@ def perf_count(text: str) -> int:
 
 
 def main() -> int:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200000
-    reps = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-    irqs = sys.argv[3].split(",") if len(sys.argv) > 3 else ["doorbell", "qmp"]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", nargs="?", type=int, default=200000)
+    ap.add_argument("reps", nargs="?", type=int, default=2)
+    ap.add_argument("irqs", nargs="?", default="doorbell,qmp")
+    ap.add_argument("--arch", default=arches.host().name)
+    ap.add_argument("--plain", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args()
+    arch = arches.get(args.arch)
+    irqs = [i for i in args.irqs.split(",")
+            if i != "qmp" or arch.qmp_nmi]
+    cmd = arch_command(f"./hotcold {args.n}", arch)
     subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
+    runs: dict[str, list[dict]] = {}
+    for _ in range(args.rounds):
+        for irq in (["plain"] if args.plain else []) + irqs:
+            v = boot(cmd, args.reps, irq, arch)
+            if v is None:
+                return 1
+            runs.setdefault(irq, []).append(v)
+    plain = [int(v["base"][0]) for v in runs.get("plain", [])]
     for irq in irqs:
-        if bench(n, reps, irq):
-            return 1
+        report(args.n, args.reps, irq, arch, runs[irq], plain)
     return 0
 
 
-def bench(n: int, reps: int, irq: str) -> int:
-    r = subprocess.run([str(PVPERF), "--debug", "run", "--overflow-irq", irq,
-                        "--share", str(PROGRAMS), "--",
-                        "sh", "-c", script(n, reps)],
+def boot(cmd: str, reps: int, irq: str, arch) -> dict | None:
+    """One boot: plain TCG (irq "plain") or pvperf with that interrupt;
+    the guest's "key value..." lines, and the service's SYNC summary."""
+    opts = ["--no-pmu"] if irq == "plain" else ["--overflow-irq", irq]
+    r = subprocess.run([str(PVPERF), "--debug", "run", "--arch", arch.name,
+                        *opts, "--share", str(PROGRAMS), "--",
+                        "sh", "-c", script(cmd, reps, irq == "plain")],
                        capture_output=True, text=True, timeout=1800)
     if r.returncode:
         print(r.stdout, r.stderr[-3000:])
-        return 1
-    raised = re.search(r"samples: .*; (.*)$", r.stderr, re.M)
-    print(f"== overflow interrupt: {irq}; raised after a SYNC overflow: "
-          f"{raised.group(1) if raised else '?'}")
+        return None
     v = {m.group(1): m.group(2).split()
          for m in re.finditer(r"^(\w+) (.*)$", r.stdout, re.M)}
-    base = int(v["base"][0])
-    print(f"hotcold {n}: {6007 * n / 1e6:.1f} M instructions, base "
-          f"{base / 100:.2f} s ({6007 * n / (base / 100) / 1e6:.1f} M insn/s "
-          f"under TCG), best of {reps}")
+    raised = re.search(r"samples: .*; (.*)$", r.stderr, re.M)
+    v["raised"] = [raised.group(1) if raised else "?"]
+    return v
+
+
+def med(runs: list[dict], key: str) -> float:
+    return statistics.median(int(v[key][0]) for v in runs)
+
+
+def report(n: int, reps: int, irq: str, arch, runs: list[dict],
+           plain: list[int]) -> None:
+    v = runs[-1]
+    base = med(runs, "base")
+    insns = int(v["insns"][0])
+    print(f"== {arch.name}, overflow interrupt: {irq}; raised after a SYNC "
+          f"overflow (last round): {v['raised'][0]}")
+    print(f"hotcold {n}: {insns / 1e6:.1f} M instructions, base "
+          f"{base / 100:.2f} s ({insns / (base / 100) / 1e6:.1f} M insn/s "
+          f"under TCG), best of {reps}, median of {len(runs)} rounds")
+    if plain:
+        p = statistics.median(plain)
+        print(f"plain TCG (--no-pmu): {p / 100:.2f} s (rounds: "
+              f"{', '.join(f'{x / 100:.2f}' for x in plain)}); base/plain "
+              f"{base / p:.2f}x")
     for key, target in (("sampled", 1.15), ("buffered", 1.25),
                         ("callchain", None), ("software", None),
                         ("hosttime", 1.2)):
-        t, period, samples = (v[key] + ["?", "?"])[:3]
-        t = int(t)
-        n = perf_count(samples)
-        rate = n / (t / 100) if n else 0
+        t = med(runs, key)
+        period, samples = (v[key][1:] + ["?", "?"])[:2]
+        k = perf_count(samples)
+        rate = k / (t / 100) if k else 0
         ratio = t / base
         verdict = ("(no target)" if target is None and key != "software"
                    else "(reference: cpu-clock, no pvperf; -c in ns)"
                    if target is None else
                    f"(target <= {target}x) "
                    f"{'OK' if ratio <= target else 'MISSED'}")
+        vs_plain = f", {t / statistics.median(plain):.2f}x plain" \
+            if plain else ""
         print(f"{key:9s} -c {period:>7s}: {t / 100:6.2f} s, {samples} samples "
-              f"({rate:,.0f}/s), ratio {ratio:.2f}x {verdict}")
-    z = int(v["armed"][0])
+              f"({rate:,.0f}/s), ratio {ratio:.2f}x{vs_plain} {verdict}")
+    z = med(runs, "armed")
     print(f"armed     -c {v['armed'][1]:>7s}: {z / 100:6.2f} s, no sample, "
           f"ratio {z / base:.2f}x (target <= 1.08x; the exact-overflow "
           f"instrumentation alone) {'OK' if z / base <= 1.08 else 'MISSED'}")
-    h = int(v["armedh"][0])
+    h = med(runs, "armedh")
     print(f"armed hosttime -c 1e12: {h / 100:6.2f} s, no sample, ratio "
           f"{h / base:.2f}x (the per-block host-time checks alone)")
-    y = int(v["armedg"][0])
+    y = med(runs, "armedg")
     print(f"armed -g  -c {v['armedg'][1]:>7s}: {y / 100:6.2f} s, no sample, "
           f"ratio {y / base:.2f}x (no target; with the capture points)")
-    return 0
 
 
 if __name__ == "__main__":

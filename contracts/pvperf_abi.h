@@ -32,8 +32,8 @@
 
 #include <linux/types.h>
 
-#define PVPERF_ABI_VERSION		4	/* 2: sampling; 3: sample registers;
-						 * 4: EVENTS */
+#define PVPERF_ABI_VERSION		5	/* 2: sampling; 3: sample registers;
+						 * 4: EVENTS; 5: 32 register slots */
 
 /* The marker store and the value it writes into pvperf_hcall.doorbell. */
 #define PVPERF_DOORBELL_MAGIC		0x46505650	/* "PVPF" */
@@ -227,8 +227,13 @@ struct pvperf_guest_perf_param {
  * also records the general-purpose registers as they were just before
  * the instruction at ip ran, so that ip and regs describe one machine
  * state (what an unwinder needs), and sets PVPERF_SAMPLE_REGS in flags.
- * Order: gdb's x86-64 order (rax rbx rcx rdx rsi rdi rbp rsp r8..r15).
- * eflags is not recorded: TCG computes the arithmetic flags lazily.
+ * Each architecture has its own order in the same slots (ABI v5: 32 of
+ * them, enough for arm64's general registers; slots an architecture does
+ * not use are 0):
+ *   x86_64: gdb's order, rax rbx rcx rdx rsi rdi rbp rsp r8..r15 (0..15).
+ *           eflags is not recorded: TCG computes the flags lazily.
+ *   arm64:  x0..x30 (0..30), sp (31): perf's arm64 register numbers
+ *           (PERF_REG_ARM64_X0..SP); the pc is ip, pstate is not recorded.
  */
 #define PVPERF_SAMPLE_REGS		(1U << 0)
 #define PVPERF_REG_AX			0
@@ -240,7 +245,11 @@ struct pvperf_guest_perf_param {
 #define PVPERF_REG_BP			6
 #define PVPERF_REG_SP			7
 #define PVPERF_REG_R8			8	/* r8..r15: 8..15 */
-#define PVPERF_NR_REGS			16
+#define PVPERF_AARCH64_REG_X0		0	/* x0..x30: 0..30 */
+#define PVPERF_AARCH64_REG_FP		29	/* x29 */
+#define PVPERF_AARCH64_REG_LR		30	/* x30 */
+#define PVPERF_AARCH64_REG_SP		31
+#define PVPERF_NR_REGS			32
 
 struct pvperf_sample {
 	__u32 event_id;
@@ -267,7 +276,7 @@ struct pvperf_sample_buf {
 				 * (an injected NMI reaches every vCPU: each
 				 * claims one per increment, see the driver) */
 	__u64 __reserved[6];
-	struct pvperf_sample rec[];	/* (size - 64) / 160 of them */
+	struct pvperf_sample rec[];	/* (size - 64) / 288 of them */
 };
 
 #define PVPERF_ABI_ASSERT(c, m) _Static_assert(c, m)
@@ -288,7 +297,8 @@ PVPERF_ABI_ASSERT(sizeof(struct pvperf_guest_perf_param) == 24, "param size");
 PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_guest_perf_param, id) == 16,
 		  "param id");
 
-PVPERF_ABI_ASSERT(sizeof(struct pvperf_sample) == 160, "sample size");
+PVPERF_ABI_ASSERT(sizeof(struct pvperf_sample) == 32 + 8 * PVPERF_NR_REGS,
+		  "sample size");
 PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_sample, flags) == 6,
 		  "sample flags");
 PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_sample, ip) == 8, "sample ip");

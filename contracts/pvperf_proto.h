@@ -197,7 +197,7 @@ struct pvperf_proto_overflow {
  * QEMU; the plugin validates it again and refuses to install on any error.
  */
 #define PVPERF_STATE_MAGIC		0x53505650	/* "PVPS" */
-#define PVPERF_STATE_VERSION		2
+#define PVPERF_STATE_VERSION		3	/* 3: PVPERF_NR_REGS 32 */
 
 struct pvperf_state_header {
 	__u32 magic;
@@ -238,10 +238,14 @@ _Static_assert(PVPERF_NR_COUNTERS ==
 _Static_assert(sizeof(struct pvperf_proto_hcall) == 376, "hcall msg size");
 _Static_assert(sizeof(struct pvperf_proto_slot) == 32, "slot size");
 _Static_assert(sizeof(struct pvperf_proto_reply) == 272, "reply msg size");
-_Static_assert(sizeof(struct pvperf_proto_overflow) == 176, "overflow msg size");
+_Static_assert(sizeof(struct pvperf_proto_overflow) == 48 + 8 * PVPERF_NR_REGS,
+	       "overflow msg size");
 _Static_assert(PVPERF_NR_COUNTERS <= 64, "ctr_mask bits");
 _Static_assert(sizeof(struct pvperf_state_header) == 24, "state header size");
-_Static_assert(sizeof(struct pvperf_state_held) == 176, "held size");
-_Static_assert(sizeof(struct pvperf_state_vcpu) == 2040, "state vcpu size");
+_Static_assert(sizeof(struct pvperf_state_held) == 48 + 8 * PVPERF_NR_REGS,
+	       "held size");
+_Static_assert(sizeof(struct pvperf_state_vcpu) ==
+	       2040 + PVPERF_PROTO_MAX_SLOTS * 8 * (PVPERF_NR_REGS - 16),
+	       "state vcpu size");
 
 #endif /* PVPERF_PROTO_H */

@@ -2,8 +2,8 @@
 /*
  * pvperf_aarch64.c - the arm64 side of the pvperf driver (pvperf_arch.h):
  * the doorbell store, struct pt_regs of a sample, the overflow interrupt
- * (none yet) and the page-fault hook through the software page-fault
- * event.
+ * (none but the doorbell device's) and the page-fault hook through the
+ * software page-fault event.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -46,21 +46,17 @@ noinline void pvperf_arch_doorbell(void *block)
  */
 
 /*
- * The ABI's 16 slots as the plugin fills them for arm64: x0-x5, the frame
- * pointer x29 where x86 has bp, sp, the link register x30, then x6-x12.
- * x13-x28 are not recorded and stay as the generic code left them.
+ * The ABI's slots for arm64 (pvperf_abi.h): x0-x30, then sp, the order of
+ * struct pt_regs' regs[] and perf's arm64 register numbers.  pstate is
+ * not recorded (the mode is set below).
  */
 static void pvperf_copy_gprs(struct pt_regs *out, const struct pvperf_sample *rec)
 {
 	int i;
 
-	for (i = 0; i <= 5; i++)
-		out->regs[i] = rec->regs[i];
-	out->regs[29] = rec->regs[6];
-	out->sp = rec->regs[7];
-	out->regs[30] = rec->regs[8];
-	for (i = 6; i <= 12; i++)
-		out->regs[i] = rec->regs[9 + i - 6];
+	for (i = 0; i <= PVPERF_AARCH64_REG_LR; i++)
+		out->regs[i] = rec->regs[PVPERF_AARCH64_REG_X0 + i];
+	out->sp = rec->regs[PVPERF_AARCH64_REG_SP];
 }
 
 /*
@@ -85,17 +81,19 @@ void pvperf_arch_sample_regs(struct pt_regs *regs,
 }
 
 /* ----------------------------------------------------------------------
- * The overflow interrupt: not yet
+ * The overflow interrupt: the doorbell device, or none
  *
- * virt has no NMI and Debian's kernel no pseudo-NMI; the interrupt will be
- * an ivshmem-doorbell MSI-X vector (docs/aarch64.md).  Until then there is
- * none: -EOPNOTSUPP tells the generic code to refuse sampling events, so
- * perf record fails at once instead of waiting for samples.
+ * virt has no NMI and Debian's kernel no pseudo-NMI; the overflow
+ * interrupt is the ivshmem-doorbell's MSI-X vector (pvperf_doorbell.c,
+ * through virt's GICv2m), which the generic code binds before it asks
+ * here.  Asked here, there is no such device: -EOPNOTSUPP tells the
+ * generic code to refuse sampling events, so perf record fails at once
+ * instead of waiting for samples.
  */
 
 int pvperf_arch_overflow_irq_register(pvperf_overflow_handler_fn handler)
 {
-	pr_info("no overflow interrupt on arm64 yet: counting only, sampling events are refused\n");
+	pr_info("no doorbell device (ivshmem-doorbell, PCI 1af4:1110): arm64 has no other overflow interrupt; counting only, sampling events are refused\n");
 	return -EOPNOTSUPP;
 }
 

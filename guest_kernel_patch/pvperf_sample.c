@@ -41,9 +41,10 @@
 /*
  * Sample rings: PVPERF_RING_ORDER pages per CPU, registered with the host
  * by SAMPLE_BUF on that CPU.  Buffered events raise the overflow interrupt
- * at half full.
+ * at half full.  128 KiB: 455 records of ABI v5's 288 bytes (64 KiB held
+ * 409 of v4's 160).
  */
-#define PVPERF_RING_ORDER	4
+#define PVPERF_RING_ORDER	5
 #define PVPERF_RING_BYTES	(PAGE_SIZE << PVPERF_RING_ORDER)
 #define PVPERF_RING_CAPACITY	((PVPERF_RING_BYTES - \
 				  sizeof(struct pvperf_sample_buf)) / \

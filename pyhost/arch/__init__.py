@@ -72,6 +72,9 @@ class Arch:
     # (pmu/doorbell.py; the driver's pvperf_doorbell.c binds it); False:
     # the architecture's own (x86: the NMI over QMP) or none yet
     overflow_doorbell: bool
+    # QMP inject-nmi reaches the guest (x86); without it every run uses
+    # the doorbell, deterministic ones too (docs/design.md)
+    qmp_nmi: bool
     # the guest kernel
     console: str                 # serial console: console= and its /dev node
     console_rdev: tuple[int, int]  # that node's (major, minor)

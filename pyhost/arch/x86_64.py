@@ -137,6 +137,7 @@ ARCH = Arch(
     # it hands -kernel over without SeaBIOS's POST, 0.25 s sooner under TCG.
     firmware="qboot.rom",
     overflow_doorbell=True,
+    qmp_nmi=True,
     console="ttyS0",
     console_rdev=(4, 64),
     # The guest kernel's own memcpy/memset/clear_page instead of `rep

@@ -14,9 +14,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-ABI_VERSION = 4   # 2: sampling (SET_PERIOD, SAMPLE_BUF, sample records)
+ABI_VERSION = 5   # 2: sampling (SET_PERIOD, SAMPLE_BUF, sample records)
                   # 3: registers at the overflowing instruction in records
                   # 4: EVENTS (the host's event table for the driver's sysfs)
+                  # 5: 32 register slots (an ARM64 set: x0-x30, sp)
 
 DOORBELL_MAGIC = 0x46505650
 DOORBELL_INSN_BYTES = bytes([0xC7, 0x00, 0x50, 0x56, 0x50, 0x46])
@@ -102,11 +103,14 @@ PARAM = struct.Struct("<QQII")
 PARAM_OFFSET_ID = 16
 
 # struct pvperf_sample: event_id, mode, flags, ip, data_addr, period,
-# regs[NR_REGS] (gdb's x86-64 order: rax rbx rcx rdx rsi rdi rbp rsp r8..r15)
+# regs[NR_REGS] (each architecture's order, pvperf_abi.h: REG_* gdb's
+# x86-64 order, rax rbx rcx rdx rsi rdi rbp rsp r8..r15; AARCH64_REG_*
+# x0..x30 sp)
 SAMPLE_REGS = 1 << 0
-NR_REGS = 16
+NR_REGS = 32
 REG_AX, REG_BX, REG_CX, REG_DX, REG_SI, REG_DI, REG_BP, REG_SP, REG_R8 = \
     range(9)
+AARCH64_REG_X0, AARCH64_REG_FP, AARCH64_REG_LR, AARCH64_REG_SP = 0, 29, 30, 31
 SAMPLE = struct.Struct(f"<IHHQQQ{NR_REGS}Q")
 SAMPLE_OFFSET_FLAGS = 6
 SAMPLE_OFFSET_IP = 8
@@ -122,7 +126,7 @@ assert HCALL.size == 64
 assert ATTR.size == 72
 assert GUEST_EVENT.size == 16
 assert PARAM.size == 24
-assert SAMPLE.size == 160
+assert SAMPLE.size == 32 + 8 * NR_REGS
 assert SAMPLE_BUF.size == 64
 
 STRUCT_SIZES = {

@@ -49,6 +49,25 @@ WAIT_S = 1.0            # how long a waiter waits for QEMU to take a ring
 MSG = struct.Struct("<q")
 
 
+def uses_doorbell(arch, overflow_irq: str, deterministic: bool) -> bool:
+    """Whether a run's overflow interrupt is the doorbell: asked for and
+    not deterministic (those keep QMP's NMI, whose answer comes once it is
+    raised), or the machine has no NMI to inject (then deterministic runs
+    rely on the plugin's wait, qemu_plugin/pvperf/link.c)."""
+    return arch.overflow_doorbell and (
+        not arch.qmp_nmi or
+        overflow_irq == "doorbell" and not deterministic)
+
+
+def check_overflow_irq(arch, overflow_irq: str) -> None:
+    """--overflow-irq qmp needs a machine that provides NMIs."""
+    if overflow_irq == "qmp" and not arch.qmp_nmi:
+        from ..errors import VMError
+        raise VMError("--overflow-irq qmp", f"{arch.machine} ({arch.name}) "
+                      "provides no NMI to inject",
+                      "use --overflow-irq doorbell")
+
+
 class Doorbell:
     """One ivshmem-doorbell device's server: a vector per vCPU."""
 

@@ -84,19 +84,19 @@ OVERFLOW_MSG = struct.Struct(f"<IIIHHQQQQ{abi.NR_REGS}Q")
 assert HCALL_MSG.size == 376
 assert SLOT.size == 32
 assert REPLY_MSG_SIZE == 272
-assert OVERFLOW_MSG.size == 176
+assert OVERFLOW_MSG.size == 48 + 8 * abi.NR_REGS
 
 # Checkpoints: the plugin's state file (struct pvperf_state_*).
 STATE_MAGIC = 0x53505650
-STATE_VERSION = 2
+STATE_VERSION = 3       # 3: 32 register slots (abi.NR_REGS)
 STATE_HEADER = struct.Struct("<IIIIII")
 STATE_HELD = struct.Struct(f"<QQQQQHBBI{abi.NR_REGS}Q")
 STATE_VCPU_HEAD = struct.Struct(f"<{NR_COUNTERS}QQIIII")
 STATE_VCPU_SIZE = (STATE_VCPU_HEAD.size + MAX_SLOTS * SLOT.size
                    + MAX_SLOTS * STATE_HELD.size)
 assert STATE_HEADER.size == 24
-assert STATE_HELD.size == 176
-assert STATE_VCPU_SIZE == 2040
+assert STATE_HELD.size == 48 + 8 * abi.NR_REGS
+assert STATE_VCPU_SIZE == 2040 + MAX_SLOTS * 8 * (abi.NR_REGS - 16)
 
 
 class ProtocolError(ValueError):

@@ -36,8 +36,11 @@ removes it:
   samples        sampling NMIs go through QMP from another thread and land
                  wherever the vCPU happens to be; here every sampling
                  overflow waits for the service's answer (PMU SYNC slots),
-                 which raises the NMI first when one is due, so it lands at
-                 the next translation-block boundary; an unanswered NMI is
+                 which raises the NMI first when one is due (a machine
+                 without NMIs, Arch.qmp_nmi False: the plugin rings the
+                 doorbell and waits until QEMU has raised the vector), so
+                 it lands at the next translation-block boundary; an
+                 unanswered NMI is
                  re-sent after a number of overflows, not of host seconds
                  (pmu.sampling).  perf's throttle counts samples per tick;
                  its limits are lifted (sysctl) so none depends on where

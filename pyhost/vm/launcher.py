@@ -19,8 +19,9 @@ What it sets up, and how each piece is cleaned up:
               stopped in ``finally``.
   interrupts  sampling's overflow interrupt: pmu.doorbell.Doorbell (an
               ivshmem-doorbell on a socketpair), or (deterministic runs,
-              overflow_irq="qmp") a pmu.nmi.NmiInjector bound to QMP once
-              connected, closed before QMP goes away.
+              overflow_irq="qmp", where the machine has NMIs) a
+              pmu.nmi.NmiInjector bound to QMP once connected, closed
+              before QMP goes away (pmu.doorbell.uses_doorbell).
 
 Control channel (images/README.md; the names: guest_contract.py): the
 guest writes ``READY`` and then ``EXIT <status>`` to the virtio-serial
@@ -52,7 +53,7 @@ from ..paths import PLUGIN_PATH
 from ..pmu import abi
 from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
-from ..pmu.doorbell import Doorbell
+from ..pmu.doorbell import Doorbell, check_overflow_irq, uses_doorbell
 from ..pmu.nmi import NmiInjector
 from ..pmu.service import PluginService
 from ..pmu import snapshot
@@ -88,6 +89,7 @@ def preflight(config: "VMConfig") -> None:
     check_mem(config.mem_mb)
     if config.deterministic:
         determinism.check(config.smp)
+    check_overflow_irq(config.arch, config.overflow_irq)
     qemu = find_qemu(config.qemu, config.arch)
     if config.pmu:
         check_qemu_for_plugin(qemu)
@@ -310,9 +312,8 @@ class VM:
             self.memory = GuestMemory.open_file(str(self.ram_path),
                                                 base=c.arch.ram_base)
             # The doorbell, or NMIs over QMP (bound below, once QMP is up).
-            self.irq = Doorbell(c.smp) if c.overflow_irq == "doorbell" and \
-                c.arch.overflow_doorbell and not c.deterministic \
-                else NmiInjector()
+            self.irq = Doorbell(c.smp) if uses_doorbell(
+                c.arch, c.overflow_irq, c.deterministic) else NmiInjector()
             self.backend = PerfBackend(self.memory, max_vcpus=c.smp,
                                        nmi=self.irq, timing=c.timing,
                                        accounting=c.accounting,

@@ -53,7 +53,8 @@
  * PVPERF_DOORBELL_MAGIC and x17 pointing at the caller's struct
  * pvperf_hcall (pvperf_abi.h).
  *
- * Registers: QEMU's (gdb's) names.  The address space is TTBR0_EL1, the
+ * Registers: QEMU's (gdb's) names; the sample's are x0-x30 and sp, in
+ * perf's arm64 order.  The address space is TTBR0_EL1, the
  * user page-table base Linux writes at a context switch (CLS_ASPACE: msr
  * ttbr0_el1; the kernel's own tables, in TTBR1_EL1, do not change).
  *
@@ -353,19 +354,21 @@ static uint64_t vaddr_to_gpa(uint64_t ttbr, uint64_t vaddr,
 	return GPA_NONE;
 }
 
-/*
- * The sample's 16 register slots (pvperf_abi.h) keep their roles where
- * arm64 has one: slot 6 (x86's bp) is the frame pointer x29, slot 7 (sp)
- * is sp; slot 8 holds the link register x30, the others x0-x12.  A full
- * arm64 set (x0-x30, sp, pc) needs a larger slot array in the ABI.
- */
+/* The sample's register slots (pvperf_abi.h): x0-x30, then sp, as perf
+ * numbers arm64's registers; the pc is the sample's ip. */
+_Static_assert(PVPERF_AARCH64_REG_X0 == 0 && PVPERF_AARCH64_REG_SP == 31 &&
+	       PVPERF_NR_REGS >= 32,
+	       "reg_names follows pvperf_sample's register order");
+
 const struct arch arch_aarch64 = {
 	.target = "aarch64",
 	.kernel_start = PVPERF_AARCH64_KERNEL_HALF_START,
 	.ram_base = 0x40000000,			/* virt */
 	.reg_names = {
-		"x0", "x1", "x2", "x3", "x4", "x5", "x29", "sp",
-		"x30", "x6", "x7", "x8", "x9", "x10", "x11", "x12",
+		"x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7",
+		"x8", "x9", "x10", "x11", "x12", "x13", "x14", "x15",
+		"x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23",
+		"x24", "x25", "x26", "x27", "x28", "x29", "x30", "sp",
 		[REG_PC] = "pc", [REG_PAGE_TABLE] = "TTBR0_EL1",
 		[REG_KERNEL_PAGE_TABLE] = "TTBR1_EL1",
 	},

@@ -211,12 +211,16 @@ bool guest_read_reg(enum guest_reg reg, uint64_t *val)
 	return true;
 }
 
-/* The general-purpose registers in pvperf_sample order; false if any
- * cannot be read (then out is incomplete). */
+/* The general-purpose registers in pvperf_sample order, 0 in the slots
+ * the architecture does not use (no name); false if any cannot be read
+ * (then out is incomplete). */
 bool guest_read_gprs(uint64_t out[PVPERF_NR_REGS])
 {
-	for (int r = 0; r < PVPERF_NR_REGS; r++)
-		if (!guest_read_reg((enum guest_reg)r, &out[r]))
+	for (int r = 0; r < PVPERF_NR_REGS; r++) {
+		out[r] = 0;
+		if (pv.arch->reg_names[r] &&
+		    !guest_read_reg((enum guest_reg)r, &out[r]))
 			return false;
+	}
 	return true;
 }

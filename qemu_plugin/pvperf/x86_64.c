@@ -462,7 +462,7 @@ _Static_assert(PVPERF_REG_AX == 0 && PVPERF_REG_BX == 1 &&
 	       PVPERF_REG_CX == 2 && PVPERF_REG_DX == 3 &&
 	       PVPERF_REG_SI == 4 && PVPERF_REG_DI == 5 &&
 	       PVPERF_REG_BP == 6 && PVPERF_REG_SP == 7 &&
-	       PVPERF_REG_R8 == 8 && PVPERF_NR_REGS == 16,
+	       PVPERF_REG_R8 == 8 && PVPERF_NR_REGS >= 16,
 	       "reg_names follows pvperf_sample's register order");
 
 /* QEMU makes two 16-byte accesses of a 32-byte AVX load or store

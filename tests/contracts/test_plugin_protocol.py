@@ -4,6 +4,7 @@ import subprocess
 
 import pytest
 
+from pyhost.pmu import abi
 from pyhost.pmu import plugin_protocol as proto
 
 from support import REPO, header_values
@@ -101,7 +102,7 @@ def test_reply_and_overflow_roundtrip():
     assert proto.unpack_reply(proto.pack_reply(3, slots)) == (3, slots)
     for flags in (0, proto.SYNC, proto.SYNC | proto.REGS):
         ov = proto.OverflowMessage(1, 7, 1, 0x401000, 100003, 200006, flags,
-                                   tuple(range(100, 116)))
+                                   tuple(range(100, 100 + abi.NR_REGS)))
         assert proto.unpack_message(ov.pack()) == ov
     with pytest.raises(ValueError):
         proto.pack_reply(0, slots * 9)
@@ -121,13 +122,13 @@ def test_flag_fields_offsets_match_c(tmp_path):
                    "offsetof(struct pvperf_proto_slot, ctr_mask)")
     # a mask above 32 bits (the TLB and timing counters are there)
     slot = proto.Slot(0, 0, 0, 0x0B0A0F0E0D0C, 0, 0xA5).pack()
-    regs = (0,) * 7 + (0x1122334455667788,) + (0,) * 8   # rsp
+    regs = (0,) * 7 + (0x1122334455667788,) + (0,) * (abi.NR_REGS - 8)  # rsp
     ov = proto.OverflowMessage(0, 0, 0x1234, 0, 0, 0, 0x5678, regs,
                                data_addr=0x99AABBCCDDEEFF00).pack()
     assert slot.index(0xA5) == out[0]
     assert ov.index((0x1234).to_bytes(2, "little")) == out[1]
     assert ov.index((0x5678).to_bytes(2, "little")) == out[2]
-    assert proto.OVERFLOW_MSG.size - (4 + 16) * 8 == out[3]
+    assert proto.OVERFLOW_MSG.size - (4 + abi.NR_REGS) * 8 == out[3]
     assert ov.index((0x1122334455667788).to_bytes(8, "little")) == \
         out[4] + 8 * 7
     assert ov.index((0x99AABBCCDDEEFF00).to_bytes(8, "little")) == out[5]
@@ -154,7 +155,7 @@ def test_state_layout_matches_c(tmp_path):
                    proto.NR_COUNTERS * 8 + 8, proto.NR_COUNTERS * 8 + 12,
                    proto.NR_COUNTERS * 8 + 16, head.size,
                    head.size + proto.MAX_SLOTS * proto.SLOT.size,
-                   proto.STATE_HELD.size - 8 * 16,
+                   proto.STATE_HELD.size - 8 * abi.NR_REGS,
                    proto.STATE_MAGIC, proto.STATE_VERSION,
                    proto.REPLY_KNOWN]
 
