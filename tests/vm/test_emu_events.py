@@ -28,9 +28,7 @@ not come from pvperf:
 from __future__ import annotations
 
 import json
-import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +36,7 @@ import pytest
 from support import (PROGRAMS, perf_count, pvperf_cmd, qemu_vcpu_thread,
                      run_guest_script, run_pvperf, sigint_default,
                      sections, thread_ns, wait_for)
+from test_multiprocess import dso_percent
 from test_sampling import report_shares
 
 pytestmark = pytest.mark.vm
@@ -250,16 +249,6 @@ def emulation_on_behalf(summary: dict) -> dict[str, float]:
             for sym, n in both.items()}
 
 
-def sym_shares(lines: list[str]) -> dict[str, float]:
-    """perf report --sort sym's shares, kernel and user symbols."""
-    shares = {}
-    for line in lines:
-        m = re.match(r"\s*([\d.]+)%\s+\[[.k]\]\s+(\S+)", line)
-        if m:
-            shares[m.group(2)] = float(m.group(1))
-    return shares
-
-
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="skid: the device emulation's host "
                    "time is found at the next host-time check (about 20 us "
                    "of host time later) or hypercall, after the kick "
@@ -285,7 +274,7 @@ def test_domain_cycles_of_io_land_where_the_host_profile_puts_them(tmp_path):
                     " perf report -i /tmp/c.data --stdio --sort sym 2>&1;"
                     " echo '=== end'"], timeout=600)
     assert s.returncode == 0, s.stderr[-3000:]
-    guest = sym_shares(sections(s.stdout)["record"])
+    guest = report_shares(sections(s.stdout)["record"], ".k")
     print(f"emulator work on behalf of {top}: {host[top]:.1f}% in pvperf "
           f"profile, {guest.get(top, 0):.1f}% of the guest's domain cycles "
           f"samples; guest top: {sorted(guest.items(), key=lambda x: -x[1])[:4]}")
@@ -355,15 +344,6 @@ echo '=== end'
 """
 
 
-def comm_shares(lines: list[str]) -> dict[str, float]:
-    shares = {}
-    for line in lines:
-        m = re.match(r"\s*([\d.]+)%\s+(\S+)\s*$", line)
-        if m:
-            shares[m.group(2)] = float(m.group(1))
-    return shares
-
-
 def test_host_time_of_a_forked_program_under_perf_record():
     """A program a shell forks under `perf record -e emu-host-ns:u`
     (inherited events) gets the samples of the time it takes: hotcold
@@ -380,7 +360,7 @@ def test_host_time_of_a_forked_program_under_perf_record():
     before any other."""
     s = run_guest_script(FORKS, 1, timeout=900)
     starved = [(i, shares) for i in range(FORK_RUNS)
-               if (shares := comm_shares(s[f"record{i}"])).get(
+               if (shares := dso_percent(s[f"record{i}"])).get(
                    "hotcold", 0) < 50]
     print(f"{FORK_RUNS} runs: hotcold starved of samples in {len(starved)}")
     assert not starved, starved

@@ -212,10 +212,12 @@ def symbols(path: str) -> dict[int, str]:
                                           if len(l.split()) == 3)}
 
 
-def report_shares(lines: list[str]) -> dict[str, float]:
+def report_shares(lines: list[str], modes: str = ".") -> dict[str, float]:
+    """perf report --sort sym's shares of the symbols of modes ("." user,
+    "k" kernel)."""
     shares = {}
     for line in lines:
-        m = re.match(r"\s*([\d.]+)%\s+\[\.\]\s+(\S+)", line)
+        m = re.match(rf"\s*([\d.]+)%\s+\[[{modes}]\]\s+(\S+)", line)
         if m:
             shares[m.group(2)] = float(m.group(1))
     return shares
