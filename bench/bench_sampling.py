@@ -38,9 +38,11 @@ from the base run's rate (hotcold N retires 6,007*N + 9 instructions,
 checked with valgrind by tests/vm/test_sampling.py's reference); each figure
 is the best of REPS.
 
-Each overflow-interrupt path gets its own boot (IRQS, default both):
-``doorbell`` (an ivshmem-doorbell MSI-X vector the service rings) and
-``qmp`` (the NMI over QMP inject-nmi, before issue 27).  For each, the
+Each overflow-interrupt path gets its own boot (IRQS, default all three):
+``doorbell`` (the plugin writes the record into the vCPU's ring and rings
+its ivshmem-doorbell MSI-X vector itself), ``doorbell-svc`` (the service
+writes the record and rings, PVPERF_SERVICE_WRITES=1: before issue 27's
+item 2) and ``qmp`` (the NMI over QMP inject-nmi, before issue 27).  For each, the
 service's debug log gives how long a SYNC overflow (the -g run's, and
 flow control's every 64th) waited from its request until QEMU had raised
 the interrupt, p50 and p99: the host part of the latency from the
@@ -52,6 +54,7 @@ the same for both paths.
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -116,7 +119,8 @@ def perf_count(text: str) -> int:
 def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200000
     reps = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-    irqs = sys.argv[3].split(",") if len(sys.argv) > 3 else ["doorbell", "qmp"]
+    irqs = sys.argv[3].split(",") if len(sys.argv) > 3 else \
+        ["doorbell", "doorbell-svc", "qmp"]
     subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
     for irq in irqs:
         if bench(n, reps, irq):
@@ -125,16 +129,26 @@ def main() -> int:
 
 
 def bench(n: int, reps: int, irq: str) -> int:
-    r = subprocess.run([str(PVPERF), "--debug", "run", "--overflow-irq", irq,
+    # doorbell-svc: the service writes the records (PVPERF_SERVICE_WRITES)
+    svc = irq.endswith("-svc")
+    r = subprocess.run([str(PVPERF), "--debug", "run", "--overflow-irq",
+                        irq.removesuffix("-svc"),
                         "--share", str(PROGRAMS), "--",
                         "sh", "-c", script(n, reps)],
-                       capture_output=True, text=True, timeout=1800)
+                       capture_output=True, text=True, timeout=1800,
+                       env={**os.environ,
+                            **({"PVPERF_SERVICE_WRITES": "1"} if svc
+                               else {})})
     if r.returncode:
         print(r.stdout, r.stderr[-3000:])
         return 1
     raised = re.search(r"samples: .*; (.*)$", r.stderr, re.M)
+    # the plugin's own measure (verbose): overflow -> interrupt raised
+    held = re.findall(r"(\d+ SYNC overflows held the vCPU until their "
+                      r"interrupt was raised: .*)$", r.stderr, re.M)
     print(f"== overflow interrupt: {irq}; raised after a SYNC overflow: "
-          f"{raised.group(1) if raised else '?'}")
+          f"service: {raised.group(1) if raised else '?'}; plugin: "
+          f"{'; '.join(held) or '?'}")
     v = {m.group(1): m.group(2).split()
          for m in re.finditer(r"^(\w+) (.*)$", r.stdout, re.M)}
     base = int(v["base"][0])

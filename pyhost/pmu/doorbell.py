@@ -134,6 +134,10 @@ class Doorbell:
         self._holder[vcpu] = conn
         return self._efds[vcpu]
 
+    def holds(self, vcpu: int, conn: object) -> bool:
+        """Whether ``conn`` holds ``vcpu``'s eventfd (handed over)."""
+        return self._holder.get(vcpu) is conn
+
     def take_due(self, vcpu: int) -> bool:
         """Whether the SYNC overflow just served must ring (and forget)."""
         return self._due.pop(vcpu, False)

@@ -206,7 +206,7 @@ class PluginService:
 
     def _serve_one(self, conn: socket.socket, raw: bytes) -> bool:
         """Serve one message; False once the connection is done for."""
-        slots, fd = [], None
+        slots, fd, ring = [], None, None
         try:
             msg = proto.unpack_message(raw)
             if isinstance(msg, proto.OverflowMessage):
@@ -222,6 +222,7 @@ class PluginService:
             else:
                 flags, slots = self.backend.handle_reply(msg)
                 fd = self._doorbell_handover(msg.vcpu, conn)
+                ring = self._ring_handover(msg.vcpu, conn)
         except proto.ProtocolError as e:
             log.warning("plugin protocol error: %s", e)
             return False
@@ -229,7 +230,7 @@ class PluginService:
             log.exception("hypercall failed")
             flags = 0
         try:
-            reply = proto.pack_reply(flags, slots)
+            reply = proto.pack_reply(flags, slots, ring)
             if fd is None:
                 conn.send(reply)
             else:
@@ -249,6 +250,14 @@ class PluginService:
     def _doorbell_handover(self, vcpu: int, conn) -> int | None:
         door = self._doorbell()
         return door.handover(vcpu, conn) if door is not None else None
+
+    def _ring_handover(self, vcpu: int, conn) -> proto.Ring | None:
+        """The vCPU's ring for its plugin to write, if that connection
+        holds the vCPU's doorbell (it then delivers samples itself)."""
+        door = self._doorbell()
+        if door is None or not door.holds(vcpu, conn):
+            return None
+        return self.backend.ring_for(vcpu)
 
     def _doorbell_due(self, vcpu: int) -> bool:
         door = self._doorbell()
