@@ -120,6 +120,7 @@ def main() -> int:
     names = ["plain"] + [f"{i}{g}" for i in IRQS for g in ("", " -g")]
     times = {k: [] for k in names}
     samples, raised = {}, {k: [] for k in names}
+    svc_cpu = {k: [] for k in names}
     for r in range(rounds):
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
@@ -130,6 +131,9 @@ def main() -> int:
             if m := re.search(r"SampleStats\(samples=(\d+).*nmis=(\d+)", err):
                 samples[name] = f"{samples.get(name, '?')} ({m.group(2)} " \
                     f"interrupts for {m.group(1)} records)"
+            if m := re.search(r"(\d+ overflow messages, \d+ us of service "
+                              r"CPU each)", err):
+                svc_cpu[name].append(m.group(1))
             if m := re.search(r"SYNC overflows held the vCPU until their "
                               r"interrupt was raised: (p50 [^(]*)", err):
                 raised[name].append(m.group(1))
@@ -149,6 +153,7 @@ def main() -> int:
         if name.endswith("-g"):
             print(f"{'':14s} overflow -> interrupt raised: "
                   f"{'; '.join(raised[name]) or '?'}")
+        print(f"{'':14s} service: {'; '.join(svc_cpu[name]) or '?'}")
     return 0
 
 

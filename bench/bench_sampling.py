@@ -142,13 +142,14 @@ def bench(n: int, reps: int, irq: str) -> int:
     if r.returncode:
         print(r.stdout, r.stderr[-3000:])
         return 1
-    raised = re.search(r"samples: .*; (.*)$", r.stderr, re.M)
+    raised = re.search(r"samples: [^;]*; ([^;]*); (.*)$", r.stderr, re.M)
     # the plugin's own measure (verbose): overflow -> interrupt raised
     held = re.findall(r"(\d+ SYNC overflows held the vCPU until their "
                       r"interrupt was raised: .*)$", r.stderr, re.M)
     print(f"== overflow interrupt: {irq}; raised after a SYNC overflow: "
           f"service: {raised.group(1) if raised else '?'}; plugin: "
-          f"{'; '.join(held) or '?'}")
+          f"{'; '.join(held) or '?'}; service: "
+          f"{raised.group(2) if raised else '?'}")
     v = {m.group(1): m.group(2).split()
          for m in re.finditer(r"^(\w+) (.*)$", r.stdout, re.M)}
     base = int(v["base"][0])

@@ -19,6 +19,14 @@ plugin, already matched to its event by the PMU model, becomes here:
      plugin's flow control) waits until QEMU has raised the NMI, the new
      one or the outstanding one.
 
+With a doorbell the plugin holds (doorbell.py), steps 2 and 3 are the
+plugin's (qemu_plugin/pvperf/ring.c): the service hands the vCPU's ring
+over on each reply to that vCPU's hypercalls (``handover``: head, lost,
+notified), the plugin writes the records and rings at the overflow, and
+tells the service afterwards; ``account`` then mirrors what it did, so
+the next handover, or the service's own writes (no ring handed over: a
+restored checkpoint before its first hypercall), go on from there.
+
 inject-nmi reaches every vCPU (the injector's ``broadcast``), so before
 each such request every ring's ``nmis`` is incremented: each driver
 claims exactly one NMI per increment and never sees "NMI for unknown

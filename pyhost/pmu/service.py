@@ -26,6 +26,7 @@ import select
 import socket
 import struct
 import threading
+import time
 
 from . import plugin_protocol as proto
 from ..errors import ServiceError
@@ -36,6 +37,7 @@ log = logging.getLogger("pvperf.service")
 # How long an accepted connection waits for allow_peer() (the launcher
 # calls it right after spawning QEMU, whose plugin connects only later).
 PEER_WAIT = 30.0
+_OVERFLOW_MAGIC = proto.OVERFLOW_MAGIC.to_bytes(4, "little")
 _UCRED = struct.Struct("3i")        # struct ucred: pid, uid, gid
 
 
@@ -68,6 +70,14 @@ class PluginService:
         # Messages received and not yet served (idle() below).
         self._busy = 0
         self._busy_lock = threading.Lock()
+        # Overflow messages served and the thread CPU seconds they took.
+        self.overflow_cpu = [0, 0.0]
+
+    def overflow_summary(self) -> str:
+        """What each overflow message cost the service (the debug log)."""
+        n, cpu = self.overflow_cpu
+        return f"{n} overflow messages, {cpu / max(n, 1) * 1e6:.0f} us " \
+               f"of service CPU each"
 
     @property
     def plugin_address(self) -> str:
@@ -197,12 +207,16 @@ class PluginService:
                 return
             with self._busy_lock:
                 self._busy += 1
+            t0 = time.thread_time()
             try:
                 if not self._serve_one(conn, raw):
                     return
             finally:
                 with self._busy_lock:
                     self._busy -= 1
+                    if raw[:4] == _OVERFLOW_MAGIC:
+                        self.overflow_cpu[0] += 1
+                        self.overflow_cpu[1] += time.thread_time() - t0
 
     def _serve_one(self, conn: socket.socket, raw: bytes) -> bool:
         """Serve one message; False once the connection is done for."""
