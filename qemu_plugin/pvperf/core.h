@@ -82,6 +82,7 @@ struct pvperf_vcpu {
 	 * raised, in us: the first LINK_WAITS (link.c, verbose report). */
 	uint32_t *sync_us;
 	unsigned n_sync;
+	uint64_t wait_cpu_ns;	/* this thread's CPU time spent waiting */
 	unsigned log_budget;	/* guest-triggerable log lines left */
 	uint64_t lost;		/* overflow messages the socket refused */
 	unsigned unanswered;	/* overflows sent since the last answered one */
