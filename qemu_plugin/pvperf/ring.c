@@ -89,15 +89,17 @@ static bool doorbell_write(struct pvperf_vcpu *v)
  * Until QEMU has taken the doorbell.  It acknowledges nothing: taken = no
  * longer readable (its main loop reads the eventfd and raises the vector
  * in one handler).  Yield, never spin: the main loop needs a CPU, and on
- * a small host this thread holds one; and past YIELD_US, sleep: yielding
- * to nobody is a spin, and it cost the vCPU's thread 54 us of CPU per
- * callchain sample (127 us when the service wrote), against a p50 wait
- * of ~40 us on a quiet host.  A late interrupt costs a callchain's
+ * a small host this thread holds one; and past YIELD_US, sleep, longer
+ * each time: yielding to nobody is a spin, and it cost the vCPU's thread
+ * 54 us of CPU per callchain sample (127 us when the service wrote),
+ * against a p50 wait of ~40 us on a quiet host and several ms on a
+ * loaded one.  A late interrupt costs a callchain's
  * accuracy, never correctness: give up after DOORBELL_WAIT_US.
  */
 #define DOORBELL_WAIT_US	100000
 #define YIELD_US		20
-#define SLEEP_US		20
+#define SLEEP_MIN_US		20	/* doubled each time, up to: */
+#define SLEEP_MAX_US		320
 
 static uint64_t thread_cpu_ns(void)
 {
@@ -113,12 +115,15 @@ static void doorbell_wait(struct pvperf_vcpu *v)
 	struct pollfd p = { .fd = v->doorbell_fd, .events = POLLIN };
 	int64_t t0 = g_get_monotonic_time(), now = t0;
 	uint64_t cpu0 = pv.verbose ? thread_cpu_ns() : 0;
+	unsigned sleep_us = SLEEP_MIN_US;
 
 	while (p.fd >= 0 && poll(&p, 1, 0) > 0 && now - t0 < DOORBELL_WAIT_US) {
-		if (now - t0 < YIELD_US)
+		if (now - t0 < YIELD_US) {
 			sched_yield();
-		else
-			g_usleep(SLEEP_US);
+		} else {
+			g_usleep(sleep_us);
+			sleep_us = MIN(sleep_us * 2, SLEEP_MAX_US);
+		}
 		now = g_get_monotonic_time();
 	}
 	if (pv.verbose)
