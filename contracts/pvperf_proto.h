@@ -11,7 +11,9 @@
  *   plugin -> service   struct pvperf_proto_hcall   (the vCPU waits)
  *   service -> plugin   struct pvperf_proto_reply
  *   plugin -> service   struct pvperf_proto_overflow (no reply: the vCPU
- *                       goes on; one per sample, never per instruction)
+ *                       goes on; one per sample, never per instruction;
+ *                       a sample the plugin delivered itself, or one the
+ *                       service must write: pvperf_proto_ring)
  *
  * Sampling.  Every reply carries the complete table of thresholds to arm
  * on that vCPU (the service's PMU model owns periods and thresholds).  A
@@ -135,6 +137,24 @@
  * meaning: struct pvperf_sample in pvperf_abi.h).
  */
 #define PVPERF_PROTO_REGS		(1U << 1)
+/*
+ * Overflow message only: the plugin delivered the sample itself (it owns
+ * the vCPU's ring, struct pvperf_proto_ring) and tells the service what
+ * it must still account, without an answer (flow control's every 64th
+ * aside).  WRITTEN: the record went into the ring at the head the service
+ * mirrors; LOST: the ring was full (the plugin counted it in the ring's
+ * and the event's lost); RANG: the plugin raised the overflow interrupt
+ * right after this record (the ring's notified head is now its head).
+ */
+#define PVPERF_PROTO_WRITTEN		(1U << 2)
+#define PVPERF_PROTO_LOST		(1U << 3)
+#define PVPERF_PROTO_RANG		(1U << 4)
+/* Delivery flags (struct pvperf_proto_deliver): the event is buffered
+ * (PVPERF_ATTR_BUFFERED): an interrupt only at the ring's watermark. */
+#define PVPERF_DELIVER_BUFFERED		(1U << 0)
+/* Ring flags (struct pvperf_proto_ring): notified is valid (an interrupt
+ * was raised for the ring's records up to it). */
+#define PVPERF_RING_NOTIFIED		(1U << 0)
 
 /* Thresholds a reply can arm per vCPU (= the guest's counters per CPU). */
 #define PVPERF_PROTO_MAX_SLOTS		8
@@ -162,12 +182,46 @@ struct pvperf_proto_slot {
 	__u16 __pad0;
 };
 
+/*
+ * Plugin-written samples.  With a doorbell (the vCPU's own interrupt, on
+ * an eventfd the plugin holds), the service hands the vCPU's sample ring
+ * to the plugin on a hypercall's reply: gpa != 0.  The plugin then writes
+ * every record of that vCPU into guest RAM itself (struct pvperf_sample
+ * at head % capacity, then head), bumps the event's lost when the ring is
+ * full, raises the interrupt, and sends the overflow message afterwards
+ * with PVPERF_PROTO_WRITTEN or _LOST (and _RANG): the service only
+ * accounts.  Messages are served in order, so the ring in a reply always
+ * has the head of every record written before the hypercall; gpa 0 (no
+ * ring registered, no doorbell, deterministic runs): the service writes.
+ * The gpas are the guest's, checked by the service (SAMPLE_BUF, OPEN);
+ * the plugin checks them against RAM again and never trusts tail.
+ */
+struct pvperf_proto_ring {
+	__u64 gpa;			/* struct pvperf_sample_buf; 0: none */
+	__u32 capacity;			/* records */
+	__u32 watermark;		/* records (buffered events) */
+	__u32 head;			/* records written (mod 2^32) */
+	__u32 lost;			/* the ring's lost */
+	__u32 notified;			/* head when last raised (RING_NOTIFIED) */
+	__u32 flags;			/* PVPERF_RING_* */
+};
+
+/* What a record of slot[i] carries beyond the overflow (with a ring). */
+struct pvperf_proto_deliver {
+	__u64 event_gpa;		/* its struct pvperf_guest_perf_event */
+	__u64 period;			/* struct pvperf_sample.period */
+	__u32 flags;			/* PVPERF_DELIVER_* */
+	__u32 __pad0;
+};
+
 struct pvperf_proto_reply {
 	__u32 magic;
 	__u32 flags;			/* PVPERF_REPLY_* */
 	__u32 n_slots;			/* valid entries of slot[] */
 	__u32 __pad0;
 	struct pvperf_proto_slot slot[PVPERF_PROTO_MAX_SLOTS];
+	struct pvperf_proto_ring ring;	/* hypercall replies only */
+	struct pvperf_proto_deliver deliver[PVPERF_PROTO_MAX_SLOTS];
 };
 
 struct pvperf_proto_overflow {
@@ -176,7 +230,8 @@ struct pvperf_proto_overflow {
 	__u32 event_id;
 	__u16 mode;			/* PVPERF_MODE_* of ip */
 	__u16 flags;			/* PVPERF_PROTO_SYNC: answer it;
-					 * PVPERF_PROTO_REGS: regs[] valid */
+					 * PVPERF_PROTO_REGS: regs[] valid;
+					 * _WRITTEN, _LOST, _RANG: see above */
 	__u64 ip;			/* the overflowing instruction */
 	__u64 threshold;		/* the threshold it reached */
 	__u64 next_threshold;		/* re-armed at; ~0: disarmed */
@@ -237,7 +292,9 @@ _Static_assert(PVPERF_NR_COUNTERS ==
 	       PVPERF_NR_INLINE_COUNTERS + 2 * PVPERF_NR_MODEL_COUNTERS, "counters");
 _Static_assert(sizeof(struct pvperf_proto_hcall) == 376, "hcall msg size");
 _Static_assert(sizeof(struct pvperf_proto_slot) == 32, "slot size");
-_Static_assert(sizeof(struct pvperf_proto_reply) == 272, "reply msg size");
+_Static_assert(sizeof(struct pvperf_proto_ring) == 32, "ring size");
+_Static_assert(sizeof(struct pvperf_proto_deliver) == 24, "deliver size");
+_Static_assert(sizeof(struct pvperf_proto_reply) == 496, "reply msg size");
 _Static_assert(sizeof(struct pvperf_proto_overflow) == 48 + 8 * PVPERF_NR_REGS,
 	       "overflow msg size");
 _Static_assert(PVPERF_NR_COUNTERS <= 64, "ctr_mask bits");

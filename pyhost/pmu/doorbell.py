@@ -28,8 +28,12 @@ before it raises the vector in the same main-loop handler.
 
 Handover: the service gives vCPU N's eventfd to the plugin's connection
 for that vCPU (SCM_RIGHTS, on a hypercall's reply; pvperf_proto.h,
-PVPERF_REPLY_RING).  From then on a SYNC overflow of that vCPU is not
-raised nor waited for here: its answer says whether an interrupt is due
+PVPERF_REPLY_RING), and with it vCPU N's sample ring: from then on the
+plugin writes that vCPU's records and rings the eventfd itself, at the
+overflow (qemu_plugin/pvperf/ring.c), and nothing here is raised for it.
+Without the ring (PVPERF_SERVICE_WRITES=1, or before a restored
+checkpoint's first hypercall) a SYNC overflow of that vCPU is not raised
+nor waited for here either: its answer says whether an interrupt is due
 (``take_due``), and the plugin writes the eventfd and waits on the vCPU's
 own thread, in C, without a second trip through the service.
 """
@@ -152,6 +156,10 @@ class Doorbell:
             return None
         self._holder[vcpu] = conn
         return self._efds[vcpu]
+
+    def holds(self, vcpu: int, conn: object) -> bool:
+        """Whether ``conn`` holds ``vcpu``'s eventfd (handed over)."""
+        return self._holder.get(vcpu) is conn
 
     def take_due(self, vcpu: int) -> bool:
         """Whether the SYNC overflow just served must ring (and forget)."""

@@ -21,7 +21,9 @@ Operations (see guest_kernel_patch/README.md for the table):
 
 Samples (``overflow``) arrive from the plugin between hypercalls: the PMU
 model matches each to its event, and the Sampler (sampling.py, the host
-half of sampling) writes the record and requests the NMI.
+half of sampling) writes the record and requests the NMI, or, for a
+sample the plugin delivered itself (a ring handed over: ``ring_for``),
+accounts for it.
 
 Log levels: what a well-behaved guest does routinely is DEBUG (perf
 probing events the host does not count gets -ENOENT, its documented
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -99,6 +102,12 @@ class PerfBackend:
         self.limiter = limiter or RateLimiter()
         self.stats = BackendStats()
         self.sampler = Sampler(memory, nmi, clock, deterministic)
+        # The plugin may write sample records itself (the service, only
+        # with a doorbell the plugin holds; never in deterministic runs,
+        # whose interrupts go over QMP).  PVPERF_SERVICE_WRITES=1 keeps
+        # the service writing (bench/bench_overflow_irq.py's "before").
+        self.plugin_writes = not deterministic and \
+            os.environ.get("PVPERF_SERVICE_WRITES") != "1"
         self.clock = clock
         # clock(): counting ("counting", "branches") on until then
         self._linger_until: dict[str, float] = {}
@@ -176,6 +185,15 @@ class PerfBackend:
                 return
             event = self.pmu.overflow(msg.event_id, msg.vcpu, msg.threshold,
                                       msg.next_threshold)
+            if msg.flags & (proto.WRITTEN | proto.LOST):
+                # The plugin delivered it: account, even a stale one (its
+                # record is in the ring: the head moved).
+                self.sampler.stats.stale += event is None
+                try:
+                    self.sampler.account(msg, event)
+                except GuestMemoryError as e:
+                    self._complain(msg.vcpu, f"overflows not counted: {e}")
+                return
             if event is None:
                 self.sampler.stats.stale += 1
                 log.debug("stale overflow: event %d vcpu %d threshold %d",
@@ -185,6 +203,15 @@ class PerfBackend:
                 self.sampler.deliver(msg, event)
             except GuestMemoryError as e:
                 self._complain(msg.vcpu, f"sample not delivered: {e}")
+
+    def ring_for(self, vcpu: int) -> proto.Ring | None:
+        """``vcpu``'s ring for the plugin to write (the service hands it
+        over with a hypercall's reply, once the plugin holds the vCPU's
+        doorbell), or None: the service writes the records."""
+        if not self.plugin_writes or vcpu >= self.max_vcpus:
+            return None
+        with self.lock:
+            return self.sampler.handover(vcpu)
 
     # -- validation ---------------------------------------------------------
 

@@ -429,7 +429,13 @@ class Pmu:
                                       event_id, e.ctr_mask, e.rand_bits,
                                       e.slot_flags | (proto.SYNC if
                                                       self.sync_samples
-                                                      else 0)))
+                                                      else 0),
+                                      # what a record the plugin writes
+                                      # carries (sampling.py writes the same)
+                                      e.guest_event_gpa,
+                                      e.spec.scale(e.period),
+                                      proto.DELIVER_BUFFERED if e.buffered
+                                      else 0))
         return out[:proto.MAX_SLOTS]
 
     def counting_needed(self) -> bool:

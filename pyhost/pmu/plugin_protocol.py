@@ -71,6 +71,13 @@ REPLY_RING = 1 << 12
 SYNC = 1 << 0
 # Slot: capture registers at the overflow; overflow message: regs valid.
 REGS = 1 << 1
+# Overflow message: the plugin delivered the sample itself (its ring);
+# record written, ring full (lost counted), interrupt raised after it.
+WRITTEN = 1 << 2
+LOST = 1 << 3
+RANG = 1 << 4
+DELIVER_BUFFERED = 1 << 0   # struct pvperf_proto_deliver flags
+RING_NOTIFIED = 1 << 0      # struct pvperf_proto_ring flags
 MAX_SLOTS = 8
 DISARMED = (1 << 64) - 1
 
@@ -79,11 +86,16 @@ TIMEOUT_MS = 5000
 HCALL_MSG = struct.Struct("<IIQQ%dQ" % NR_COUNTERS)
 SLOT = struct.Struct("<QQQIBBH")
 REPLY_HEAD = struct.Struct("<IIII")
-REPLY_MSG_SIZE = REPLY_HEAD.size + MAX_SLOTS * SLOT.size
+RING = struct.Struct("<QIIIIII")
+DELIVER = struct.Struct("<QQII")
+REPLY_MSG_SIZE = REPLY_HEAD.size + MAX_SLOTS * (SLOT.size + DELIVER.size) \
+    + RING.size
 OVERFLOW_MSG = struct.Struct(f"<IIIHHQQQQ{abi.NR_REGS}Q")
 assert HCALL_MSG.size == 376
 assert SLOT.size == 32
-assert REPLY_MSG_SIZE == 272
+assert RING.size == 32
+assert DELIVER.size == 24
+assert REPLY_MSG_SIZE == 496
 assert OVERFLOW_MSG.size == 48 + 8 * abi.NR_REGS
 
 # Checkpoints: the plugin's state file (struct pvperf_state_*).
@@ -135,10 +147,35 @@ class Slot:
     ctr_mask: int
     rand_bits: int = 0
     flags: int = 0          # SYNC
+    # What its records carry when the plugin writes them (struct
+    # pvperf_proto_deliver; replies only, never in a state file).
+    event_gpa: int = 0
+    sample_period: int = 0
+    deliver_flags: int = 0  # DELIVER_BUFFERED
 
     def pack(self) -> bytes:
         return SLOT.pack(self.threshold, self.period, self.ctr_mask,
                          self.event_id, self.rand_bits, self.flags, 0)
+
+    def pack_deliver(self) -> bytes:
+        return DELIVER.pack(self.event_gpa, self.sample_period,
+                            self.deliver_flags, 0)
+
+
+@dataclass(frozen=True)
+class Ring:
+    """A vCPU's sample ring handed to the plugin (struct pvperf_proto_ring)."""
+    gpa: int
+    capacity: int
+    watermark: int
+    head: int
+    lost: int
+    notified: int | None
+
+    def pack(self) -> bytes:
+        return RING.pack(self.gpa, self.capacity, self.watermark, self.head,
+                         self.lost, self.notified or 0,
+                         0 if self.notified is None else RING_NOTIFIED)
 
 
 @dataclass(frozen=True)
@@ -180,13 +217,20 @@ def unpack_message(raw: bytes):
     return HcallMessage.unpack(raw)
 
 
-def pack_reply(flags: int, slots=()) -> bytes:
+def pack_reply(flags: int, slots=(), ring: Ring | None = None) -> bytes:
+    """A reply; ``ring``: the vCPU's ring, handed to the plugin."""
     slots = list(slots)
     if len(slots) > MAX_SLOTS:
         raise ValueError(f"{len(slots)} slots, at most {MAX_SLOTS}")
-    body = b"".join(s.pack() for s in slots)
-    return (REPLY_HEAD.pack(REPLY_MAGIC, flags, len(slots), 0) + body
-            + bytes(SLOT.size * (MAX_SLOTS - len(slots))))
+    free = MAX_SLOTS - len(slots)
+    return b"".join([
+        REPLY_HEAD.pack(REPLY_MAGIC, flags, len(slots), 0),
+        *(s.pack() for s in slots), bytes(SLOT.size * free),
+        ring.pack() if ring is not None else bytes(RING.size),
+        *(s.pack_deliver() for s in slots), bytes(DELIVER.size * free)])
+
+
+_DELIVER_AT = REPLY_HEAD.size + MAX_SLOTS * SLOT.size + RING.size
 
 
 def unpack_reply(raw: bytes) -> tuple[int, list[Slot]]:
@@ -194,13 +238,26 @@ def unpack_reply(raw: bytes) -> tuple[int, list[Slot]]:
     magic, flags, n, _ = REPLY_HEAD.unpack_from(raw)
     if magic != REPLY_MAGIC or len(raw) != REPLY_MSG_SIZE or n > MAX_SLOTS:
         raise ProtocolError("bad reply")
-    return flags, [_unpack_slot(raw, REPLY_HEAD.size + i * SLOT.size)
+    return flags, [_unpack_slot(raw, REPLY_HEAD.size + i * SLOT.size,
+                                _DELIVER_AT + i * DELIVER.size)
                    for i in range(n)]
 
 
-def _unpack_slot(raw: bytes, offset: int) -> Slot:
+def unpack_reply_ring(raw: bytes) -> Ring | None:
+    """The ring a reply hands over, if any (tests)."""
+    gpa, cap, wm, head, lost, notified, fl = RING.unpack_from(
+        raw, REPLY_HEAD.size + MAX_SLOTS * SLOT.size)
+    return Ring(gpa, cap, wm, head, lost,
+                notified if fl & RING_NOTIFIED else None) if gpa else None
+
+
+def _unpack_slot(raw: bytes, offset: int, deliver_at: int | None = None
+                 ) -> Slot:
     t, p, m, e, r, fl, _ = SLOT.unpack_from(raw, offset)
-    return Slot(t, p, e, m, r, fl)
+    gpa = period = dfl = 0
+    if deliver_at is not None:
+        gpa, period, dfl, _ = DELIVER.unpack_from(raw, deliver_at)
+    return Slot(t, p, e, m, r, fl, gpa, period, dfl)
 
 
 @dataclass(frozen=True)

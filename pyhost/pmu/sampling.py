@@ -19,6 +19,14 @@ plugin, already matched to its event by the PMU model, becomes here:
      plugin's flow control) waits until QEMU has raised the NMI, the new
      one or the outstanding one.
 
+With a doorbell the plugin holds (doorbell.py), steps 2 and 3 are the
+plugin's (qemu_plugin/pvperf/ring.c): the service hands the vCPU's ring
+over on each reply to that vCPU's hypercalls (``handover``: head, lost,
+notified), the plugin writes the records and rings at the overflow, and
+tells the service afterwards; ``account`` then mirrors what it did, so
+the next handover, or the service's own writes (no ring handed over: a
+restored checkpoint before its first hypercall), go on from there.
+
 inject-nmi reaches every vCPU (the injector's ``broadcast``), so before
 each such request every ring's ``nmis`` is incremented: each driver
 claims exactly one NMI per increment and never sees "NMI for unknown
@@ -126,6 +134,38 @@ class Sampler:
         self.stats.samples += 1
         self._bump_overflows(event)
         self._record(msg, event)
+
+    # -- samples the plugin delivered itself (pvperf_proto.h, "Plugin-
+    #    written samples") --------------------------------------------------
+
+    def handover(self, vcpu: int) -> proto.Ring | None:
+        """``vcpu``'s ring as the plugin must go on writing it (a reply
+        to that vCPU's hypercall: every earlier message is accounted)."""
+        ring = self.rings.get(vcpu)
+        if ring is None:
+            return None
+        return proto.Ring(ring.gpa, ring.capacity, ring.watermark, ring.head,
+                          ring.lost, ring.notified)
+
+    def account(self, msg: proto.OverflowMessage,
+                event: PmuEvent | None) -> None:
+        """What the plugin did with one sample it delivered: mirror the
+        ring's head, lost and notified (the next handover starts there)
+        and count; guest_perf_event.overflows, which only the host writes
+        and no driver reads in its interrupt, is bumped here, late."""
+        ring = self.rings.get(msg.vcpu)
+        self.stats.samples += 1
+        if event is not None:
+            self._bump_overflows(event)
+        if msg.flags & proto.LOST:
+            self.stats.lost += 1
+            if ring is not None:
+                ring.lost = (ring.lost + 1) & U32
+        elif ring is not None:
+            ring.head = (ring.head + 1) & U32
+        if msg.flags & proto.RANG and ring is not None:
+            ring.notified, ring.notified_at = ring.head, self.clock()
+            self.stats.nmis += 1
 
     def _read_u32(self, gpa: int) -> int:
         return int.from_bytes(self.memory.read(gpa, 4, align=4), "little")

@@ -26,6 +26,7 @@ import select
 import socket
 import struct
 import threading
+import time
 
 from . import plugin_protocol as proto
 from ..errors import ServiceError
@@ -36,6 +37,7 @@ log = logging.getLogger("pvperf.service")
 # How long an accepted connection waits for allow_peer() (the launcher
 # calls it right after spawning QEMU, whose plugin connects only later).
 PEER_WAIT = 30.0
+_OVERFLOW_MAGIC = proto.OVERFLOW_MAGIC.to_bytes(4, "little")
 _UCRED = struct.Struct("3i")        # struct ucred: pid, uid, gid
 
 
@@ -68,6 +70,14 @@ class PluginService:
         # Messages received and not yet served (idle() below).
         self._busy = 0
         self._busy_lock = threading.Lock()
+        # Overflow messages served and the thread CPU seconds they took.
+        self.overflow_cpu = [0, 0.0]
+
+    def overflow_summary(self) -> str:
+        """What each overflow message cost the service (the debug log)."""
+        n, cpu = self.overflow_cpu
+        return f"{n} overflow messages, {cpu / max(n, 1) * 1e6:.0f} us " \
+               f"of service CPU each"
 
     @property
     def plugin_address(self) -> str:
@@ -197,16 +207,20 @@ class PluginService:
                 return
             with self._busy_lock:
                 self._busy += 1
+            t0 = time.thread_time()
             try:
                 if not self._serve_one(conn, raw):
                     return
             finally:
                 with self._busy_lock:
                     self._busy -= 1
+                    if raw[:4] == _OVERFLOW_MAGIC:
+                        self.overflow_cpu[0] += 1
+                        self.overflow_cpu[1] += time.thread_time() - t0
 
     def _serve_one(self, conn: socket.socket, raw: bytes) -> bool:
         """Serve one message; False once the connection is done for."""
-        slots, fd = [], None
+        slots, fd, ring = [], None, None
         try:
             msg = proto.unpack_message(raw)
             if isinstance(msg, proto.OverflowMessage):
@@ -222,6 +236,7 @@ class PluginService:
             else:
                 flags, slots = self.backend.handle_reply(msg)
                 fd = self._doorbell_handover(msg.vcpu, conn)
+                ring = self._ring_handover(msg.vcpu, conn)
         except proto.ProtocolError as e:
             log.warning("plugin protocol error: %s", e)
             return False
@@ -229,7 +244,7 @@ class PluginService:
             log.exception("hypercall failed")
             flags = 0
         try:
-            reply = proto.pack_reply(flags, slots)
+            reply = proto.pack_reply(flags, slots, ring)
             if fd is None:
                 conn.send(reply)
             else:
@@ -249,6 +264,14 @@ class PluginService:
     def _doorbell_handover(self, vcpu: int, conn) -> int | None:
         door = self._doorbell()
         return door.handover(vcpu, conn) if door is not None else None
+
+    def _ring_handover(self, vcpu: int, conn) -> proto.Ring | None:
+        """The vCPU's ring for its plugin to write, if that connection
+        holds the vCPU's doorbell (it then delivers samples itself)."""
+        door = self._doorbell()
+        if door is None or not door.holds(vcpu, conn):
+            return None
+        return self.backend.ring_for(vcpu)
 
     def _doorbell_due(self, vcpu: int) -> bool:
         door = self._doorbell()

@@ -449,7 +449,8 @@ class VM:
         if self.service is not None:
             self.service.stop()
             sm = self.backend.sampler
-            log.debug("samples: %s; %s", sm.stats, sm.raise_summary())
+            log.debug("samples: %s; %s; %s", sm.stats, sm.raise_summary(),
+                      self.service.overflow_summary())
         if isinstance(self.irq, Doorbell):
             self.irq.close()            # no service thread rings it now
         if self.memory is not None:

@@ -99,6 +99,7 @@ struct pvperf_vcpu {
 	 * raised, in us: the first LINK_WAITS (link.c, verbose report). */
 	uint32_t *sync_us;
 	unsigned n_sync;
+	uint64_t wait_cpu_ns;	/* this thread's CPU time spent waiting */
 	unsigned log_budget;	/* guest-triggerable log lines left */
 	uint64_t lost;		/* overflow messages the socket refused */
 	unsigned unanswered;	/* overflows sent since the last answered one */
@@ -118,6 +119,11 @@ struct pvperf_vcpu {
 		uint32_t event_id;
 		uint8_t rand_bits;
 		uint8_t flags;		/* PVPERF_PROTO_SYNC, _REGS */
+		/* What its records carry when the plugin writes them
+		 * (struct pvperf_proto_deliver; 0 after a restore). */
+		uint32_t deliver_flags;	/* PVPERF_DELIVER_* */
+		uint64_t event_gpa;
+		uint64_t sample_period;
 	} slot[PVPERF_PROTO_MAX_SLOTS];
 	unsigned n_model_slots;
 	struct pvperf_sample_slot model_slot[PVPERF_PROTO_MAX_SLOTS];
@@ -146,6 +152,16 @@ struct pvperf_vcpu {
 		/* before ip ran (all of them, or sp and bp: instrument.h) */
 		uint64_t regs[PVPERF_NR_REGS];
 	} pending[PVPERF_PROTO_MAX_SLOTS];
+	/* The vCPU's sample ring while the plugin writes it (ring.c). */
+	struct pvperf_ring {
+		uint64_t gpa;		/* 0: the service writes the records */
+		uint32_t capacity;	/* records */
+		uint32_t watermark;
+		uint32_t head;		/* ours; never read back from the guest */
+		uint32_t lost;
+		uint32_t notified;	/* head when last raised, if notified_us */
+		int64_t notified_us;	/* then (monotonic); 0: none outstanding */
+	} ring;
 	uint64_t prng;		/* xorshift64 state for randomized periods */
 	uint32_t reply_flags;	/* the service's last reply to it */
 } __attribute__((aligned(64)));

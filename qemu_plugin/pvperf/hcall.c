@@ -30,6 +30,7 @@
 #include "instrument.h"
 #include "link.h"
 #include "models.h"
+#include "ring.h"
 #include "sample.h"
 
 /* Memory-callback udata; lives in the TB arena (arena.c). */
@@ -71,6 +72,7 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 	pv.vcpu[vcpu].reply_flags = reply.flags;
 	__atomic_store_n(&pv.reply_flags, reply.flags, __ATOMIC_RELAXED);
 	sample_arm(vcpu, &reply);
+	ring_take(vcpu, &reply.ring);
 	models_reply(vcpu, &reply);
 	instrument_request(reply_instrumentation(reply.flags));
 	return 0;

@@ -15,10 +15,11 @@
  * full listen backlog must not block a vCPU in connect).
  *
  * Doorbell.  A reply may carry, by SCM_RIGHTS, the eventfd of this vCPU's
- * ivshmem-doorbell vector (pvperf_proto.h, PVPERF_REPLY_RING): the answer
- * to a SYNC overflow then says whether to write it, and the vCPU waits
- * until QEMU's main loop has taken it, so that the interrupt is raised
- * before the vCPU goes on, with no further trip through the service.
+ * ivshmem-doorbell vector (pvperf_proto.h, PVPERF_REPLY_RING), and then
+ * the vCPU's sample ring: from then on the plugin delivers the samples
+ * itself (ring.c) and overflow messages only tell the service.  Without
+ * the ring, the answer to a SYNC overflow says whether to write the
+ * doorbell, and the vCPU waits until QEMU's main loop has taken it.
  *
  * Exit.  plugin_exit may run while vCPUs still execute (exit() called
  * from a vCPU thread, e.g. isa-debug-exit).  A vCPU counts itself in
@@ -28,20 +29,18 @@
  * sequentially consistent so that one side always sees the other.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <glib.h>
 #include <poll.h>
-#include <sched.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "core.h"
 #include "link.h"
+#include "ring.h"
 
 /* Set once by the first vCPU that finds the service gone; read by all. */
 static int service_dead;
@@ -222,153 +221,58 @@ int64_t link_exchange(unsigned vcpu, const struct pvperf_proto_hcall *msg,
 	return err;
 }
 
-/* SYNC overflows whose wait the verbose report keeps, per vCPU. */
-#define LINK_WAITS	65536
-
-static void note_sync(struct pvperf_vcpu *v, int64_t us)
-{
-	if (!pv.verbose || v->n_sync >= LINK_WAITS)
-		return;
-	if (!v->sync_us)
-		v->sync_us = g_new(uint32_t, LINK_WAITS);
-	v->sync_us[v->n_sync++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
-}
-
-static int cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Verbose, at exit: overflow -> interrupt raised, for SYNC overflows. */
-void link_report(unsigned vcpu)
-{
-	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
-	unsigned n = v->n_sync;
-
-	if (!n)
-		return;
-	qsort(v->sync_us, n, sizeof(*v->sync_us), cmp_u32);
-	pvperf_log("vcpu %u: %u SYNC overflows held the vCPU until their interrupt was raised: p50 %u us, p99 %u us (%s)\n",
-		   vcpu, n, v->sync_us[n / 2], v->sync_us[(uint64_t)n * 99 / 100],
-		   v->doorbell_fd >= 0 ? "doorbell" : "service");
-}
-
-/*
- * How long a vCPU waits for QEMU's main loop to take its doorbell: a
- * late interrupt costs a callchain's accuracy, never correctness.
- */
-#define DOORBELL_WAIT_US	100000
-
-/*
- * Whether QEMU's main loop sleeps in its poll.  It reads a doorbell's
- * eventfd and then, in the same handler, raises the MSI-X vector: an
- * empty eventfd alone leaves a window in which the vCPU, going on, could
- * pass the next block boundary before the interrupt is pending, and a
- * deterministic run would take it at another instruction.  The main loop
- * seen back in ppoll() after the eventfd was read has left that handler.
- * The main loop is the process's first thread; its syscall is in /proc
- * ("running" while it runs).  Cannot tell: true (the eventfd alone).
- */
-static bool main_loop_polling(void)
-{
-	static gsize once;
-	static int fd = -1;
-	char buf[32], *end;
-	ssize_t n;
-	long nr;
-
-	if (g_once_init_enter(&once)) {
-		g_autofree char *path =
-			g_strdup_printf("/proc/self/task/%d/syscall", getpid());
-
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		g_once_init_leave(&once, 1);
-	}
-	if (fd < 0)
-		return true;
-	n = pread(fd, buf, sizeof(buf) - 1, 0);
-	if (n <= 0)
-		return true;
-	buf[n] = '\0';
-	nr = strtol(buf, &end, 10);
-#ifdef SYS_poll
-	if (end != buf && nr == SYS_poll)
-		return true;
-#endif
-	return end != buf && nr == SYS_ppoll;
-}
-
-/*
- * After a SYNC overflow's answer: write the doorbell if the service says
- * an interrupt is due, then wait until QEMU has raised it: its main loop
- * has read the eventfd and is back in its poll.  Yield, never spin: the
- * main loop needs a CPU, and on a small host this thread holds one.
- */
-static void ring_doorbell(struct pvperf_vcpu *v, uint32_t reply_flags)
-{
-	struct pollfd p = { .fd = v->doorbell_fd, .events = POLLIN };
-	uint64_t one = 1;
-	int64_t deadline;
-
-	if (v->doorbell_fd < 0)
-		return;
-	if ((reply_flags & PVPERF_REPLY_RING) &&
-	    write(v->doorbell_fd, &one, sizeof(one)) != sizeof(one))
-		return;
-	deadline = g_get_monotonic_time() + DOORBELL_WAIT_US;
-	while (poll(&p, 1, 0) > 0 && g_get_monotonic_time() < deadline)
-		sched_yield();
-	while (!main_loop_polling() && g_get_monotonic_time() < deadline)
-		sched_yield();
-}
-
 /*
  * Flow control: every PVPERF_OVERFLOW_CREDIT-th overflow of a vCPU is sent
  * PVPERF_PROTO_SYNC, whatever its slot says.  A vCPU overflowing faster
- * than the service writes records and QEMU raises NMIs (perf record -c
- * 1000: ~10^5 overflows per second) would otherwise fill the socket
+ * than the service takes messages and QEMU raises interrupts (perf record
+ * -c 1000: ~10^5 overflows per second) would otherwise fill the socket
  * buffer and then the guest's sample ring (~400 records), and samples
  * would be lost.  The answer comes once the service has handled every
- * earlier message of this vCPU and the NMI that drains the ring is
- * raised, so neither ever holds much more than this many.
+ * earlier message of this vCPU, and the vCPU goes on once the interrupt
+ * that drains the ring is raised, so neither ever holds much more than
+ * this many.
  */
 #define PVPERF_OVERFLOW_CREDIT	64
 
+bool link_credit_spent(unsigned vcpu)
+{
+	return ++pv.vcpu[vcpu].unanswered >= PVPERF_OVERFLOW_CREDIT;
+}
+
 /*
  * An overflow (sample.c, on the vCPU thread): one datagram, and for a
- * PVPERF_PROTO_SYNC one the (empty) answer, given once the service has
- * raised the NMI, so that the guest takes it at the next TB boundary,
- * still in the frame that overflowed.  A full socket buffer means the
- * service is behind: the sample is lost (counted).
+ * PVPERF_PROTO_SYNC one the (empty) answer.  For a sample the service
+ * writes (no _WRITTEN or _LOST), that answer comes once it has written
+ * the record and the interrupt is due or raised, and the vCPU goes on
+ * once it is raised (ring.c), so that the guest takes it at the next TB
+ * boundary, still in the frame that overflowed.  A full socket buffer
+ * means the service is behind: the message is lost (counted).
  */
 void link_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
-	struct pvperf_proto_overflow msg = *m;
 	struct pvperf_proto_reply reply;
+	bool delivered = m->flags & (PVPERF_PROTO_WRITTEN | PVPERF_PROTO_LOST);
 	int64_t err, t0 = g_get_monotonic_time();
 	int fd;
 
 	if (!link_usable() || !link_enter())
 		return;
-	if (++v->unanswered >= PVPERF_OVERFLOW_CREDIT)
-		msg.flags |= PVPERF_PROTO_SYNC;
 	fd = vcpu_socket(v);
-	if (fd < 0 || send(fd, &msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT) !=
-	    (ssize_t)sizeof(msg)) {
+	if (fd < 0 || send(fd, m, sizeof(*m), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+	    (ssize_t)sizeof(*m)) {
 		v->lost++;
 		pvperf_guest_log(vcpu, "overflow message not sent (%" PRIu64 " lost)\n",
 				 v->lost);
-	} else if (msg.flags & PVPERF_PROTO_SYNC) {
+	} else if (m->flags & PVPERF_PROTO_SYNC) {
 		v->unanswered = 0;
 		err = recv_reply(fd, &reply, v);
 		if (err)
 			service_failed(vcpu, err);
-		else
-			ring_doorbell(v, reply.flags);
-		note_sync(v, g_get_monotonic_time() - t0);
+		else if (!delivered)
+			ring_doorbell(v, reply.flags & PVPERF_REPLY_RING);
+		if (!delivered)
+			ring_note_wait(v, g_get_monotonic_time() - t0);
 	}
 	link_leave();
 }

@@ -17,9 +17,10 @@ bool link_enter(void);
 void link_leave(void);
 int64_t link_exchange(unsigned vcpu, const struct pvperf_proto_hcall *msg,
 		      struct pvperf_proto_reply *reply);
+/* Flow control: whether this overflow must be SYNC (every 64th). */
+bool link_credit_spent(unsigned vcpu);
 void link_send_overflow(unsigned vcpu, const struct pvperf_proto_overflow *m);
 void link_vcpu_exit(unsigned vcpu);
 bool link_exit(void);
-void link_report(unsigned vcpu);
 
 #endif /* PVPERF_LINK_H */

@@ -36,6 +36,7 @@
 #include "link.h"
 #include "model_config.h"
 #include "models.h"
+#include "ring.h"
 #include "sample.h"
 #include "state.h"
 #include "targets.h"
@@ -89,7 +90,7 @@ static void report(void)
 			   " branch k=%" PRIu64 " u=%" PRIu64 "\n", i,
 			   c[PVPERF_CTR_INSN_KERNEL], c[PVPERF_CTR_INSN_USER],
 			   c[PVPERF_CTR_BRANCH_KERNEL], c[PVPERF_CTR_BRANCH_USER]);
-		link_report(i);
+		ring_report(i);
 	}
 }
 

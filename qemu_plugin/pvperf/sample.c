@@ -60,12 +60,15 @@
  * whose capture point did not run (an instruction before it faulted) is
  * held without registers, so the FAULT cancels it like any other.
  *
- * Delivery.  Here an overflow is only recorded and sent: writing the
- * sample record into guest memory and raising the NMI would run guest-
- * visible work in the middle of a TB, so the service does both later, at
- * a point that is safe for the guest (it injects the NMI over QMP); for
- * callchain events (PVPERF_PROTO_SYNC) the vCPU waits until the NMI is
- * raised (link.c).
+ * Delivery.  Once the service has handed this vCPU's sample ring over
+ * (hypercall replies; only with the vCPU's doorbell eventfd), ring.c
+ * writes the record into guest RAM and raises the interrupt right here,
+ * and the overflow message only tells the service (PVPERF_PROTO_WRITTEN);
+ * for callchain events (PVPERF_PROTO_SYNC) the vCPU waits until QEMU has
+ * raised the interrupt, never for the service (but for flow control's
+ * every 64th, link.c).  Without a ring the service writes the record and
+ * raises the interrupt (QMP's NMI in deterministic runs), and a SYNC
+ * overflow's vCPU waits for that round trip (link.c).
  *
  * Context: everything here runs on the vCPU thread that owns the slots
  * (its callbacks, its doorbell and FAULT handlers); no locks, no
@@ -76,6 +79,7 @@
 #include "core.h"
 #include "guest.h"
 #include "link.h"
+#include "ring.h"
 #include "sample.h"
 
 /* Kernel instructions after which a held kernel-mode overflow is taken
@@ -251,6 +255,9 @@ void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 			.event_id = ps->event_id,
 			.rand_bits = ps->rand_bits,
 			.flags = ps->flags & (PVPERF_PROTO_SYNC | PVPERF_PROTO_REGS),
+			.deliver_flags = reply->deliver[i].flags,
+			.event_gpa = reply->deliver[i].event_gpa,
+			.sample_period = reply->deliver[i].period,
 		};
 
 		if (ps->rand_bits > 31)
@@ -282,8 +289,22 @@ static void send_one(unsigned vcpu, const struct pvperf_sample_slot *sl,
 		.data_addr = p->data_addr,
 	};
 
+	bool credit = link_credit_spent(vcpu);
+
 	if (p->has_regs)
 		memcpy(m.regs, p->regs, sizeof(m.regs));
+	if (credit)
+		m.flags |= PVPERF_PROTO_SYNC;
+	/* Delivered here (ring.c), the service is only told: a SYNC
+	 * overflow's vCPU waits for its interrupt, not for the service
+	 * (but for flow control's). */
+	if (ring_owned(vcpu) && link_enter()) {
+		m.flags |= ring_deliver(vcpu, sl, &m,
+					m.flags & PVPERF_PROTO_SYNC);
+		link_leave();
+		if (!credit)
+			m.flags &= ~PVPERF_PROTO_SYNC;
+	}
 	link_send_overflow(vcpu, &m);
 }
 

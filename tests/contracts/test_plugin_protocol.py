@@ -67,6 +67,11 @@ def test_constants(macro, attr):
     ("PVPERF_REPLY_KNOWN", "REPLY_KNOWN"),
     ("PVPERF_PROTO_SYNC", "SYNC"),
     ("PVPERF_PROTO_REGS", "REGS"),
+    ("PVPERF_PROTO_WRITTEN", "WRITTEN"),
+    ("PVPERF_PROTO_LOST", "LOST"),
+    ("PVPERF_PROTO_RANG", "RANG"),
+    ("PVPERF_DELIVER_BUFFERED", "DELIVER_BUFFERED"),
+    ("PVPERF_RING_NOTIFIED", "RING_NOTIFIED"),
 ])
 def test_flags(tmp_path, macro, attr):
     assert c_values(tmp_path, macro) == [getattr(proto, attr)]
@@ -84,6 +89,31 @@ def test_message_sizes_match_c(tmp_path):
                     "sizeof(struct pvperf_proto_overflow)") == [
         proto.HCALL_MSG.size, proto.REPLY_MSG_SIZE, proto.SLOT.size,
         proto.OVERFLOW_MSG.size]
+
+
+def test_reply_ring_and_delivery_sit_where_c_puts_them(tmp_path):
+    """A hypercall's reply hands the ring over and says, per slot, what
+    the plugin writes into its records (pvperf_proto.h)."""
+    out = c_values(tmp_path, "sizeof(struct pvperf_proto_ring)",
+                   "sizeof(struct pvperf_proto_deliver)",
+                   "offsetof(struct pvperf_proto_reply, ring)",
+                   "offsetof(struct pvperf_proto_reply, ring.head)",
+                   "offsetof(struct pvperf_proto_reply, ring.flags)",
+                   "offsetof(struct pvperf_proto_reply, deliver[1].period)",
+                   "offsetof(struct pvperf_proto_reply, deliver[1].flags)")
+    slots = [proto.Slot(1, 2, 3, 4), proto.Slot(5, 6, 7, 8, 0, 0, 0x2000,
+                                                 0xAABBCCDD, 0x5A)]
+    ring = proto.Ring(0x123456789A000, 408, 204, 0x11223344, 9, 0x55667788)
+    raw = proto.pack_reply(0, slots, ring)
+    assert out[:2] == [proto.RING.size, proto.DELIVER.size]
+    assert raw.index((0x123456789A000).to_bytes(8, "little")) == out[2]
+    assert raw.index((0x11223344).to_bytes(4, "little")) == out[3]
+    assert raw[out[4]] == proto.RING_NOTIFIED
+    assert raw.index((0xAABBCCDD).to_bytes(8, "little")) == out[5]
+    assert raw[out[6]] == 0x5A
+    assert proto.unpack_reply(raw) == (0, slots)
+    assert proto.unpack_reply_ring(raw) == ring
+    assert proto.unpack_reply_ring(proto.pack_reply(0, slots)) is None
 
 
 def test_roundtrip_and_errors():

@@ -132,3 +132,42 @@ def test_nmi_injector_is_bound_explicitly():
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+def test_plugin_written_samples_are_mirrored_for_the_next_handover(setup):
+    """Samples the plugin delivered itself (issue 27): the service writes
+    nothing into the ring, mirrors head, lost and the raised interrupt,
+    and the next handover (or its own writes, once the plugin gives the
+    ring back) go on from there."""
+    mem, sampler, event, nmis, now = setup
+    sampler.deliver(overflow(0x401000), event)        # the service writes
+    assert sampler.handover(0) == proto.Ring(RING, CAPACITY, 1, 1, 0, 1)
+    written = proto.WRITTEN | proto.RANG
+    for flags in (written, proto.WRITTEN, proto.LOST):
+        sampler.account(overflow(0x402000, flags), event)
+    assert u32(mem, RING + abi.SAMPLE_BUF_OFFSET_HEAD) == 1   # untouched
+    assert u32(mem, EVENT_GPA + abi.GUEST_EVENT_OFFSET_OVERFLOWS) == 4
+    # lost: the plugin counted it in the event and the ring itself
+    assert u32(mem, EVENT_GPA + abi.GUEST_EVENT_OFFSET_LOST) == 0
+    assert sampler.handover(0) == proto.Ring(RING, CAPACITY, 1, 3, 1, 2)
+    assert nmis == [False] and sampler.stats.nmis == 2
+    assert (sampler.stats.samples, sampler.stats.lost) == (4, 1)
+    # the service writes again (a reply without the ring): record 3
+    mem.write(RING + abi.SAMPLE_BUF_OFFSET_TAIL, (3).to_bytes(4, "little"))
+    sampler.deliver(overflow(0x403000), event)
+    rec = abi.SAMPLE.unpack(mem.read(RING + abi.SAMPLE_BUF.size +
+                                     3 * abi.SAMPLE.size, abi.SAMPLE.size))
+    assert rec[3] == 0x403000
+    assert u32(mem, RING + abi.SAMPLE_BUF_OFFSET_HEAD) == 4
+    assert sampler.handover(1) is None                 # no ring there
+
+
+def test_slots_tell_the_plugin_what_records_carry():
+    attr = abi.GuestPerfAttr(PERF_TYPE_HARDWARE, HW_INSTRUCTIONS, 1000, 0,
+                             0, abi.ATTR_BUFFERED, 0, 0, 0)
+    pmu = Pmu()
+    event = pmu.open(7, attr, EVENT_GPA)
+    pmu.enable(7, 0, (0,) * proto.NR_COUNTERS)
+    (slot,) = pmu.slots(0)
+    assert (slot.event_gpa, slot.sample_period, slot.deliver_flags) == \
+        (EVENT_GPA, event.spec.scale(event.period), proto.DELIVER_BUFFERED)

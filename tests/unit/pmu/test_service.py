@@ -169,3 +169,53 @@ def test_stop_listening_leaves_nothing_to_connect_to(tmp_path):
         assert len(s.recv(512)) == proto.REPLY_MSG_SIZE
     finally:
         svc.stop()
+
+
+def _hcall_reply(s: socket.socket, gpa: int):
+    """A hypercall at block gpa: (reply bytes, descriptors passed)."""
+    s.send(proto.HcallMessage(0, gpa, KVADDR, (0,) * proto.NR_COUNTERS).pack())
+    raw, fds, _, _ = socket.recv_fds(s, 1024, 1)
+    return raw, fds
+
+
+@pytest.mark.parametrize("service_writes", [False, True])
+def test_ring_handed_over_with_the_doorbell(tmp_path, monkeypatch,
+                                            service_writes):
+    """Issue 27: the connection that holds a vCPU's doorbell is handed its
+    sample ring on every hypercall reply, with the head of every record
+    it reported before (PVPERF_SERVICE_WRITES=1: never)."""
+    from pyhost.pmu.doorbell import Doorbell
+    if service_writes:
+        monkeypatch.setenv("PVPERF_SERVICE_WRITES", "1")
+    buf = bytearray(1 << 17)
+    ring_gpa = 0x10000
+    buf[0x100:0x140] = abi.pack_hcall(abi.HC_PERF_OP, abi.OP_SAMPLE_BUF,
+                                      (ring_gpa, 4096, 1))
+    buf[0x200:0x240] = abi.pack_hcall(abi.HC_PERF_OP, abi.OP_PROBE)
+    door = Doorbell(1)
+    svc = PluginService(PerfBackend(GuestMemory(buf), nmi=door),
+                        tmp_path / "svc")
+    svc.start()
+    svc.allow_peer(os.getpid())
+    try:
+        s = connect(svc)
+        raw, fds = _hcall_reply(s, 0x100)
+        assert len(fds) == 1                      # the doorbell, once
+        os.close(fds[0])
+        ring = proto.unpack_reply_ring(raw)
+        if service_writes:
+            assert ring is None
+            return
+        assert (ring.gpa, ring.head, ring.notified) == (ring_gpa, 0, None)
+        note = proto.OverflowMessage(0, 7, abi.MODE_USER, 0x401000, 1000,
+                                     2000, proto.WRITTEN | proto.RANG)
+        s.send(note.pack())                       # no answer: no event 7
+        raw, fds = _hcall_reply(s, 0x200)
+        assert fds == []
+        assert proto.unpack_reply_ring(raw).head == 1
+        assert proto.unpack_reply_ring(raw).notified == 1
+        assert int.from_bytes(buf[ring_gpa:ring_gpa + 4], "little") == 0
+        s.close()
+    finally:
+        svc.stop()
+        door.close()
