@@ -1,9 +1,10 @@
 """A sampled task that moves between vCPUs: where each sample lands.
 
-``loop N`` (tests/guest_programs/loop.c) runs ``dec %rdx; jnz`` with rdx
-the iterations left, so the user registers of any moment name how many
-loop instructions have run: 2(N - rdx) before a ``dec``, one less before
-a ``jnz``.  Samples carry the registers as they were just before their
+``loop N`` (tests/guest_programs/loop.c) runs ``dec %rdx; jnz`` (arm64:
+``subs x1; b.ne``, aarch64/loop.c) with the register the iterations
+left, so the user registers of any moment name how many loop
+instructions have run: 2(N - left) before the decrement, one less before
+the branch.  Both guest architectures, smp 2, one boot each.  Samples carry the registers as they were just before their
 instruction (--user-regs, test_sample_regs.py), so each sample's exact
 position in the run is known, not only its address.  A shell moves the
 task between the two vCPUs every 5 ms (taskset -p, as in
@@ -33,7 +34,7 @@ import subprocess
 
 import pytest
 
-from support import PROGRAMS, run_guest_script
+from support import PROGRAMS, aarch64_image, run_guest_script
 
 pytestmark = pytest.mark.vm
 
@@ -59,12 +60,12 @@ hop() {{
   echo "moves $moves"
 }}
 """
-REC = ("perf record -q -m 2048 --sample-cpu --user-regs=dx,ip "
+REC = ("perf record -q -m 2048 --sample-cpu --user-regs={regs} "
        f"-e 'instructions/period={P}/u' -e 'context-switches/period=1/'")
 SCRIPT = f"""
-sec() {{ echo "=== $1"; }}
+sec() {{{{ echo "=== $1"; }}}}
 D=/tmp/mig; mkdir -p $D
-{_HOP}
+{_HOP.replace("{", "{{").replace("}", "}}")}
 for mode in perthread percpu; do
   sec $mode
   o=; [ $mode = perthread ] && o=--per-thread
@@ -76,36 +77,55 @@ done
 sec end
 """
 
-_ROW = re.compile(r"\s*\[(\d+)\]\s+(\S+):\s+([0-9a-f]+)\s+ABI:\d+\s+"
-                  r"DX:0x([0-9a-f]+)\s+IP:0x([0-9a-f]+)")
 
-
-def loop_insns() -> tuple[int, int]:
-    """The addresses of the loop's dec and jnz, from objdump."""
+def loop_x86_64() -> tuple[str, int, int]:
+    """The loop's counter register and the addresses of its dec and jnz
+    (objdump)."""
     out = subprocess.run(["objdump", "-d", str(PROGRAMS / "loop")],
                          capture_output=True, text=True, check=True).stdout
     m = re.search(r"^\s*([0-9a-f]+):[^\n]*\tdec\s+%rdx\n"
                   r"\s*([0-9a-f]+):[^\n]*\tjne\s", out, re.M)
     assert m, out
-    return int(m.group(1), 16), int(m.group(2), 16)
+    return "dx", int(m.group(1), 16), int(m.group(2), 16)
 
 
-def rows(lines: list[str]) -> list[tuple[int, str, int | None]]:
+def loop_aarch64() -> tuple[str, int, int]:
+    """The same for arm64: subs and b.ne, the loop after `cbz` (the other
+    one is main_sp's for the default N)."""
+    out = subprocess.run(["aarch64-linux-gnu-objdump", "-d",
+                          str(PROGRAMS / "aarch64" / "loop")],
+                         capture_output=True, text=True, check=True).stdout
+    m = re.search(r"\scbz\s.*\n"
+                  r"\s*([0-9a-f]+):\s+\S+\s+subs\s+(x\d+), \2, #0x1\n"
+                  r"\s*([0-9a-f]+):\s+\S+\s+b\.ne\s+\1 ", out)
+    assert m, "loop's subs/b.ne not found"
+    return m.group(2), int(m.group(1), 16), int(m.group(3), 16)
+
+
+# arch: (the loop, perf's name of the pc register, `pvperf run` options)
+ARCHES = {"x86_64": (loop_x86_64, "ip", lambda: ()),
+          "aarch64": (loop_aarch64, "pc", aarch64_image)}
+
+
+def rows(lines: list[str], arch: str) -> list[tuple[int, str, int | None]]:
     """(cpu, "insn" or "switch", loop instructions run before the
     sampled or interrupted user instruction; None outside the loop)."""
-    dec, jnz = loop_insns()
+    loop, pc, _ = ARCHES[arch]
+    reg, dec, branch = loop()
+    row = re.compile(r"\s*\[(\d+)\]\s+(\S+):\s+[0-9a-f]+\s+ABI:\d+\s+"
+                     rf"{reg}:0x([0-9a-f]+)\s+{pc}:0x([0-9a-f]+)", re.I)
     out = []
     for line in lines:
-        m = _ROW.match(line)
+        m = row.match(line)
         if not m:
             continue
-        cpu, dx, uip = int(m.group(1)), int(m.group(4), 16), int(m.group(5), 16)
+        cpu, left, uip = int(m.group(1)), int(m.group(3), 16), int(m.group(4), 16)
         kind = "switch" if "context-switches" in m.group(2) else "insn"
         done = None
         if uip == dec:
-            done = 2 * (N - dx)
-        elif uip == jnz:
-            done = 2 * (N - dx) - 1
+            done = 2 * (N - left)
+        elif uip == branch:
+            done = 2 * (N - left) - 1
         out.append((cpu, kind, done))
     return out
 
@@ -150,15 +170,25 @@ def off_period(rs, per_cpu: bool) -> tuple[list, dict, dict]:
     return bad, counted, seen
 
 
-@pytest.fixture(scope="module")
-def guest():
-    return run_guest_script(SCRIPT, smp=2, timeout=600)
+@pytest.fixture(scope="module", params=list(ARCHES))
+def guest(request):
+    arch = request.param
+    loop, pc, options = ARCHES[arch]
+    if arch == "aarch64":
+        subprocess.run(["make", "-s", "-C", str(PROGRAMS), "aarch64"],
+                       check=True)
+    script = SCRIPT.format(regs=f"{loop()[0]},{pc}")
+    if arch == "aarch64":
+        script = "cd aarch64\n" + script
+    s = run_guest_script(script, smp=2, timeout=600, options=tuple(options()))
+    s["arch"] = arch
+    return s
 
 
 @pytest.mark.parametrize("mode", ["perthread", "percpu"])
 def test_each_sample_where_its_event_overflows(guest, mode):
     lines = guest[mode]
-    rs = rows(lines)
+    rs = rows(lines, guest["arch"])
     moved = {c for c, _, _ in stints(rs)}
     assert moved == {0, 1}, ("the task never moved", lines[:5])
     bad, counted, seen = off_period(rs, per_cpu=mode == "percpu")
