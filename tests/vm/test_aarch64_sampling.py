@@ -15,10 +15,11 @@ callgrind runs the same binaries in the same guest.  References:
   (-I and --user-regs) as they were just before its instruction: x12 by
   the instruction, x13-x28 their constants, x0 the iterations left (it
   falls by P/8 between samples), sp, lr and x29 constant, pc the ip.
-  Pinned to one vCPU each: a task that migrates between vCPUs has had
-  its first sample after the move off its period (seen 2026-11-27: 51,344
-  instructions late once in six unpinned runs, 74,251 early once in the
-  suite; a period-accounting issue across vCPUs, not of the registers).
+  Pinned to one vCPU each: `perf record CMD` opens one event per CPU,
+  each with its own period left (on hardware too), so after a move the
+  next sample comes at the new CPU's event's period (seen 2026-11-27:
+  51,344 instructions late once in six unpinned runs, 74,251 early once;
+  test_sample_migration.py checks both kinds of event across moves).
 * ``calltree`` (-O2, libc): perf report's self shares and the callchain
   inclusive shares of -g (frame records in every function:
   ``calltree-fp``) and --call-graph dwarf (unwind tables only) within 2
