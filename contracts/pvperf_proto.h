@@ -155,6 +155,10 @@
 /* Ring flags (struct pvperf_proto_ring): notified is valid (an interrupt
  * was raised for the ring's records up to it). */
 #define PVPERF_RING_NOTIFIED		(1U << 0)
+/* An overflow interrupt the guest has not answered (its ring's tail not
+ * past the notified head) within this long is raised again, by whichever
+ * side writes the ring: the plugin (ring.c) or the service (sampling.py). */
+#define PVPERF_IRQ_RETRY_US		50000
 
 /* Thresholds a reply can arm per vCPU (= the guest's counters per CPU). */
 #define PVPERF_PROTO_MAX_SLOTS		8

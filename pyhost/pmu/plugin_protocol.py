@@ -78,6 +78,7 @@ LOST = 1 << 3
 RANG = 1 << 4
 DELIVER_BUFFERED = 1 << 0   # struct pvperf_proto_deliver flags
 RING_NOTIFIED = 1 << 0      # struct pvperf_proto_ring flags
+IRQ_RETRY_US = 50000        # an unanswered interrupt is raised again
 MAX_SLOTS = 8
 DISARMED = (1 << 64) - 1
 

@@ -52,7 +52,7 @@ from .model import PmuError, PmuEvent
 # An NMI not answered (ring tail not moved) within this long is re-sent;
 # in deterministic runs, within this many overflows (host time would make
 # the re-sends, and so the guest's NMI work, differ from run to run).
-NMI_RETRY_S = 0.05
+NMI_RETRY_S = proto.IRQ_RETRY_US / 1e6
 NMI_RETRY_OVERFLOWS = 64
 U32 = (1 << 32) - 1
 

@@ -18,7 +18,7 @@
  * and the event's; a buffered event raises the interrupt only at the
  * watermark; no interrupt is raised while the last one is unanswered
  * (the guest has not consumed up to the head it announced), unless that
- * was more than RETRY_US ago.  A SYNC overflow (callchain events, whose
+ * was more than PVPERF_IRQ_RETRY_US ago.  A SYNC overflow (callchain events, whose
  * stack the guest reads in its handler; flow control's every 64th) waits
  * until QEMU has taken the eventfd, the new ring or the outstanding one:
  * the interrupt then lands at the vCPU's next block boundary, in the
@@ -42,10 +42,6 @@
 
 #include "guest.h"
 #include "ring.h"
-
-/* An interrupt the guest has not answered within this long is raised
- * again (sampling.py NMI_RETRY_S). */
-#define RETRY_US	50000
 
 static uint64_t ring_bytes(uint32_t capacity)
 {
@@ -224,7 +220,7 @@ static unsigned raise_irq(struct pvperf_vcpu *v, uint32_t tail, bool wait)
 
 	bool outstanding = g->notified_us && unanswered &&
 			   unanswered <= g->capacity &&
-			   now - g->notified_us < RETRY_US;
+			   now - g->notified_us < PVPERF_IRQ_RETRY_US;
 
 	if (!outstanding) {
 		g->notified = g->head;

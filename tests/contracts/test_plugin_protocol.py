@@ -72,6 +72,7 @@ def test_constants(macro, attr):
     ("PVPERF_PROTO_RANG", "RANG"),
     ("PVPERF_DELIVER_BUFFERED", "DELIVER_BUFFERED"),
     ("PVPERF_RING_NOTIFIED", "RING_NOTIFIED"),
+    ("PVPERF_IRQ_RETRY_US", "IRQ_RETRY_US"),
 ])
 def test_flags(tmp_path, macro, attr):
     assert c_values(tmp_path, macro) == [getattr(proto, attr)]
