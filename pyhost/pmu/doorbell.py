@@ -57,7 +57,7 @@ def uses_doorbell(arch, overflow_irq: str, deterministic: bool) -> bool:
     """Whether a run's overflow interrupt is the doorbell: asked for and
     not deterministic (those keep QMP's NMI, whose answer comes once it is
     raised), or the machine has no NMI to inject (then deterministic runs
-    rely on the plugin's wait, qemu_plugin/pvperf/link.c)."""
+    rely on the plugin's wait, qemu_plugin/pvperf/ring.c)."""
     return arch.overflow_doorbell and (
         not arch.qmp_nmi or
         overflow_irq == "doorbell" and not deterministic)

@@ -104,7 +104,8 @@ class PerfBackend:
         self.sampler = Sampler(memory, nmi, clock, deterministic)
         # The plugin may write sample records itself (the service, only
         # with a doorbell the plugin holds; never in deterministic runs,
-        # whose interrupts go over QMP).  PVPERF_SERVICE_WRITES=1 keeps
+        # where the service writes and the interrupt goes over QMP, or,
+        # on a machine without NMIs, is rung by the plugin after it).  PVPERF_SERVICE_WRITES=1 keeps
         # the service writing (bench/bench_overflow_irq.py's "before").
         self.plugin_writes = not deterministic and \
             os.environ.get("PVPERF_SERVICE_WRITES") != "1"
