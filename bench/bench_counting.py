@@ -11,6 +11,12 @@ PMU), REPS times per boot:
   counting   pvperf run, perf stat -e instructions,branches as well
   insns      pvperf run, perf stat -e instructions only (what the branch
              count adds is counting's cost less this one's)
+  qemu-bb    pvperf run --no-pmu with QEMU's own tests/tcg/plugins/bb.c
+             (inline=on; built from the installed QEMU's source tarball):
+             the QEMU project's minimal instruction counter, an inline add
+             per translation block for its instructions and one for the
+             block itself, the floor of what any plugin counting per block
+             costs (pvperf folds both of its counts into one add)
   pmuv3      aarch64 only, smp 1: QEMU's own PMUv3 counting instructions
              under -icount shift=0 (scripts/pvperf-qemu-pmuv3.py), what a
              user would use instead of pvperf; icount makes the guest's clock
@@ -45,10 +51,13 @@ source, freestanding), as time and as guest instructions per second
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import statistics
 import sys
 
-from benchlib import PROGRAMS, REPO, arch_command, marked_runs
+from benchlib import (PROGRAMS, REPO, arch_command, build_qemu_plugin,
+                      marked_runs)
 from pyhost import arch as arches
 
 PVPERF = REPO / ".venv" / "bin" / "pvperf"
@@ -61,6 +70,8 @@ PYTHON = REPO / ".venv" / "bin" / "python"
 WORKLOADS = {"work": "./work 100000000", "loop": "./loop 1000000000",
              "loop2": "sh -c './loop 1000000000 & ./loop 1000000000; wait'",
              "memwalk": "./memwalk 0 24",
+             # ordinary C: dynamically linked, libc's qsort and a callback
+             "qs": "./qs 2000000",
              # kernel-heavy: 300,000 read+write pairs
              "syscalls": "dd if=/dev/zero of=/dev/null bs=1 count=300000"}
 CONFIGS = {
@@ -69,6 +80,7 @@ CONFIGS = {
     "counting": ([], "task-clock,instructions,branches"),
     "insns": ([], "task-clock,instructions"),
     "pmuv3": (None, "task-clock,instructions"),
+    "qemu-bb": (["--no-pmu"], "task-clock"),
 }
 
 
@@ -82,7 +94,26 @@ def runs(arch: arches.Arch, smp: int, config: str, cmd: str, reps: int
     else:
         argv = [str(PVPERF), "run", "--arch", arch.name, "--smp", str(smp),
                 *opts, "--share", str(PROGRAMS), "--", "sh", "-c"]
-    return marked_runs(argv, cmd, events, reps)
+    env = qemu_bb_env(arch) if config == "qemu-bb" else None
+    return marked_runs(argv, cmd, events, reps, env)
+
+
+def qemu_bb_env(arch: arches.Arch) -> dict[str, str]:
+    """An environment whose PATH finds arch's QEMU as a wrapper that loads
+    QEMU's own bb plugin (inline counting) in front of the real one."""
+    wrapdir = REPO / "build" / "bench-qemu-bb"
+    wrapdir.mkdir(parents=True, exist_ok=True)
+    lib = wrapdir / "libbb.so"
+    if not lib.exists():
+        build_qemu_plugin("tests/tcg/plugins/bb.c", lib)
+    real = shutil.which(arch.qemu)
+    if real is None:
+        raise SystemExit(f"bench: {arch.qemu} not installed")
+    wrapper = wrapdir / arch.qemu
+    wrapper.write_text(f"#!/bin/sh\nexec {real} \"$@\" "
+                       f"-plugin {lib},inline=on\n")
+    wrapper.chmod(0o755)
+    return {**os.environ, "PATH": f"{wrapdir}:{os.environ['PATH']}"}
 
 
 def configs_for(arch: arches.Arch, smp: int, args) -> list[str]:
@@ -182,6 +213,7 @@ def main() -> None:
                     c: b for (n, c), b in boots.items() if n == a.name},
                     args.reps)
     cross_arch(plain, args)
+    shutil.rmtree(REPO / "build" / "bench-qemu-bb", ignore_errors=True)
 
 
 def cross_arch(plain, args) -> None:

@@ -37,12 +37,11 @@ import io
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
-from benchlib import arch_command, default_image
+from benchlib import arch_command, build_qemu_plugin, default_image
 from benchlib import task_clock_ms as parse_task_clock
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,7 +51,6 @@ from pyhost.pmu.geometry import DEFAULT_D1, DEFAULT_I1, DEFAULT_LL  # noqa: E402
 from pyhost.vm.launcher import VMConfig, run_command  # noqa: E402
 
 PROGRAMS = REPO / "tests" / "guest_programs"
-PLUGIN_INC = REPO / "qemu_plugin" / "fetch-plugin-header.sh"
 WORKLOADS = {"memory": "./memwalk 0 24", "tight": "./loop 300000000"}
 MODEL_EVENTS = ("task-clock,L1-icache-load-misses,L1-dcache-load-misses,"
                 "L1-dcache-store-misses,cache-misses,branch-misses")
@@ -71,24 +69,9 @@ CONFIGS = {
 
 
 def build_contrib_cache(workdir: Path) -> Path:
-    """libcache.so from the installed QEMU's own source (its orig tarball,
-    which fetch-plugin-header.sh keeps)."""
-    inc = subprocess.run([str(PLUGIN_INC)], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    tarball = next(Path(inc).parent.glob("download/*.orig.tar.*"))
-    with tarfile.open(tarball) as tar:
-        member = next(m for m in tar.getmembers()
-                      if m.name.endswith("contrib/plugins/cache.c"))
-        member.name = "cache.c"
-        tar.extract(member, workdir, filter="data")
-    glib = subprocess.run(["pkg-config", "--cflags", "--libs", "glib-2.0"],
-                          capture_output=True, text=True,
-                          check=True).stdout.split()
-    out = workdir / "libcache.so"
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", f"-I{inc}",
-                    str(workdir / "cache.c"), "-o", str(out), *glib],
-                   check=True)
-    return out
+    """libcache.so from the installed QEMU's own source."""
+    return build_qemu_plugin("contrib/plugins/cache.c",
+                             workdir / "libcache.so")
 
 
 def contrib_wrapper(workdir: Path, libcache: Path, arch: arches.Arch

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -80,8 +82,8 @@ def cpu_ms(pid: int | None) -> float:
     return total / 1e6
 
 
-def marked_runs(argv: list[str], cmd: str, events: str, reps: int
-                ) -> list[dict[str, float]]:
+def marked_runs(argv: list[str], cmd: str, events: str, reps: int,
+                env: dict[str, str] | None = None) -> list[dict[str, float]]:
     """The counts of ``reps`` runs of `perf stat -x, -e EVENTS CMD` in one
     guest, booted by argv + [script]: per run {event: value} (task-clock
     in ms, EVENTS' first) and "wall", the host's ms between its reading
@@ -93,7 +95,7 @@ def marked_runs(argv: list[str], cmd: str, events: str, reps: int
               f"echo @start; perf stat -x, -e {events} {cmd} >/dev/null; "
               f"echo @end; done; sleep 1")  # QEMU alive while @end is read
     proc = subprocess.Popen([*argv, script], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=env)
     walls, cpus, t0, c0, qemu = [], [], 0.0, 0.0, None
     for line in proc.stdout:
         if line.startswith("@start"):
@@ -116,3 +118,28 @@ def marked_runs(argv: list[str], cmd: str, events: str, reps: int
     for run, wall, cpu in zip(found, walls, cpus):
         run["wall"], run["cpu"] = wall, cpu
     return found
+
+
+def build_qemu_plugin(source: str, out: Path, *extra: str) -> Path:
+    """Build one of QEMU's own plugins (``source``: a path's tail inside
+    QEMU's source, e.g. "contrib/plugins/cache.c") into ``out``, from the
+    installed QEMU's orig tarball, which qemu_plugin/fetch-plugin-header.sh
+    keeps beside the plugin header it prints the directory of."""
+    inc = subprocess.run([str(REPO / "qemu_plugin" /
+                              "fetch-plugin-header.sh")],
+                         capture_output=True, text=True,
+                         check=True).stdout.strip()
+    tarball = next(Path(inc).parent.glob("download/*.orig.tar.*"))
+    glib = subprocess.run(["pkg-config", "--cflags", "--libs", "glib-2.0"],
+                          capture_output=True, text=True,
+                          check=True).stdout.split()
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp, \
+            tarfile.open(tarball) as tar:
+        member = next(m for m in tar.getmembers()
+                      if m.name.endswith("/" + source))
+        member.name = Path(source).name
+        tar.extract(member, tmp, filter="data")
+        subprocess.run(["gcc", "-O2", "-shared", "-fPIC", f"-I{inc}",
+                        str(Path(tmp) / member.name), "-o", str(out),
+                        *extra, *glib], check=True)
+    return out
