@@ -4,6 +4,9 @@
   base       ./hotcold N                       (pvperf VM, nothing open)
   sampled    perf record -c P1 ./hotcold N     P1 -> about 1,000 samples/s,
                                                unbuffered (NMI per sample)
+  buffered1k perf record -c P1 ./hotcold N     P1, buffered (perf record's
+                                               default): issue 24's arm64
+                                               target, <= 1.3x
   buffered   perf record -c P2 ./hotcold N     P2 -> about 10,000 samples/s,
                                                buffered (NMI at the watermark)
   armed      perf record -c P0 ./hotcold N     P0 = twice what the run
@@ -120,6 +123,8 @@ echo "sampled $S $P1 $(samples /tmp/a.data)"
 echo 1 > /sys/module/pvperf/parameters/buffered
 F=$(best perf record -q -e instructions:u -c $P2 -o /tmp/b.data -- sh /tmp/timed)
 echo "buffered $F $P2 $(samples /tmp/b.data)"
+K=$(best perf record -q -e instructions:u -c $P1 -o /tmp/k.data -- sh /tmp/timed)
+echo "buffered1k $K $P1 $(samples /tmp/k.data)"
 Z=$(best perf record -q -e instructions:u -c $P0 -o /tmp/c.data -- sh /tmp/timed)
 echo "armed $Z $P0"
 G=$(best perf record -q -g -e instructions:u -c $P1 -o /tmp/d.data -- sh /tmp/timed)
@@ -214,7 +219,11 @@ def report(n: int, reps: int, irq: str, arch, runs: list[dict],
         print(f"plain TCG (--no-pmu): {p / 100:.2f} s (rounds: "
               f"{', '.join(f'{x / 100:.2f}' for x in plain)}); base/plain "
               f"{base / p:.2f}x")
+    # buffered1k: perf record's default (the interrupt at the ring's
+    # watermark) at sampled's ~1 kHz: issue 24's arm64 sampling target
     for key, target in (("sampled", 1.15), ("buffered", 1.25),
+                        ("buffered1k", 1.3 if arch.name == "aarch64" else
+                         None),
                         ("callchain", None), ("software", None),
                         ("hosttime", 1.2)):
         t = med(runs, key)
@@ -229,7 +238,7 @@ def report(n: int, reps: int, irq: str, arch, runs: list[dict],
                    f"{'OK' if ratio <= target else 'MISSED'}")
         vs_plain = f", {t / statistics.median(plain):.2f}x plain" \
             if plain else ""
-        print(f"{key:9s} -c {period:>7s}: {t / 100:6.2f} s, {samples} samples "
+        print(f"{key:10s} -c {period:>7s}: {t / 100:6.2f} s, {samples} samples "
               f"({rate:,.0f}/s), ratio {ratio:.2f}x{vs_plain} {verdict}")
     z = med(runs, "armed")
     print(f"armed     -c {v['armed'][1]:>7s}: {z / 100:6.2f} s, no sample, "
