@@ -165,9 +165,18 @@ def test_hotcold_profile_matches_valgrind(share, tmp_path):
     for name in ("stacks.folded", "flamegraph.svg", "session.json",
                  "report.txt", "annotate.txt"):
         assert (out / name).stat().st_size > 0
-    # the timeline named the command's process
+    # The timeline named the command's process: it has the most samples,
+    # and at least those of hotcold's own functions (its kernel time on
+    # top).  Not a share of all samples: how much the guest's other
+    # processes (the run script's sh, grep, mv) weigh against 300,000
+    # iterations depends on the guest kernel and its perf (6.12: hotcold
+    # 88 %).
     procs = {row["comm"]: row["samples"] for row in summary["processes"]}
-    assert procs.get("hotcold", 0) > 0.9 * summary["samples_code_cache"]
+    own = sum(row["samples"] for row in summary["guest_only"]
+              if row["symbol"] in ("hot", "cold", "tick", "main_sp"))
+    assert max(procs, key=procs.get) == "hotcold", procs
+    assert procs["hotcold"] >= own > 0.5 * summary["samples_code_cache"], (
+        procs, own)
 
 
 def test_flushes_mid_profile_do_not_misattribute(share, tmp_path):
