@@ -257,6 +257,8 @@ def check_top(lines: list[str], shares: dict[str, float], need: int,
     assert n >= need, ([l for l in lines if l.startswith("top:")], user)
     share = 100.0 * user["hot"] / n
     want = 100.0 * shares["hot"] / (shares["hot"] + shares["cold"])
+    print(*[l for l in lines if l.startswith("top:")],
+          f"hot/(hot+cold) {share:.2f} %, valgrind {want:.2f} %")
     assert abs(share - want) <= tolerance, (share, want, n, user)
     return tables
 
