@@ -100,6 +100,10 @@
  *             returns the length without the NUL; -ENOSPC if the buffer
  *             is too small.  The host's event table is the one
  *             definition: the driver advertises what this returns.
+ *             Left out: the events perf names as legacy hardware-cache
+ *             events (L1-dcache-loads, branch-loads, ...), which perf
+ *             reaches through PERF_TYPE_HW_CACHE; perf 6.12 refuses
+ *             such a name when a PMU also has it as an alias.
  */
 #define PVPERF_OP_EVENTS		0x106
 #define PVPERF_EVENTS_BUF_MAX		16384

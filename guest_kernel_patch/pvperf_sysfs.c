@@ -31,9 +31,10 @@ static const struct attribute_group pvperf_format_group = {
 };
 
 /*
- * events/: exactly the events the host counts, as its event table
- * (pyhost/pmu/events.py) spells them: PVPERF_OP_EVENTS answers a line
- * name=event=0x..[,umask=0x..] per event.  Built at init, before
+ * events/: the events the host counts, as its event table
+ * (pyhost/pmu/events.py) spells them, less the hardware-cache ones that
+ * perf reaches through PERF_TYPE_HW_CACHE by their legacy names:
+ * PVPERF_OP_EVENTS answers a line name=event=0x..[,umask=0x..] per event.  Built at init, before
  * perf_pmu_register() creates the sysfs files; the driver keeps no event
  * table of its own, so a model added on the host shows in `perf list`.
  */

@@ -255,9 +255,14 @@ CACHEGRIND = {
     "branch-loads": ("Bc", "Bi"), "branch-misses": ("Bcm", "Bim"),
     "cache-references": ("I1mr", "D1mr", "D1mw"),
     "cache-misses": ("ILmr", "DLmr", "DLmw"),
+    "L1-icache-loads": ("Ir",), "LLC-loads": ("I1mr", "D1mr"),
+    "LLC-stores": ("D1mw",), "branch-load-misses": ("Bcm", "Bim"),
+    "dTLB-loads": ("Dr",), "dTLB-stores": ("Dw",), "iTLB-loads": ("Ir",),
 }
 EXACT = {"instructions", "L1-icache-load-misses", "L1-dcache-loads",
-         "L1-dcache-stores", "branch-loads", "branch-misses"}
+         "L1-dcache-stores", "branch-loads", "branch-misses",
+         "L1-icache-loads", "branch-load-misses", "dTLB-loads",
+         "dTLB-stores", "iTLB-loads"}
 
 
 def parse_stat(lines: list[str], events: tuple[str, ...]) -> dict[str, int]:

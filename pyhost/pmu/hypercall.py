@@ -17,7 +17,8 @@ Operations (see guest_kernel_patch/README.md for the table):
   SET_PERIOD  args   event id, period -> 0 / -errno (countdown restarts)
   SAMPLE_BUF  args   gpa, size, watermark -> 0 / -errno (this vCPU's ring)
   EVENTS      args   gpa, size -> length of the event list written there
-                     (the driver's sysfs events/), -ENOSPC if it does not fit
+                     (the driver's sysfs events/: the table but its
+                     hardware-cache names), -ENOSPC if it does not fit
 
 Samples (``overflow``) arrive from the plugin between hypercalls: the PMU
 model matches each to its event, and the Sampler (sampling.py, the host
@@ -329,7 +330,9 @@ class PerfBackend:
         return 0
 
     def _events(self, msg, args) -> int:
-        """The event table as the driver's sysfs events/ spell it."""
+        """The event table as the driver's sysfs events/ spell it, less
+        the names perf parses as legacy hardware-cache events
+        (events.sysfs_listing)."""
         text = sysfs_listing(self.pmu.event_defs()).encode() + b"\0"
         if not 0 < args[1] <= abi.EVENTS_BUF_MAX:
             raise PmuError(errno.EINVAL, f"events buffer size {args[1]} not "
