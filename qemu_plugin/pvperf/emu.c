@@ -42,6 +42,7 @@
 #include "arena.h"
 #include "core.h"
 #include "emu.h"
+#include "emu_io.h"
 #include "guest.h"
 #include "instrument.h"
 #include "models.h"
@@ -75,6 +76,7 @@ void emu_init(unsigned n_vcpus)
 	ev = g_aligned_alloc0(n_vcpus, sizeof(*ev), 64);
 	for (unsigned i = 0; i < n_vcpus; i++)
 		ev[i].blocks = 1024;
+	emu_io_init(n_vcpus);
 }
 
 static uint64_t thread_ns(void)
@@ -153,6 +155,16 @@ static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at)
 	models_add_quiet(vcpu, PVPERF_M_HOST_NS, kernel ? user : d - user,
 			 !kernel);
 	return d;
+}
+
+void emu_charge_at(unsigned vcpu, bool kernel, uint64_t ip)
+{
+	charge(vcpu, kernel, (struct event_at){ vcpu, ip, 0, true });
+}
+
+uint64_t emu_point_ns(unsigned vcpu)
+{
+	return ev[vcpu].ns_at;
 }
 
 void emu_hcall_enter(unsigned vcpu, uint64_t ip)
@@ -255,8 +267,10 @@ void emu_tb(struct qemu_plugin_tb *tb, size_t n)
 			   (struct event_at){ vcpu, vaddr, 0, false });
 	if (instrument_device())
 		device_tb(tb, n, kernel);
-	if (instrument_host_time())
+	if (instrument_host_time()) {
+		emu_io_tb(tb, n, kernel);	/* its TB-start callback first */
 		host_time_tb(tb, vaddr, kernel);
+	}
 }
 
 void emu_flush(void)
