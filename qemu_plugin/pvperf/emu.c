@@ -71,12 +71,25 @@ struct emu_site {
 	bool kernel;
 };
 
+static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at);
+
+/* emu_io.c's points (a callback reading registers, the vCPU's thread). */
+static void charge_at(unsigned vcpu, bool kernel, uint64_t ip)
+{
+	charge(vcpu, kernel, (struct event_at){ vcpu, ip, 0, true });
+}
+
+static uint64_t point_ns(unsigned vcpu)
+{
+	return ev[vcpu].ns_at;
+}
+
 void emu_init(unsigned n_vcpus)
 {
 	ev = g_aligned_alloc0(n_vcpus, sizeof(*ev), 64);
 	for (unsigned i = 0; i < n_vcpus; i++)
 		ev[i].blocks = 1024;
-	emu_io_init(n_vcpus);
+	emu_io_init(n_vcpus, charge_at, point_ns);
 }
 
 static uint64_t thread_ns(void)
@@ -155,16 +168,6 @@ static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at)
 	models_add_quiet(vcpu, PVPERF_M_HOST_NS, kernel ? user : d - user,
 			 !kernel);
 	return d;
-}
-
-void emu_charge_at(unsigned vcpu, bool kernel, uint64_t ip)
-{
-	charge(vcpu, kernel, (struct event_at){ vcpu, ip, 0, true });
-}
-
-uint64_t emu_point_ns(unsigned vcpu)
-{
-	return ev[vcpu].ns_at;
 }
 
 void emu_hcall_enter(unsigned vcpu, uint64_t ip)

@@ -26,10 +26,5 @@ void emu_flush(void);
  * round trip itself uncharged. */
 void emu_hcall_enter(unsigned vcpu, uint64_t ip);
 void emu_hcall_leave(unsigned vcpu);
-/* A point at ip (emu_io.c; the vCPU's thread, a callback reading
- * registers): charge the host time since the last one there. */
-void emu_charge_at(unsigned vcpu, bool kernel, uint64_t ip);
-/* The thread CPU time the last point read (equal: no point since). */
-uint64_t emu_point_ns(unsigned vcpu);
 
 #endif /* PVPERF_EMU_H */

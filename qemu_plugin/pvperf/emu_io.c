@@ -44,7 +44,6 @@
 
 #include "arena.h"
 #include "core.h"
-#include "emu.h"
 #include "emu_io.h"
 #include "guest.h"
 #include "instrument.h"
@@ -87,8 +86,16 @@ struct learned {
 };
 static struct learned *learned;	/* atomic: pushed by callbacks */
 
-void emu_io_init(unsigned n_vcpus)
+/* emu.c's points (set once at install). */
+static void (*emu_charge_at)(unsigned vcpu, bool kernel, uint64_t ip);
+static uint64_t (*emu_point_ns)(unsigned vcpu);
+
+void emu_io_init(unsigned n_vcpus,
+		 void (*charge_at)(unsigned vcpu, bool kernel, uint64_t ip),
+		 uint64_t (*point_ns)(unsigned vcpu))
 {
+	emu_charge_at = charge_at;
+	emu_point_ns = point_ns;
 	pend = g_aligned_alloc0(n_vcpus, sizeof(*pend), 64);
 	io_insns = g_hash_table_new(g_direct_hash, g_direct_equal);
 	io_next = g_hash_table_new(g_direct_hash, g_direct_equal);
