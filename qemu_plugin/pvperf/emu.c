@@ -24,10 +24,12 @@
  *                      the hypercalls that switch tasks), and while a
  *                      sampling event is on it (INSTRUMENT_HOST_TIME) every
  *                      k blocks, k adapted so that a check comes about
- *                      every CHECK_NS of host time.  The time between two
- *                      points is split between the halves in proportion to
- *                      the instructions each retired meanwhile (all to the
- *                      point's half if none did).  A hypercall's own round
+ *                      every CHECK_NS of host time, and right before and
+ *                      after each known device access (emu_io.c).  The
+ *                      time between two points is split between the
+ *                      halves in proportion to the instructions each
+ *                      retired meanwhile (all to the point's half if none
+ *                      did).  A hypercall's own round
  *                      trip (the vCPU waiting for the service) is not
  *                      charged.
  *

@@ -72,9 +72,9 @@ static struct io_pending {
 
 /*
  * Learned device instructions and the code keys right after each.
- * io_lock protects both tables; taken at translation and in the flush
- * callback only (never on a callback of running code: those push what
- * they learn onto `learned`, a lock-free stack drained at translation).
+ * io_lock protects both tables; taken at translation only (never on a
+ * callback of running code: those push what they learn onto `learned`,
+ * a lock-free stack drained at translation).
  */
 static GMutex io_lock;
 static GHashTable *io_insns;	/* key -> 1 */
