@@ -24,10 +24,12 @@
  *                      the hypercalls that switch tasks), and while a
  *                      sampling event is on it (INSTRUMENT_HOST_TIME) every
  *                      k blocks, k adapted so that a check comes about
- *                      every CHECK_NS of host time.  The time between two
- *                      points is split between the halves in proportion to
- *                      the instructions each retired meanwhile (all to the
- *                      point's half if none did).  A hypercall's own round
+ *                      every CHECK_NS of host time, and right before and
+ *                      after each known device access (emu_io.c).  The
+ *                      time between two points is split between the
+ *                      halves in proportion to the instructions each
+ *                      retired meanwhile (all to the point's half if none
+ *                      did).  A hypercall's own round
  *                      trip (the vCPU waiting for the service) is not
  *                      charged.
  *
@@ -42,6 +44,7 @@
 #include "arena.h"
 #include "core.h"
 #include "emu.h"
+#include "emu_io.h"
 #include "guest.h"
 #include "instrument.h"
 #include "models.h"
@@ -70,11 +73,25 @@ struct emu_site {
 	bool kernel;
 };
 
+static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at);
+
+/* emu_io.c's points (a callback reading registers, the vCPU's thread). */
+static void charge_at(unsigned vcpu, bool kernel, uint64_t ip)
+{
+	charge(vcpu, kernel, (struct event_at){ vcpu, ip, 0, true });
+}
+
+static uint64_t point_ns(unsigned vcpu)
+{
+	return ev[vcpu].ns_at;
+}
+
 void emu_init(unsigned n_vcpus)
 {
 	ev = g_aligned_alloc0(n_vcpus, sizeof(*ev), 64);
 	for (unsigned i = 0; i < n_vcpus; i++)
 		ev[i].blocks = 1024;
+	emu_io_init(n_vcpus, charge_at, point_ns);
 }
 
 static uint64_t thread_ns(void)
@@ -255,8 +272,10 @@ void emu_tb(struct qemu_plugin_tb *tb, size_t n)
 			   (struct event_at){ vcpu, vaddr, 0, false });
 	if (instrument_device())
 		device_tb(tb, n, kernel);
-	if (instrument_host_time())
+	if (instrument_host_time()) {
+		emu_io_tb(tb, n, kernel);	/* its TB-start callback first */
 		host_time_tb(tb, vaddr, kernel);
+	}
 }
 
 void emu_flush(void)

@@ -249,10 +249,6 @@ def emulation_on_behalf(summary: dict) -> dict[str, float]:
             for sym, n in both.items()}
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="skid: the device emulation's host "
-                   "time is found at the next host-time check (about 20 us "
-                   "of host time later) or hypercall, after the kick "
-                   "(docs/accounting.md)")
 def test_domain_cycles_of_io_land_where_the_host_profile_puts_them(tmp_path):
     """The same I/O: the guest function on whose behalf the host's own
     profile (pvperf profile: host perf on QEMU, emulator samples charged
