@@ -379,13 +379,14 @@ static void pvperf_switch_probe(void *data, bool preempt,
  * host answers this vCPU's next hypercall; perf core's swap of cloned
  * contexts makes one, pmu_disable() (PMU_DISABLE), with prev still
  * current, and pvperf_pmu_disable() drains again after it.  Without that
- * second drain (2026-11-28, 6.12, PVPERF_SERVICE_WRITES=1, load 4), the
- * two qs of `perf record -- sh -c "./qs & ./qs; wait"` at smp 1 took 2
- * to 5 of each other's samples in 3 runs of 4, each an IP of the other
- * process and so `[unknown]` in this one's maps; with it, none in 6 runs
- * on 6.12 and 6 on 6.1.  The service's lag grows with the host's load:
- * test_multiprocess's 5.4 % `[unknown]` at load 8 to 11, seen while the
- * service still wrote every record, fits this.
+ * second drain (2026-11-28, PVPERF_SERVICE_WRITES=1, load 4 to 5), the
+ * two qs of `perf record -- sh -c "./qs & ./qs; wait"` at smp 1 took
+ * each other's samples, each an IP of the other process and so
+ * `[unknown]` in this one's maps: on 6.12 2 to 5 of ~8,960 in 3 runs of
+ * 4, on 6.1 49 to 1,172 (13 %) in each of 6; with it, none in 6 runs on
+ * each kernel.  The service's lag grows with the host's load:
+ * test_multiprocess's 5.4 % `[unknown]` on 6.12 at load 8 to 11, seen
+ * while the service still wrote every record, fits this.
  */
 void pvperf_drain_pending(void)
 {

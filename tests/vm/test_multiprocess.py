@@ -379,8 +379,8 @@ def test_processes_ran_concurrently_at_different_addresses(guest, scenario):
     interleaved in time (at least half of the shorter one's span).  The
     guest makes the overlap happen rather than hoping for it: "two" forks
     both at once, "sessions" starts both at a FIFO rendezvous (without
-    it, at smp 2 on 6.12, whose perf record takes longer to start, the
-    first session's qs once ran mostly before the second's began)."""
+    it, on 6.12 at smp 2, the two sessions' spans once overlapped less
+    than half of the shorter one)."""
     rows = scenario_rows(guest, scenario)
     pids = qs_pids(rows)
     assert len(pids) == 2, rows[:20]
