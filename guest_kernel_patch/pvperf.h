@@ -108,6 +108,7 @@ void pvperf_ids_destroy(void);
 /* pvperf_sample.c */
 bool pvperf_can_sample(void);
 unsigned int pvperf_drain(struct pt_regs *irq_regs);
+void pvperf_drain_pending(void);
 int pvperf_samples_init(void);
 void pvperf_samples_exit(void);
 

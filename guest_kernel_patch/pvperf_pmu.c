@@ -217,9 +217,16 @@ static void pvperf_thaw(void)
 		pr_warn_ratelimited("PMU_ENABLE failed: %d\n", err);
 }
 
+/*
+ * PMU_DISABLE is answered after every record of the instructions before
+ * it is in the ring; deliver them while their task is current (perf core
+ * disables the PMU before it swaps two cloned contexts, when the sched
+ * switch probe has drained too early: pvperf_drain_pending()).
+ */
 static void pvperf_pmu_disable(struct pmu *pmu)
 {
 	pvperf_freeze();
+	pvperf_drain_pending();
 }
 
 static void pvperf_pmu_enable(struct pmu *pmu)

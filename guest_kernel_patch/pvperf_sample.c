@@ -367,6 +367,29 @@ static void pvperf_switch_probe(void *data, bool preempt,
 				struct task_struct *next,
 				unsigned int prev_state)
 {
+	pvperf_drain_pending();
+}
+
+/*
+ * The records this CPU's ring holds, delivered now if any (IRQs off).
+ * The probe above runs before any hypercall of the switch, so a record
+ * the host had not written yet misses it: one the service still had in
+ * its queue, or one the plugin held until the instruction was known to
+ * have retired (a load that might fault).  Both are written before the
+ * host answers this vCPU's next hypercall; perf core's swap of cloned
+ * contexts makes one, pmu_disable() (PMU_DISABLE), with prev still
+ * current, and pvperf_pmu_disable() drains again after it.  Without that
+ * second drain (2026-11-28, PVPERF_SERVICE_WRITES=1, load 4 to 5), the
+ * two qs of `perf record -- sh -c "./qs & ./qs; wait"` at smp 1 took
+ * each other's samples, each an IP of the other process and so
+ * `[unknown]` in this one's maps: on 6.12 2 to 5 of ~8,960 in 3 runs of
+ * 4, on 6.1 49 to 1,172 (13 %) in each of 6; with it, none in 6 runs on
+ * each kernel.  The service's lag grows with the host's load:
+ * test_multiprocess's 5.4 % `[unknown]` on 6.12 at load 8 to 11, seen
+ * while the service still wrote every record, fits this.
+ */
+void pvperf_drain_pending(void)
+{
 	struct pvperf_sample_buf *ring = this_cpu_read(pvperf_cpu.ring);
 
 	if (ring && READ_ONCE(ring->head) != READ_ONCE(ring->tail))

@@ -29,8 +29,9 @@ from pathlib import Path
 import pytest
 
 import hcfuzz
-from support import (PROGRAMS, REPO, RssSampler, perf_count, pvperf_cmd,
-                      run_pvperf, sections, valgrind_irefs)
+from support import (PROGRAMS, REPO, RssSampler, guest_kernel_image,
+                      perf_count, pvperf_cmd, run_pvperf, sections,
+                      valgrind_irefs)
 from pyhost.pmu import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.hypercall import RateLimiter
@@ -118,10 +119,15 @@ def test_sequence_covers_every_kind_and_variant():
 
 @pytest.fixture(scope="module")
 def hctest_ko() -> Path:
-    r = subprocess.run(["make", "-C", str(GKP), "hctest"], capture_output=True,
-                       text=True, timeout=600)
+    """The module built for the kernel the tests boot (PVPERF_GUEST_KERNEL:
+    `make hctest IMAGE=linux-6.12` builds linux-6.12/hctest/)."""
+    image = guest_kernel_image()
+    extra = [] if image == "default" else [f"IMAGE={image}"]
+    r = subprocess.run(["make", "-C", str(GKP), "hctest", *extra],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    return HCTEST_KO
+    return HCTEST_KO if image == "default" else \
+        GKP / image / "hctest" / HCTEST_KO.name
 
 
 @pytest.fixture(scope="module")

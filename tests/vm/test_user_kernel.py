@@ -18,7 +18,8 @@ import subprocess
 
 import pytest
 
-from support import PROGRAMS, aarch64_image, run_pvperf, valgrind_irefs
+from support import (PROGRAMS, aarch64_image, guest_kernel_image, run_pvperf,
+                     valgrind_irefs)
 from elfwriter import ElfWriter
 from pyhost.cli import EXIT_USAGE
 from pyhost.image import userkernel
@@ -108,8 +109,8 @@ def test_an_arm64_image_is_read_as_a_kernel_for_aarch64_only(tmp_path):
     config = "\n".join(f"CONFIG_{o}=y" for o, _, _ in userkernel.REQUIRED
                        if o != "9P_FS")
     image = fake_arm64_image(tmp_path, config + "\nCONFIG_PVPERF_PMU=y\n")
-    aarch64_image()             # built first: its progress is not refusal
-    code, lines = refusal(["--arch", "aarch64", "--kernel", str(image)])
+    # built first: its progress is not refusal
+    code, lines = refusal([*aarch64_image(), "--kernel", str(image)])
     assert code == EXIT_USAGE and len(lines) == 1, lines
     assert "6.1.99-fake lacks CONFIG_9P_FS" in lines[0], lines
     assert "IKCONFIG" in lines[0] and "PVH" not in lines[0], lines
@@ -153,9 +154,10 @@ def test_a_kernel_without_system_map_gets_one_from_its_symbols(tmp_path):
 @pytest.mark.vm
 def test_the_images_own_kernel_boots_through_kernel(tmp_path):
     """--kernel with the image's kernel (its release: the image's modules
-    fit) counts exactly like the default boot: valgrind's Ir."""
+    fit) counts exactly like the default boot: valgrind's Ir.  The image
+    is the one the run boots (PVPERF_GUEST_KERNEL's)."""
     from pyhost.image import image_status
-    img = image_status("default")
+    img = image_status(guest_kernel_image())
     subprocess.run(["make", "-s", "-C", str(PROGRAMS), "loop"], check=True)
     r = run_pvperf(["run", "--kernel", str(img.vmlinux), "--share",
                     str(PROGRAMS), "--", "sh", "-c",
