@@ -9,7 +9,8 @@
   hosttime   pvperf run, the workload under
              perf record -e emu-host-ns:u -c 1000000: one sample per ms
              of the vCPU thread's host time (~1 kHz), the host-time
-             checks every k blocks included
+             checks (clock readings about every 20 us, at chunk starts
+             that sampling's countdown paces) included
   armed      the same at -c 10^12: the instrumentation and the host-time
              checks, no sample
   counting   perf stat -e instructions:u: counting alone
