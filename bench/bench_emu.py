@@ -9,7 +9,8 @@
   hosttime   pvperf run, the workload under
              perf record -e emu-host-ns:u -c 1000000: one sample per ms
              of the vCPU thread's host time (~1 kHz), the host-time
-             checks every k blocks included
+             checks (clock readings about every 20 us, at chunk starts
+             that sampling's countdown paces) included
   armed      the same at -c 10^12: the instrumentation and the host-time
              checks, no sample
   counting   perf stat -e instructions:u: counting alone
@@ -26,7 +27,11 @@ measures idle at 0.97-1.01x plain); hosttime <= 1.2x plain.  Measured
 (docs/events.md, 2026-11-27, hotcold 1000000, load 7.4-12.8): idle
 0.979x and 1.034x, pre-emu 0.963x and 1.003x, counting 1.051x, armedi
 1.28-1.30x, armed 1.32-1.36x, hosttime 1.35-1.39x (not met), cpuclock
-1.09-1.10x.
+1.09-1.10x.  2026-11-28, host-time checks paced by sampling's countdown
+(--rounds 2 --reps 2 --workload './hotcold 2000000' --extra armedi, load
+0.2-7.8): hosttime 1.279 and 1.330, armedi 1.254 and 1.288; main before
+it: hosttime 1.319 and 1.352, armedi 1.283 and 1.311 (not met: hosttime
+is armedi + the samples).
 
 Each boot runs the workload REPS times.  The figure is the vCPU thread's
 host CPU time over each run (/proc/PID/task/TID/schedstat), read by the

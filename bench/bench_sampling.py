@@ -21,7 +21,10 @@
   hosttime   perf record -e emu-host-ns:u -c 1000000 ./hotcold N
                                                host-time samples, one per ms
                                                of the vCPU thread's CPU time
-  armedh     the same at -c 10^12: the host-time checks alone
+  armedh     the same at -c 10^12: the host-time checks alone (the
+                                               exact-overflow countdown,
+                                               which paces them, and the
+                                               clock readings)
   software   perf record -e cpu-clock -c 100000 ./hotcold N
                                                a reference that involves no
                                                pvperf at all: the guest's own
@@ -246,7 +249,7 @@ def report(n: int, reps: int, irq: str, arch, runs: list[dict],
           f"instrumentation alone) {'OK' if z / base <= 1.08 else 'MISSED'}")
     h = med(runs, "armedh")
     print(f"armed hosttime -c 1e12: {h / 100:6.2f} s, no sample, ratio "
-          f"{h / base:.2f}x (the per-block host-time checks alone)")
+          f"{h / base:.2f}x (the host-time checks alone)")
     y = med(runs, "armedg")
     print(f"armed -g  -c {v['armedg'][1]:>7s}: {y / 100:6.2f} s, no sample, "
           f"ratio {y / base:.2f}x (no target; with the capture points)")

@@ -108,7 +108,8 @@
  * I/O memory, and the port I/O instructions. */
 #define PVPERF_REPLY_DEVICE		(1U << 10)
 /* Some sampling event is on host CPU time: read the vCPU thread's clock
- * every few blocks, to overflow near where the time was spent. */
+ * about every 20 us of it (at chunk starts the sampling countdown paces),
+ * to overflow near where the time was spent. */
 #define PVPERF_REPLY_HOST_TIME		(1U << 11)
 #define PVPERF_REPLY_KNOWN		((1U << 12) - 1)
 /*

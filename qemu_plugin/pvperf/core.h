@@ -76,11 +76,8 @@ struct pvperf_score {
 	 * conditional or indirect branch whose outcome the next TB of that
 	 * half shows, 0 for none; an inline store writes it. */
 	uint64_t branch[2];
-	/* tick: emu.c.  Blocks run, biased: a check of the host time when
-	 * it passes a limit (host-time sampling only). */
-	uint64_t tick;
 	uint64_t packed;
-	uint8_t pad[128 - (PVPERF_NR_INLINE_COUNTERS + 5) * 8];
+	uint8_t pad[128 - (PVPERF_NR_INLINE_COUNTERS + 4) * 8];
 };
 
 #define PACK_SHIFT	29
@@ -255,12 +252,6 @@ static inline qemu_plugin_u64 score_packed(void)
 {
 	return qemu_plugin_scoreboard_u64_in_struct(pv.score,
 						    struct pvperf_score, packed);
-}
-
-static inline qemu_plugin_u64 score_tick(void)
-{
-	return qemu_plugin_scoreboard_u64_in_struct(pv.score,
-						    struct pvperf_score, tick);
 }
 
 static inline qemu_plugin_u64 score_capture(void)

@@ -22,14 +22,19 @@
  *                      points: every hypercall the service serves (before
  *                      its counters are read: per-task counts are exact to
  *                      the hypercalls that switch tasks), and while a
- *                      sampling event is on it (INSTRUMENT_HOST_TIME) every
- *                      k blocks, k adapted so that a check comes about
- *                      every CHECK_NS of host time, and right before and
- *                      after each known device access (emu_io.c).  The
- *                      time between two points is split between the
- *                      halves in proportion to the instructions each
- *                      retired meanwhile (all to the point's half if none
- *                      did).  A hypercall's own round
+ *                      sampling event is on it (INSTRUMENT_HOST_TIME) at
+ *                      "checks": the start of a chunk once the vCPU ran
+ *                      about k instructions since the last check, k
+ *                      adapted so that a check comes about every CHECK_NS
+ *                      of host time.  No instrumentation of its own:
+ *                      sampling's countdown (sample.c), on anyway, paces
+ *                      them: emu_host_time_room caps each half's room,
+ *                      and the chunk callback that finds it used up calls
+ *                      emu_host_time_check; and right before and after
+ *                      each known device access (emu_io.c).  The time
+ *                      between two points is split between the halves
+ *                      in proportion to the instructions each retired
+ *                      meanwhile (all to the point's half if none did).  A hypercall's own round
  *                      trip (the vCPU waiting for the service) is not
  *                      charged.
  *
@@ -50,9 +55,9 @@
 #include "models.h"
 
 #define CHECK_NS	20000ULL	/* host time between checks, target */
-#define CHECK_MIN	16ULL		/* blocks between checks */
-#define CHECK_MAX	(1ULL << 18)
-#define TICK_LIMIT	0x7fffffffULL	/* an imm32, as sample.c's countdown */
+#define CHECK_FIRST	4096ULL		/* instructions between checks */
+#define CHECK_MIN	64ULL
+#define CHECK_MAX	(1ULL << 22)	/* < sample.h ROOM_MAX */
 
 #define THREAD_NONE	(-1)		/* not a vCPU thread */
 #define THREAD_SHARED	(-2)		/* every vCPU's (round-robin) */
@@ -63,11 +68,16 @@ static __thread int thread_vcpu = THREAD_NONE;
 static struct emu_vcpu {
 	uint64_t ns_at;		/* thread CPU time at the last point */
 	uint64_t insn_at[2];	/* [!kernel] instructions then */
-	uint64_t blocks;	/* blocks between host-time checks */
-	uint64_t check_ns_at;	/* thread CPU time at the last check */
+	/* Host-time checks: the instructions (both halves) between two,
+	 * paced; the instructions and the thread CPU time at the last, the
+	 * latter valid only if paced (not since an instrumentation switch). */
+	uint64_t budget;
+	uint64_t check_insn_at;
+	uint64_t check_ns_at;
+	bool paced;
 } __attribute__((aligned(64))) *ev;
 
-/* What a device or host-time callback needs. */
+/* What a device callback needs. */
 struct emu_site {
 	uint64_t vaddr;		/* translated address */
 	bool kernel;
@@ -90,7 +100,7 @@ void emu_init(unsigned n_vcpus)
 {
 	ev = g_aligned_alloc0(n_vcpus, sizeof(*ev), 64);
 	for (unsigned i = 0; i < n_vcpus; i++)
-		ev[i].blocks = 1024;
+		ev[i].budget = CHECK_FIRST;
 	emu_io_init(n_vcpus, charge_at, point_ns);
 }
 
@@ -102,23 +112,37 @@ static uint64_t thread_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
+static uint64_t both_halves(const uint64_t *c)
+{
+	return c[PVPERF_CTR_INSN_KERNEL] + c[PVPERF_CTR_INSN_USER];
+}
+
 void emu_vcpu_init(unsigned vcpu)
 {
+	struct emu_vcpu *e = &ev[vcpu];
 	uint64_t c[PVPERF_NR_INLINE_COUNTERS];
 
 	thread_vcpu = thread_vcpu == THREAD_NONE ? (int)vcpu : THREAD_SHARED;
 	score_count(vcpu, c);
-	ev[vcpu].insn_at[0] = c[PVPERF_CTR_INSN_KERNEL];
-	ev[vcpu].insn_at[1] = c[PVPERF_CTR_INSN_USER];
-	ev[vcpu].ns_at = ev[vcpu].check_ns_at = thread_ns();
-	score_of(vcpu)->tick = TICK_LIMIT - ev[vcpu].blocks;
+	e->insn_at[0] = c[PVPERF_CTR_INSN_KERNEL];
+	e->insn_at[1] = c[PVPERF_CTR_INSN_USER];
+	e->check_insn_at = both_halves(c);
+	e->ns_at = e->check_ns_at = thread_ns();
+	e->paced = true;
 }
 
+/* Not on the vCPUs' threads (their clocks cannot be read here): the next
+ * check only starts the pace afresh. */
 void emu_settled(void)
 {
 	for (unsigned i = 0; i < pv.n_vcpus &&
-	     i < (unsigned)qemu_plugin_num_vcpus(); i++)
-		score_of(i)->tick = TICK_LIMIT - ev[i].blocks;
+	     i < (unsigned)qemu_plugin_num_vcpus(); i++) {
+		uint64_t c[PVPERF_NR_INLINE_COUNTERS];
+
+		score_count(i, c);
+		ev[i].check_insn_at = both_halves(c);
+		ev[i].paced = false;
+	}
 }
 
 /* The vCPU this thread runs, or -1. */
@@ -203,23 +227,41 @@ static void port_io_exec(unsigned vcpu, void *udata)
 		   (struct event_at){ vcpu, s->vaddr, 0, false });
 }
 
-/* Every `blocks` blocks (the scoreboard's tick passed TICK_LIMIT): read
- * the clock here, at this block's start, and set the next check. */
-static void host_time_exec(unsigned vcpu, void *udata)
-{
-	const struct emu_site *s = udata;
-	struct emu_vcpu *e = &ev[vcpu];
-	uint64_t pc = s->vaddr, d;
+/* ---- host-time checks (sample.c's pacer: sample.h) ---- */
 
-	guest_read_reg(REG_PC, &pc);
-	charge(vcpu, s->kernel, (struct event_at){ vcpu, pc, 0, true });
-	/* The pace from the time since the last check (not the last point:
-	 * a hypercall in between would make the blocks look cheap). */
+uint64_t emu_host_time_room(unsigned vcpu, const uint64_t *count)
+{
+	const struct emu_vcpu *e = &ev[vcpu];
+	/* a count gone back (count_fault) ran nothing */
+	int64_t ran = (int64_t)(both_halves(count) - e->check_insn_at);
+
+	if (!instrument_host_time())
+		return UINT64_MAX;
+	return ran <= 0 ? e->budget :
+	       (uint64_t)ran < e->budget ? e->budget - ran : 0;
+}
+
+/* Read the clock here, at pc (a chunk's start), and pace the next check:
+ * from the time since the last check (not the last point: a hypercall in
+ * between would make the instructions look cheap).  The countdown calls
+ * when either half alone has run the room it was given, so the
+ * instructions between two checks are one to two budgets by the mix;
+ * scaling the budget (not what ran) by the time keeps checks CHECK_NS
+ * apart whatever the (steady) mix. */
+void emu_host_time_check(unsigned vcpu, bool kernel, uint64_t pc)
+{
+	struct emu_vcpu *e = &ev[vcpu];
+	uint64_t c[PVPERF_NR_INLINE_COUNTERS], d;
+
+	charge(vcpu, kernel, (struct event_at){ vcpu, pc, 0, true });
+	score_count(vcpu, c);
+	e->check_insn_at = both_halves(c);
 	d = e->ns_at - e->check_ns_at;
+	if (e->paced)
+		e->budget = d ? e->budget * CHECK_NS / d : e->budget * 2;
+	e->budget = MIN(MAX(e->budget, CHECK_MIN), CHECK_MAX);
 	e->check_ns_at = e->ns_at;
-	e->blocks = d ? e->blocks * CHECK_NS / d : e->blocks * 2;
-	e->blocks = MIN(MAX(e->blocks, CHECK_MIN), CHECK_MAX);
-	score_of(vcpu)->tick = TICK_LIMIT - e->blocks;
+	e->paced = true;
 }
 
 /* ---- translation ---- */
@@ -251,16 +293,6 @@ static void device_tb(struct qemu_plugin_tb *tb, size_t n, bool kernel)
 	}
 }
 
-static void host_time_tb(struct qemu_plugin_tb *tb, uint64_t vaddr,
-				 bool kernel)
-{
-	qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb,
-		QEMU_PLUGIN_INLINE_ADD_U64, score_tick(), 1);
-	qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, host_time_exec,
-		QEMU_PLUGIN_CB_R_REGS, QEMU_PLUGIN_COND_GT, score_tick(),
-		TICK_LIMIT, site(vaddr, kernel));
-}
-
 void emu_tb(struct qemu_plugin_tb *tb, size_t n)
 {
 	uint64_t vaddr = qemu_plugin_tb_vaddr(tb);
@@ -272,10 +304,8 @@ void emu_tb(struct qemu_plugin_tb *tb, size_t n)
 			   (struct event_at){ vcpu, vaddr, 0, false });
 	if (instrument_device())
 		device_tb(tb, n, kernel);
-	if (instrument_host_time()) {
-		emu_io_tb(tb, n, kernel);	/* its TB-start callback first */
-		host_time_tb(tb, vaddr, kernel);
-	}
+	if (instrument_host_time())
+		emu_io_tb(tb, n, kernel);
 }
 
 void emu_flush(void)

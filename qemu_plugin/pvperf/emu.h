@@ -7,6 +7,7 @@
 #ifndef PVPERF_EMU_H
 #define PVPERF_EMU_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <qemu-plugin.h>
@@ -14,11 +15,18 @@
 void emu_init(unsigned n_vcpus);
 /* vcpu_init (on the vCPU's own thread). */
 void emu_vcpu_init(unsigned vcpu);
-/* tb_trans: count the translation; instrument device accesses and the
- * host-time checks if asked (INSTRUMENT_DEVICE, _HOST_TIME). */
+/* tb_trans: count the translation; instrument device accesses if asked
+ * (INSTRUMENT_DEVICE). */
 void emu_tb(struct qemu_plugin_tb *tb, size_t n);
-/* An instrumentation switch (exclusive section): checks start afresh. */
+/* An instrumentation switch (exclusive section): checks start afresh;
+ * before the countdowns are rebased (sample_update_room). */
 void emu_settled(void);
+/* The host-time checks, as sampling's countdown paces them (struct
+ * sample_pacer, sample.h): the instructions the vCPU may still run
+ * before the next (count: its counts now; UINT64_MAX while no sampling
+ * event is on host time), and the check, at a chunk's runtime start. */
+uint64_t emu_host_time_room(unsigned vcpu, const uint64_t *count);
+void emu_host_time_check(unsigned vcpu, bool kernel, uint64_t pc);
 /* The flush callback (exclusive section). */
 void emu_flush(void);
 /* Around a hypercall the service serves (the vCPU's thread): bring the

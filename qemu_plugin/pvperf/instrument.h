@@ -25,8 +25,8 @@ enum instrumentation {
 	INSTRUMENT_BPRED = 1 << 6,	/* + branch sites, TB-start callbacks */
 	INSTRUMENT_TLB = 1 << 7,	/* + fetch and memory callbacks (TLBs) */
 	INSTRUMENT_DEVICE = 1 << 8,	/* + memory callbacks, port I/O ones */
-	INSTRUMENT_HOST_TIME = 1 << 9,	/* + a block count and a conditional
-					 * callback per TB (emu.c) */
+	INSTRUMENT_HOST_TIME = 1 << 9,	/* nothing of its own: the countdown
+					 * paces the clock reads (emu.c) */
 };
 
 /* Where register capture points go (count.c), from the applied

@@ -70,8 +70,8 @@ static void vcpu_init(qemu_plugin_id_t id, unsigned int vcpu)
 	core_vcpu_init(vcpu);
 	models_vcpu_init(vcpu);
 	guest_regs_init();
-	emu_vcpu_init(vcpu);
 	state_restore_vcpu(vcpu);
+	emu_vcpu_init(vcpu);	/* from the counts restored */
 }
 
 static void vcpu_exit(qemu_plugin_id_t id, unsigned int vcpu)
@@ -119,17 +119,17 @@ static void register_callbacks(qemu_plugin_id_t id)
 	qemu_plugin_register_atexit_cb(id, plugin_exit, NULL);
 }
 
-/* Inside an instrumentation switch's exclusive section: the countdowns
- * start afresh, the packed counts (core.h) from 0 (no kernel chunk
- * folds them while sampling). */
+/* Inside an instrumentation switch's exclusive section: the host-time
+ * checks and the countdowns (which pace them) start afresh, the packed
+ * counts (core.h) from 0 (no kernel chunk folds them while sampling). */
 static void instrumentation_settled(void)
 {
+	emu_settled();
 	for (unsigned i = 0; i < pv.n_vcpus && i < (unsigned)qemu_plugin_num_vcpus(); i++) {
 		score_fold(i);
 		sample_update_room(i);
 	}
 	models_flush();
-	emu_settled();
 	if (pv.verbose)
 		pvperf_log("counting %s%s%s%s\n", instrument_counting() ? "on" : "off",
 			   instrument_branches() ? ", branches" : "",
@@ -199,6 +199,12 @@ static int parse_option(const char *arg)
 	return ok ? 0 : -1;
 }
 
+/* Sampling's countdown paces the host-time checks (emu.c). */
+static const struct sample_pacer host_time_pacer = {
+	.room = emu_host_time_room,
+	.run = emu_host_time_check,
+};
+
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 					   const qemu_info_t *info,
 					   int argc, char **argv)
@@ -228,7 +234,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 	count_init();
 	models_init(pv.n_vcpus);
 	emu_init(pv.n_vcpus);
-	sample_init(models_counter);
+	sample_init(models_counter, &host_time_pacer);
 	if (pv.ram_path && guest_ram_init(pv.ram_path, &pv.ram_size))
 		return -1;
 	if (!pv.ram_path && pv.sock_path)

@@ -13,7 +13,9 @@
  * once per sample.  A slot that counts both halves splits its room
  * between them, in proportion to what each ran lately, so that neither
  * can reach the threshold unseen: a few extra callbacks when the mix
- * changes, never a missed overflow.
+ * changes, never a missed overflow.  A pacer (sample.h: emu.c's host-time
+ * checks) caps both rooms too, and the chunk callback that finds its room
+ * used up runs its check.
  *
  * The callback runs at the chunk's start, after its counts were added.
  * A threshold T reached by the chunk, with the slot's sum S before it,
@@ -102,10 +104,12 @@ static uint64_t prng_next(uint64_t *state)
 }
 
 static model_counter_fn model_counter;
+static const struct sample_pacer *pacer;
 
-void sample_init(model_counter_fn fn)
+void sample_init(model_counter_fn fn, const struct sample_pacer *p)
 {
 	model_counter = fn;
+	pacer = p;
 }
 
 static uint64_t slot_sum(const uint64_t *ctr, uint64_t mask)
@@ -200,6 +204,12 @@ void sample_update_room(unsigned vcpu)
 			room[HALF_K] = MIN(room[HALF_K], k);
 		if (halves & 1u << HALF_U)
 			room[HALF_U] = MIN(room[HALF_U], u);
+	}
+	if (pacer) {
+		uint64_t due = pacer->room(vcpu, count);
+
+		room[HALF_K] = MIN(room[HALF_K], due);
+		room[HALF_U] = MIN(room[HALF_U], due);
 	}
 	if (v->pending_mask | v->awaiting_mask)
 		room[HALF_K] = room[HALF_U] = 0;
@@ -500,6 +510,9 @@ void sample_chunk_exec(unsigned int vcpu, void *udata)
 		check_slot(vcpu, i, c, branches,
 			   branches ? c->n_branches : c->n_insns, delta, ctr);
 	}
+	if (pacer && !pacer->room(vcpu, ctr))
+		pacer->run(vcpu, c->kernel, c->vaddr[0] +
+			   (have_delta ? delta : runtime_delta(c)));
 	sample_update_room(vcpu);
 }
 

@@ -71,7 +71,23 @@ static inline uint64_t capture_key(const struct sample_chunk *c, unsigned idx)
 /* Install: how to read the models' counters, which they keep
  * (models_counter: raw model counter idx, 2 * m + !kernel). */
 typedef uint64_t (*model_counter_fn)(unsigned vcpu, unsigned idx);
-void sample_init(model_counter_fn model_counter);
+
+/*
+ * A check that the countdown paces besides the slots (emu.c's host-time
+ * readings).  room: how many more instructions, both halves together,
+ * the vCPU may run before it is due (count: its counts now; UINT64_MAX:
+ * none).  Each half's room is capped by all of it, so a chunk callback
+ * comes once either half alone ran that many (the check comes after one
+ * to two times room by the mix); a chunk callback that finds room 0 calls
+ * run, at the chunk's runtime start (kernel: its half).
+ */
+struct sample_pacer {
+	uint64_t (*room)(unsigned vcpu, const uint64_t *count);
+	void (*run)(unsigned vcpu, bool kernel, uint64_t pc);
+};
+
+void sample_init(model_counter_fn model_counter,
+		 const struct sample_pacer *pacer);
 
 /* The callbacks; registered with QEMU_PLUGIN_CB_R_REGS. */
 void sample_chunk_exec(unsigned int vcpu, void *udata);
