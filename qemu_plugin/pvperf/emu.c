@@ -85,10 +85,28 @@ struct emu_site {
 
 static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at);
 
-/* emu_io.c's points (a callback reading registers, the vCPU's thread). */
-static void charge_at(unsigned vcpu, bool kernel, uint64_t ip)
+static uint64_t thread_ns(void);
+
+/*
+ * emu_io.c's device points (callbacks reading registers, on the vCPU's
+ * thread): the host time from `since` (read right before the device
+ * access, after the vCPU's last point) to now, the device's emulation,
+ * all to ip in ip's half.  The interval before `since` stays pending for
+ * the next point, as if the device time had not passed: charging it at
+ * the device instruction would give that instruction the time of
+ * whatever guest code ran before it.
+ */
+static void charge_device(unsigned vcpu, bool kernel, uint64_t ip,
+			  uint64_t since)
 {
-	charge(vcpu, kernel, (struct event_at){ vcpu, ip, 0, true });
+	struct emu_vcpu *e = &ev[vcpu];
+	uint64_t now = thread_ns();
+
+	if (now < since || since < e->ns_at)
+		return;
+	e->ns_at += now - since;
+	models_add(vcpu, PVPERF_M_HOST_NS, now - since, kernel,
+		   (struct event_at){ vcpu, ip, 0, true });
 }
 
 static uint64_t point_ns(unsigned vcpu)
@@ -101,7 +119,7 @@ void emu_init(unsigned n_vcpus)
 	ev = g_aligned_alloc0(n_vcpus, sizeof(*ev), 64);
 	for (unsigned i = 0; i < n_vcpus; i++)
 		ev[i].budget = CHECK_FIRST;
-	emu_io_init(n_vcpus, charge_at, point_ns);
+	emu_io_init(n_vcpus, charge_device, point_ns, thread_ns);
 }
 
 static uint64_t thread_ns(void)
