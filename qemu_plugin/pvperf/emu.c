@@ -34,9 +34,9 @@
  *                      each known device access (emu_io.c).  The time
  *                      between two points is split between the halves
  *                      in proportion to the instructions each retired
- *                      meanwhile (all to the point's half if none did).  A hypercall's own round
- *                      trip (the vCPU waiting for the service) is not
- *                      charged.
+ *                      meanwhile (all to the point's half if none did).
+ *                      A hypercall's own round trip (the vCPU waiting for
+ *                      the service) is not charged.
  *
  * Which vCPU: a thread-local index set at vcpu_init.  Round-robin TCG
  * (one thread for every vCPU: -icount, deterministic runs) with smp > 1
@@ -85,7 +85,13 @@ struct emu_site {
 
 static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at);
 
-static uint64_t thread_ns(void);
+static uint64_t thread_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
 
 /*
  * emu_io.c's device points (callbacks reading registers, on the vCPU's
@@ -120,14 +126,6 @@ void emu_init(unsigned n_vcpus)
 	for (unsigned i = 0; i < n_vcpus; i++)
 		ev[i].budget = CHECK_FIRST;
 	emu_io_init(n_vcpus, charge_device, point_ns, thread_ns);
-}
-
-static uint64_t thread_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
 static uint64_t both_halves(const uint64_t *c)

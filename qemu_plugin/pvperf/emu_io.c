@@ -142,11 +142,7 @@ static void drain_learned(void)
 /* The pc this execution runs the instruction at (TBs are PC-relative). */
 static uint64_t runtime_ip(const struct io_site *s)
 {
-	uint64_t pc;
-
-	if (s->kernel || !guest_read_reg(REG_PC, &pc))
-		return s->vaddr;
-	return s->vaddr + ((pc - s->tb_vaddr) & GUEST_PAGE_MASK);
+	return s->vaddr + guest_runtime_delta(s->tb_vaddr, s->kernel);
 }
 
 /* ---- callbacks ---- */

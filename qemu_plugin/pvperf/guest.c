@@ -224,3 +224,12 @@ bool guest_read_gprs(uint64_t out[PVPERF_NR_REGS])
 	}
 	return true;
 }
+
+uint64_t guest_runtime_delta(uint64_t tb_vaddr, bool kernel)
+{
+	uint64_t pc;
+
+	if (kernel || !guest_read_reg(REG_PC, &pc))
+		return 0;
+	return (pc - tb_vaddr) & GUEST_PAGE_MASK;
+}

@@ -28,5 +28,10 @@ uint64_t guest_vaddr_to_gpa(uint64_t page_table, uint64_t vaddr);
 void guest_regs_init(void);
 bool guest_read_reg(enum guest_reg reg, uint64_t *val);
 bool guest_read_gprs(uint64_t out[PVPERF_NR_REGS]);
+/* How far this execution of code translated in a TB at tb_vaddr lies
+ * from where it was translated (a multiple of the page size: TBs are
+ * PC-relative, shared by every mapping of the page); 0 for kernel code,
+ * mapped alike everywhere. */
+uint64_t guest_runtime_delta(uint64_t tb_vaddr, bool kernel);
 
 #endif /* PVPERF_GUEST_H */

@@ -400,11 +400,7 @@ static uint64_t next_threshold(struct pvperf_vcpu *v,
 /* How far this execution of the chunk lies from where it was translated. */
 static uint64_t runtime_delta(const struct sample_chunk *c)
 {
-	uint64_t pc;
-
-	if (c->kernel || !guest_read_reg(REG_PC, &pc))
-		return 0;	/* kernel code is mapped alike everywhere */
-	return (pc - c->tb_vaddr) & GUEST_PAGE_MASK;
+	return guest_runtime_delta(c->tb_vaddr, c->kernel);
 }
 
 /* The insn index of the k-th (0-based) counted event of the chunk. */
