@@ -42,8 +42,8 @@ from pathlib import Path
 
 import pytest
 
-from support import PROGRAMS, aarch64_image, leftovers, run_guest_script, \
-    run_pvperf
+from support import NO_THROTTLE, PROGRAMS, aarch64_image, leftovers, \
+    run_guest_script, run_pvperf
 from test_callgraph import chain_shares
 
 pytestmark = pytest.mark.vm
@@ -81,8 +81,7 @@ D=/tmp/r; mkdir -p $D
 # a tick's samples, and moved work_c's share by 2 points (CI, 2026-11-28;
 # unthrottled: within 0.03 of callgrind).  Raise the cap, then switch
 # off its dynamic lowering (the rate is read-only once the percent is 0).
-echo 10000000 > /proc/sys/kernel/perf_event_max_sample_rate
-echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent
+{NO_THROTTLE}
 sec odd
 taskset -c 0 {rec} -c {ODD} -o $D/o.data ./loop {N_LOOP} 2>&1
 perf script -i $D/o.data -F ip 2>&1

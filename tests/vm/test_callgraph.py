@@ -22,7 +22,7 @@ import subprocess
 
 import pytest
 
-from support import PROGRAMS, run_guest_script
+from support import NO_THROTTLE, PROGRAMS, run_guest_script
 
 pytestmark = pytest.mark.vm
 
@@ -46,8 +46,7 @@ REPORT_FN = """report() {
 # 6.12 at load 8: a dwarf share off by more than 2 points).
 SCRIPT = f"""
 sec() {{ echo "=== $1"; }}
-echo 10000000 > /proc/sys/kernel/perf_event_max_sample_rate
-echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent
+{NO_THROTTLE}
 D=/tmp/r; mkdir -p $D
 {REPORT_FN}
 sec dwarf

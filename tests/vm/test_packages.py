@@ -33,7 +33,7 @@ from pyhost.errors import ImageError
 from pyhost.image import packages, recipe as image_recipe, root as image_root
 from pyhost.image import store
 
-from support import PROGRAMS, TUNABLES, run_pvperf, sections
+from support import NO_THROTTLE, PROGRAMS, TUNABLES, run_pvperf, sections
 
 # ---------------------------------------------------------------------------
 # apt's output
@@ -387,8 +387,7 @@ def py_guest(py_image):
     # clean-clone CI run had the interpreter loop's share 2.6 points off.
     script = f"""
 sec() {{ echo "=== $1"; }}
-echo 10000000 > /proc/sys/kernel/perf_event_max_sample_rate
-echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent
+{NO_THROTTLE}
 sec stat-plain; perf stat -x, -e instructions:u python3 -c pass 2>&1 >/dev/null
 sec run; python3 -B fib.py 20
 sec stat; {GUEST_ENV} perf stat -x, -e instructions:u python3 -c pass 2>&1 >/dev/null
