@@ -2,7 +2,11 @@
 
     perf record -e cpu-clock -F 4000 -k mono --call-graph dwarf -p QEMU
         (a software event: hardware events are not supported on these
-        hosts; -k mono: the clock of QEMU's jitdump and the rmap records)
+        hosts; -k mono: the clock of QEMU's jitdump and the rmap records),
+        started with its events off (-D -1) and switched on through its
+        control FIFO, whose "ack" says sampling runs (a fixed wait was not
+        enough on a fresh CI machine: the start of a short workload was
+        missed, and a process that only ran then lost its samples)
     perf script -F comm,tid,time,ip,sym,dso     -> PerfSample per sample
     perf report --stats                         -> lost samples
     perf report --stdio with our perf map       -> perf-report.txt
@@ -10,10 +14,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import select
 import shutil
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,18 +38,66 @@ def find_perf() -> str:
     return path
 
 
-def start_record(pid: int, out: Path) -> subprocess.Popen:
-    """``perf record`` on process ``pid`` into ``out`` (stop_record ends it)."""
+@dataclass
+class HostRecord:
+    """A running ``perf record`` and the two ends of its control FIFOs."""
+    proc: subprocess.Popen
+    control_dir: Path
+    ctl_fd: int
+    ack_fd: int
+    stderr: str | None = None       # once stopped
+
+
+def start_record(pid: int, out: Path) -> HostRecord:
+    """``perf record`` on process ``pid`` into ``out``, its events off
+    until enable(); stop_record ends it.  The FIFOs live in
+    ``out``'s directory and go with stop_record."""
     find_perf()
+    control_dir = out.parent / ".perf-control"
+    shutil.rmtree(control_dir, ignore_errors=True)
+    control_dir.mkdir()
+    ctl, ack = control_dir / "ctl", control_dir / "ack"
+    os.mkfifo(ctl)
+    os.mkfifo(ack)
+    # Read-write opens of a FIFO never block: a perf that dies before
+    # opening its ends cannot hang us.
+    ctl_fd = os.open(ctl, os.O_RDWR)
+    ack_fd = os.open(ack, os.O_RDWR | os.O_NONBLOCK)
     argv = ["perf", "record", "-e", EVENT, "-F", str(SAMPLE_FREQ), "-k",
             "mono", "--call-graph", "dwarf,8192", "-m", "1024", "-p",
-            str(pid), "-o", str(out), "-q"]
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+            str(pid), "-o", str(out), "-q", "-D", "-1",
+            "--control", f"fifo:{ctl},{ack}"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
+    return HostRecord(proc, control_dir, ctl_fd, ack_fd)
 
 
-def stop_record(perf: subprocess.Popen) -> str:
-    """SIGINT, then wait; returns perf's stderr."""
+def enable(rec: HostRecord, timeout: float = 60.0) -> None:
+    """Switch sampling on and return once perf acknowledges it."""
+    os.write(rec.ctl_fd, b"enable\n")
+    deadline, said = time.monotonic() + timeout, b""
+    while b"ack\n" not in said:
+        if rec.proc.poll() is not None:
+            said_err = stop_record(rec).strip()[-200:]
+            raise SetupError("host perf record failed",
+                             f"perf record exited with {rec.proc.returncode}"
+                             + (f": {said_err}" if said_err else ""),
+                             "check perf_event_paranoid / run as root")
+        if time.monotonic() > deadline:
+            raise SetupError("host perf record failed",
+                             f"no ack of `enable` within {timeout:g} s",
+                             "see whether perf record runs by hand")
+        ready, _, _ = select.select([rec.ack_fd], [], [], 0.05)
+        if ready:
+            said += os.read(rec.ack_fd, 64)
+
+
+def stop_record(rec: HostRecord) -> str:
+    """SIGINT, then wait; returns perf's stderr.  Removes the FIFOs.
+    Stopping again returns the same."""
+    if rec.stderr is not None:
+        return rec.stderr
+    perf = rec.proc
     if perf.poll() is None:
         perf.send_signal(signal.SIGINT)
     try:
@@ -50,7 +105,12 @@ def stop_record(perf: subprocess.Popen) -> str:
     except subprocess.TimeoutExpired:
         perf.kill()
         _, err = perf.communicate()
-    return err or ""
+    for fd in (rec.ctl_fd, rec.ack_fd):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    shutil.rmtree(rec.control_dir, ignore_errors=True)
+    rec.stderr = err or ""
+    return rec.stderr
 
 
 @dataclass

@@ -247,11 +247,7 @@ async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
             pid = vm.qemu_pid
             qemu_maps = Path(f"/proc/{pid}/maps").read_text()
             perf = hostperf.start_record(pid, perf_data)
-            await asyncio.sleep(0.5)        # perf attaches to every thread
-            if perf.poll() is not None:
-                raise SetupError("host perf record failed",
-                                 hostperf.stop_record(perf).strip()[-200:],
-                                 "check perf_event_paranoid / run as root")
+            await asyncio.to_thread(hostperf.enable, perf)
             t_go = time.monotonic()
             (workdir / "go").touch()
             await _wait_file(workdir / "done", vm, config.timeout)

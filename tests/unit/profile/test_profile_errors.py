@@ -11,7 +11,7 @@ import pytest
 
 from pyhost import cli as cli_mod
 from pyhost.arch import host
-from pyhost.errors import ProfileError
+from pyhost.errors import ProfileError, SetupError
 from pyhost.profile import hostperf, record, resolve
 
 
@@ -71,3 +71,18 @@ def test_pvperf_profile_prints_one_line_and_exits_125(tmp_path, monkeypatch,
     assert err.startswith("pvperf: reading the reverse map: ")
     assert err.count("\n") == 1 and "Traceback" not in err
     assert not rec.workdir.exists()
+
+
+def test_host_perf_that_cannot_attach_is_one_line_and_leaves_nothing(
+        tmp_path):
+    """perf record on a pid that does not exist exits before the ack of
+    `enable`: a SetupError with perf's own complaint, and its control
+    FIFOs are gone once it is stopped."""
+    pid = 1 << 22                       # above pid_max's limit
+    rec = hostperf.start_record(pid, tmp_path / "perf.data")
+    with pytest.raises(SetupError) as e:
+        hostperf.enable(rec, timeout=30)
+    assert e.value.what == "host perf record failed"
+    assert "\n" not in e.value.one_line()
+    assert hostperf.stop_record(rec) == hostperf.stop_record(rec)
+    assert not rec.control_dir.exists()
