@@ -32,8 +32,9 @@
 
 #include <linux/types.h>
 
-#define PVPERF_ABI_VERSION		5	/* 2: sampling; 3: sample registers;
-						 * 4: EVENTS; 5: 32 register slots */
+#define PVPERF_ABI_VERSION		6	/* 2: sampling; 3: sample registers;
+						 * 4: EVENTS; 5: 32 register slots;
+						 * 6: TICK, sample_buf.ticks */
 
 /* The marker store and the value it writes into pvperf_hcall.doorbell. */
 #define PVPERF_DOORBELL_MAGIC		0x46505650	/* "PVPF" */
@@ -107,6 +108,22 @@
  */
 #define PVPERF_OP_EVENTS		0x106
 #define PVPERF_EVENTS_BUF_MAX		16384
+/*
+ * ABI v6: host-time ticks.  A sampling event on the host's CPU time (the
+ * emulator's own events) is paced by a timer on the vCPU thread's CPU
+ * time, not by instrumented code: when it expires the host increments
+ * the calling CPU's pvperf_sample_buf.ticks and raises the overflow
+ * interrupt.  An overflow interrupt that finds ticks changed answers
+ * with TICK: args[0] the interrupted ip, args[1] PVPERF_MODE_* of the
+ * interrupted context, args[2] the current task's user ip (its user
+ * registers') if it has a user context, else 0.  The host charges its CPU
+ * time there and writes the samples that fall due into the ring, with no
+ * interrupt of their own (the handler drains the ring after TICK) and
+ * without PVPERF_SAMPLE_REGS: their registers are the interrupted
+ * context's, or the task's user registers for a user sample that
+ * interrupted the kernel.  Handled by the host without its service.
+ */
+#define PVPERF_OP_TICK			0x107
 
 /*
  * The kernel half of the x86_64 address space (4-level paging): the host
@@ -279,7 +296,9 @@ struct pvperf_sample_buf {
 	__u32 nmis;		/* host: NMIs injected since registration
 				 * (an injected NMI reaches every vCPU: each
 				 * claims one per increment, see the driver) */
-	__u64 __reserved[6];
+	__u32 ticks;		/* host: host-time ticks (PVPERF_OP_TICK) */
+	__u32 __reserved32;
+	__u64 __reserved[5];
 	struct pvperf_sample rec[];	/* (size - 64) / 288 of them */
 };
 
@@ -311,5 +330,7 @@ PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_sample, regs) == 32,
 PVPERF_ABI_ASSERT(sizeof(struct pvperf_sample_buf) == 64, "sample buf header");
 PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_sample_buf, lost) == 8,
 		  "sample buf lost");
+PVPERF_ABI_ASSERT(__builtin_offsetof(struct pvperf_sample_buf, ticks) == 16,
+		  "sample buf ticks");
 
 #endif /* PVPERF_ABI_H */

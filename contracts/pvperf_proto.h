@@ -107,9 +107,17 @@
 /* Some open event counts device accesses: watch every data access for
  * I/O memory, and the port I/O instructions. */
 #define PVPERF_REPLY_DEVICE		(1U << 10)
-/* Some sampling event is on host CPU time: read the vCPU thread's clock
- * about every 20 us of it (at chunk starts the sampling countdown paces),
- * to overflow near where the time was spent. */
+/* Some sampling event is on host CPU time.  With _SAMPLING: read the
+ * vCPU thread's clock about every 20 us of it (at chunk starts the
+ * sampling countdown paces), to overflow near where the time was spent.
+ * Without (the service leaves _SAMPLING, _REGS and _FRAME out when only
+ * host-time events without :p sample and the plugin writes the rings):
+ * a timer on the vCPU thread's CPU time raises the guest's overflow
+ * interrupt when a host-time slot may be due, and the guest answers
+ * with PVPERF_OP_TICK from where it landed (pvperf_abi.h); nothing is
+ * instrumented for it.  A plugin that cannot keep such timers (one
+ * thread for every vCPU, a vCPU whose ring it does not write) falls
+ * back to the countdown. */
 #define PVPERF_REPLY_HOST_TIME		(1U << 11)
 #define PVPERF_REPLY_KNOWN		((1U << 12) - 1)
 /*

@@ -74,6 +74,7 @@ struct pvperf_cpu {
 	 */
 	struct perf_event *active[PVPERF_COUNTERS_PER_CPU];
 	u32 interrupts_claimed;	/* compared with ring->nmis */
+	u32 ticks_seen;		/* compared with ring->ticks */
 	bool draining;		/* a drain runs on this CPU (no nesting) */
 };
 

@@ -230,6 +230,27 @@ unsigned int pvperf_drain(struct pt_regs *irq_regs)
 }
 
 /*
+ * A host-time tick (PVPERF_OP_TICK): the host's timer on this vCPU's CPU
+ * time ran out and raised this interrupt; tell it where the interrupt
+ * landed (and, in the kernel, where the task's user code was), so that
+ * the samples it falls due for carry that context, as the kernel's own
+ * cpu-clock event takes the interrupted registers.  The host writes them
+ * into the ring, which the caller drains next.
+ */
+static void pvperf_tick(struct pt_regs *regs)
+{
+	bool user = regs && user_mode(regs);
+	u64 user_ip = 0;
+
+	if (user)
+		user_ip = instruction_pointer(regs);
+	else if (current->mm && !(current->flags & PF_KTHREAD))
+		user_ip = instruction_pointer(task_pt_regs(current));
+	pvperf_op3(PVPERF_OP_TICK, regs ? instruction_pointer(regs) : 0,
+		   user ? PVPERF_MODE_USER : PVPERF_MODE_KERNEL, user_ip);
+}
+
+/*
  * The overflow interrupt's handler (pvperf_arch.h).  The host may raise it
  * at every vCPU at once (an NMI injected over QMP reaches them all) and
  * counts each one in every ring's ->nmis before it raises it, so this CPU
@@ -241,11 +262,18 @@ static bool pvperf_overflow_interrupt(struct pt_regs *regs)
 {
 	struct pvperf_cpu *pc = this_cpu_ptr(&pvperf_cpu);
 	bool ours = false;
+	u32 ticks;
 
 	if (!pc->ring)
 		return false;
 	if (READ_ONCE(pc->ring->nmis) != pc->interrupts_claimed) {
 		pc->interrupts_claimed++;
+		ours = true;
+	}
+	ticks = READ_ONCE(pc->ring->ticks);
+	if (ticks != pc->ticks_seen) {
+		pc->ticks_seen = ticks;
+		pvperf_tick(regs);
 		ours = true;
 	}
 	if (pvperf_drain(regs))

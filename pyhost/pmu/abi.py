@@ -14,10 +14,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-ABI_VERSION = 5   # 2: sampling (SET_PERIOD, SAMPLE_BUF, sample records)
+ABI_VERSION = 6   # 2: sampling (SET_PERIOD, SAMPLE_BUF, sample records)
                   # 3: registers at the overflowing instruction in records
                   # 4: EVENTS (the host's event table for the driver's sysfs)
                   # 5: 32 register slots (an ARM64 set: x0-x30, sp)
+                  # 6: TICK and sample_buf.ticks (host-time timer samples;
+                  #    the plugin serves TICK, never the service)
 
 DOORBELL_MAGIC = 0x46505650
 DOORBELL_INSN_BYTES = bytes([0xC7, 0x00, 0x50, 0x56, 0x50, 0x46])
@@ -38,12 +40,14 @@ OP_PMU_ENABLE = 0x103
 OP_SET_PERIOD = 0x104
 OP_SAMPLE_BUF = 0x105
 OP_EVENTS = 0x106
+OP_TICK = 0x107
 
 OP_NAMES = {OP_OPEN: "OPEN", OP_CLOSE: "CLOSE", OP_ENABLE: "ENABLE",
             OP_DISABLE: "DISABLE", OP_READ: "READ", OP_PROBE: "PROBE",
             OP_FAULT: "FAULT", OP_PMU_DISABLE: "PMU_DISABLE",
             OP_PMU_ENABLE: "PMU_ENABLE", OP_SET_PERIOD: "SET_PERIOD",
-            OP_SAMPLE_BUF: "SAMPLE_BUF", OP_EVENTS: "EVENTS"}
+            OP_SAMPLE_BUF: "SAMPLE_BUF", OP_EVENTS: "EVENTS",
+            OP_TICK: "TICK"}
 
 MODE_KERNEL = 0
 MODE_USER = 1
@@ -115,12 +119,14 @@ SAMPLE = struct.Struct(f"<IHHQQQ{NR_REGS}Q")
 SAMPLE_OFFSET_FLAGS = 6
 SAMPLE_OFFSET_IP = 8
 SAMPLE_OFFSET_REGS = 32
-# struct pvperf_sample_buf header: head, tail, lost, nmis, reserved[6]
-SAMPLE_BUF = struct.Struct("<IIII6Q")
+# struct pvperf_sample_buf header: head, tail, lost, nmis, ticks,
+# reserved32, reserved[5]
+SAMPLE_BUF = struct.Struct("<IIIIII5Q")
 SAMPLE_BUF_OFFSET_HEAD = 0
 SAMPLE_BUF_OFFSET_TAIL = 4
 SAMPLE_BUF_OFFSET_LOST = 8
 SAMPLE_BUF_OFFSET_NMIS = 12
+SAMPLE_BUF_OFFSET_TICKS = 16
 
 assert HCALL.size == 64
 assert ATTR.size == 72
@@ -152,6 +158,7 @@ STRUCT_OFFSETS = {
     ("pvperf_sample_buf", "tail"): SAMPLE_BUF_OFFSET_TAIL,
     ("pvperf_sample_buf", "lost"): SAMPLE_BUF_OFFSET_LOST,
     ("pvperf_sample_buf", "nmis"): SAMPLE_BUF_OFFSET_NMIS,
+    ("pvperf_sample_buf", "ticks"): SAMPLE_BUF_OFFSET_TICKS,
     ("pvperf_sample_buf", "rec"): SAMPLE_BUF.size,
 }
 

@@ -336,7 +336,9 @@ class EmulatorModel(CountingModel):
                      *model_counters(p.M_HOST_NS),
                      doc="host CPU time of the vCPU's thread in ns, split "
                          "kernel/user by instructions retired (samples: "
-                         "the block running when the time was read)"),
+                         "where the guest's interrupt lands, at most 1 kHz "
+                         "without :p; else the block running when the "
+                         "time was read)"),
         )
 
 

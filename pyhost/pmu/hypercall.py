@@ -130,11 +130,12 @@ class PerfBackend:
             flags = (proto.REPLY_COUNTING
                      if self._linger("counting", self.pmu.counting_needed())
                      else 0)
-            if self.pmu.sampling_needed():
+            timer = self.host_timer()
+            if self.pmu.sampling_needed(timer):
                 flags |= proto.REPLY_SAMPLING
-            if self.pmu.regs_needed():
+            if self.pmu.regs_needed(timer):
                 flags |= proto.REPLY_REGS
-            elif self.pmu.frame_needed():
+            elif self.pmu.frame_needed(timer):
                 flags |= proto.REPLY_FRAME
             if self._linger("branches", self.pmu.branches_needed()):
                 flags |= proto.REPLY_BRANCHES
@@ -153,6 +154,13 @@ class PerfBackend:
             slots = (self.pmu.slots(msg.vcpu) if msg.vcpu < self.max_vcpus
                      else [])
         return flags, slots
+
+    def host_timer(self) -> bool:
+        """Whether host-time sampling goes by the plugin's CPU-time timer
+        (PVPERF_REPLY_HOST_TIME without _SAMPLING): the plugin writes the
+        rings and rings the doorbell itself.  Otherwise the sampling
+        countdown paces its clock readings."""
+        return self.plugin_writes and hasattr(self.sampler.nmi, "handover")
 
     def _linger(self, what: str, needed: bool) -> bool:
         """Whether the plugin should count (``what``: "counting",

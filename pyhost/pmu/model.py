@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 from . import abi
 from . import plugin_protocol as proto
-from .events import (ACCOUNTING_CPU, default_models, PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE,
-                     PERF_TYPE_RAW, RAW_EVENT_MASK, CountingModel, EventDef,
-                     check_model)
+from .events import (ACCOUNTING_CPU, default_models, NS_PER_S, PERF_TYPE_HARDWARE,
+                     PERF_TYPE_HW_CACHE, PERF_TYPE_RAW, RAW_EVENT_MASK,
+                     CountingModel, EventDef, check_model)
 
 PERF_SAMPLE_CALLCHAIN = 1 << 5     # include/uapi/linux/perf_event.h
 PERF_SAMPLE_REGS_USER = 1 << 12
@@ -69,6 +69,14 @@ DEVICE_COUNTERS_MASK = (1 << proto.ctr_model(proto.M_DEVICE, 0) |
                         1 << proto.ctr_model(proto.M_DEVICE, 1))
 HOST_NS_COUNTERS_MASK = (1 << proto.ctr_model(proto.M_HOST_NS, 0) |
                          1 << proto.ctr_model(proto.M_HOST_NS, 1))
+# Host-time samples the plugin's ticks pace, at most (host_timed events):
+# each costs the guest an interrupt (the MSI, its handler, TICK, an xAPIC
+# EOI under TCG: ~50 us of host time, bench/bench_sampling.py's hosttime
+# against armedh), charged to the guest's kernel half like any host time
+# and sampled where it lands: ~5 % more kernel time at 1 kHz.  Faster,
+# that share grows and the countdown's checks (a fixed ~1.26x, buffered:
+# no interrupt per sample) distort less.
+TICK_MAX_HZ = 1000
 
 
 def model_flags(counters) -> int:
@@ -158,6 +166,27 @@ class PmuEvent:
     @property
     def freq(self) -> bool:
         return bool(self.attr.flags & abi.ATTR_FREQ)
+
+    @property
+    def precise(self) -> int:
+        """perf's precise_ip (the :p modifiers): 0 lets a sample's ip skid."""
+        return (self.attr.flags & abi.ATTR_PRECISE_MASK) >> \
+            abi.ATTR_PRECISE_SHIFT
+
+    @property
+    def host_timed(self) -> bool:
+        """A sampling event on host CPU time alone that lets its ip skid
+        and samples at most TICK_MAX_HZ: the plugin's ticks can pace it
+        (no instrumented check), its samples landing where the guest's
+        interrupt lands, as with the kernel's cpu-clock.  With :p, :pp or
+        :ppp, or faster, the countdown's checks give the instruction the
+        time was read at instead."""
+        if self.precise or not self.sampling or \
+                self.ctr_mask & ~HOST_NS_COUNTERS_MASK:
+            return False
+        if self.freq:               # attr.sample_freq shares the field
+            return self.attr.sample_period <= TICK_MAX_HZ
+        return self.period >= NS_PER_S // TICK_MAX_HZ
 
     @property
     def buffered(self) -> bool:
@@ -442,20 +471,31 @@ class Pmu:
         """Whether the plugin must instrument (any event open)."""
         return bool(self.events)
 
-    def sampling_needed(self) -> bool:
-        """Whether the plugin must detect overflows (a sampling event open)."""
-        return any(e.sampling for e in self.events.values())
+    def _instrumented_samplers(self, host_timer: bool):
+        """The open sampling events the plugin detects overflows of in
+        instrumented code: all of them, or with ``host_timer`` (the
+        plugin can pace host-time sampling with a CPU-time timer, its
+        samples taking the guest's interrupted registers) all but the
+        host_timed ones."""
+        return (e for e in self.events.values() if e.sampling and not (
+            host_timer and e.host_timed))
 
-    def regs_needed(self) -> bool:
+    def sampling_needed(self, host_timer: bool = False) -> bool:
+        """Whether the plugin must instrument for exact overflow
+        detection (see _instrumented_samplers)."""
+        return any(True for _ in self._instrumented_samplers(host_timer))
+
+    def regs_needed(self, host_timer: bool = False) -> bool:
         """Whether the plugin must be able to capture every register at
         any instruction (a sampling event whose samples carry them open)."""
-        return any(e.sampling and e.needs_all_regs
-                   for e in self.events.values())
+        return any(e.needs_all_regs
+                   for e in self._instrumented_samplers(host_timer))
 
-    def frame_needed(self) -> bool:
+    def frame_needed(self, host_timer: bool = False) -> bool:
         """Whether the plugin must capture the frame registers (a sampling
         event with a frame-pointer callchain open)."""
-        return any(e.sampling and e.needs_regs for e in self.events.values())
+        return any(e.needs_regs
+                   for e in self._instrumented_samplers(host_timer))
 
     def models_needed(self) -> int:
         """PVPERF_REPLY_CACHE / _BPRED: the models open events count."""

@@ -21,22 +21,30 @@
  *   host CPU time      the vCPU thread's CLOCK_THREAD_CPUTIME_ID, read at
  *                      points: every hypercall the service serves (before
  *                      its counters are read: per-task counts are exact to
- *                      the hypercalls that switch tasks), and while a
- *                      sampling event is on it (INSTRUMENT_HOST_TIME) at
- *                      "checks": the start of a chunk once the vCPU ran
- *                      about k instructions since the last check, k
- *                      adapted so that a check comes about every CHECK_NS
- *                      of host time.  No instrumentation of its own:
- *                      sampling's countdown (sample.c), on anyway, paces
- *                      them: emu_host_time_room caps each half's room,
- *                      and the chunk callback that finds it used up calls
- *                      emu_host_time_check; and right before and after
- *                      each known device access (emu_io.c).  The time
- *                      between two points is split between the halves
- *                      in proportion to the instructions each retired
- *                      meanwhile (all to the point's half if none did).
- *                      A hypercall's own round trip (the vCPU waiting for
- *                      the service) is not charged.
+ *                      the hypercalls that switch tasks); right before and
+ *                      after each known device access (emu_io.c); and
+ *                      while a sampling event is on it
+ *                      (INSTRUMENT_HOST_TIME) either
+ *                      - at ticks (timer mode: INSTRUMENT_HOST_TIME
+ *                        without INSTRUMENT_SAMPLE): host_timer.c's timer
+ *                        on the thread's CPU time, armed at every point
+ *                        for when the nearest host-time slot may be due,
+ *                        raises the guest's overflow interrupt, whose
+ *                        handler answers with PVPERF_OP_TICK from where it
+ *                        landed; nothing is instrumented for it;
+ *                      - or at "checks" (when something else samples too,
+ *                        or no timer can be kept): the start of a chunk
+ *                        once the vCPU ran about k instructions since the
+ *                        last check, k adapted so that a check comes about
+ *                        every CHECK_NS of host time, paced by sampling's
+ *                        countdown (sample.c): emu_host_time_room caps
+ *                        each half's room, and the chunk callback that
+ *                        finds it used up calls emu_host_time_check.
+ *                      The time between two points is split between the
+ *                      halves in proportion to the instructions each
+ *                      retired meanwhile (all to the point's half if none
+ *                      did).  A hypercall's own round trip (the vCPU
+ *                      waiting for the service) is not charged.
  *
  * Which vCPU: a thread-local index set at vcpu_init.  Round-robin TCG
  * (one thread for every vCPU: -icount, deterministic runs) with smp > 1
@@ -51,13 +59,20 @@
 #include "emu.h"
 #include "emu_io.h"
 #include "guest.h"
+#include "host_timer.h"
 #include "instrument.h"
+#include "sample.h"
 #include "models.h"
 
 #define CHECK_NS	20000ULL	/* host time between checks, target */
 #define CHECK_FIRST	4096ULL		/* instructions between checks */
 #define CHECK_MIN	64ULL
 #define CHECK_MAX	(1ULL << 22)	/* < sample.h ROOM_MAX */
+/* Timer mode: never sooner than this after a point (a slot of the half
+ * the interrupts do not land in stays due until one does). */
+#define TICK_MIN_NS	50000ULL
+#define HOST_NS_BITS	(1ULL << PVPERF_CTR_MODEL(PVPERF_M_HOST_NS, 0) | \
+			 1ULL << PVPERF_CTR_MODEL(PVPERF_M_HOST_NS, 1))
 
 #define THREAD_NONE	(-1)		/* not a vCPU thread */
 #define THREAD_SHARED	(-2)		/* every vCPU's (round-robin) */
@@ -139,6 +154,7 @@ void emu_vcpu_init(unsigned vcpu)
 	uint64_t c[PVPERF_NR_INLINE_COUNTERS];
 
 	thread_vcpu = thread_vcpu == THREAD_NONE ? (int)vcpu : THREAD_SHARED;
+	host_timer_vcpu_init(vcpu, thread_vcpu == THREAD_SHARED);
 	score_count(vcpu, c);
 	e->insn_at[0] = c[PVPERF_CTR_INSN_KERNEL];
 	e->insn_at[1] = c[PVPERF_CTR_INSN_USER];
@@ -188,8 +204,11 @@ static uint64_t retired_since(uint64_t now, uint64_t *at)
 	return d > 0 ? (uint64_t)d : 0;
 }
 
-/* Charge the host time since the last point, read now; at is where. */
-static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at)
+/* Charge the host time since the last point, read now: at is where, in
+ * the kernel half or not; other, if not NULL, is where the other half's
+ * share may overflow too (else it only grows). */
+static uint64_t charge_at(unsigned vcpu, bool kernel, struct event_at at,
+			  const struct event_at *other)
 {
 	struct emu_vcpu *e = &ev[vcpu];
 	uint64_t c[PVPERF_NR_INLINE_COUNTERS], now = thread_ns();
@@ -203,13 +222,67 @@ static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at)
 	user = dk + du ? (uint64_t)((unsigned __int128)d * du / (dk + du)) :
 	       kernel ? 0 : d;
 	e->ns_at = now;
-	/* Only the point's own half can overflow here: a sample's ip must
-	 * be in its half (the other's slots see their growth at their next
-	 * point). */
+	/* A sample's ip must be in its half: the other half's slots see
+	 * their growth at their next point, unless we know an ip of it. */
 	models_add(vcpu, PVPERF_M_HOST_NS, kernel ? d - user : user, kernel, at);
-	models_add_quiet(vcpu, PVPERF_M_HOST_NS, kernel ? user : d - user,
-			 !kernel);
+	if (other)
+		models_add(vcpu, PVPERF_M_HOST_NS, kernel ? user : d - user,
+			   !kernel, *other);
+	else
+		models_add_quiet(vcpu, PVPERF_M_HOST_NS,
+				 kernel ? user : d - user, !kernel);
 	return d;
+}
+
+static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at)
+{
+	return charge_at(vcpu, kernel, at, NULL);
+}
+
+static bool timer_mode(void)
+{
+	return instrument_host_time() && !instrument_sampling();
+}
+
+/* How much the model slots on host time may still grow before the
+ * nearest overflows (0: due), UINT64_MAX if none is armed. */
+static uint64_t host_time_room(unsigned vcpu)
+{
+	const struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	uint64_t room = UINT64_MAX;
+
+	for (unsigned i = 0; i < v->n_model_slots; i++) {
+		const struct pvperf_sample_slot *sl = &v->model_slot[i];
+		uint64_t sum;
+
+		if (!(sl->ctr_mask & HOST_NS_BITS) || sl->threshold == UINT64_MAX)
+			continue;
+		sum = sample_model_slot_sum(vcpu, sl->ctr_mask);
+		room = MIN(room, sum < sl->threshold ? sl->threshold - sum : 0);
+	}
+	return room;
+}
+
+/* After a point: the timer for when the nearest host-time slot may be
+ * due, if all the time from the last point went to its halves. */
+static void rearm(unsigned vcpu)
+{
+	uint64_t room = timer_mode() ? host_time_room(vcpu) :
+		       UINT64_MAX;
+
+	host_timer_arm(vcpu, room == UINT64_MAX ? 0 :
+		       ev[vcpu].ns_at + MAX(room, TICK_MIN_NS));
+}
+
+void emu_host_time_tick(unsigned vcpu, uint64_t ip, bool kernel,
+			uint64_t user_ip)
+{
+	struct event_at at = { vcpu, ip, 0, false };
+	struct event_at user = { vcpu, user_ip, 0, false };
+
+	if (instrument_host_time())
+		charge_at(vcpu, kernel, at, kernel && user_ip ? &user : NULL);
+	rearm(vcpu);
 }
 
 void emu_hcall_enter(unsigned vcpu, uint64_t ip)
@@ -220,6 +293,11 @@ void emu_hcall_enter(unsigned vcpu, uint64_t ip)
 void emu_hcall_leave(unsigned vcpu)
 {
 	ev[vcpu].ns_at = thread_ns();
+}
+
+void emu_hcall_done(unsigned vcpu)
+{
+	rearm(vcpu);
 }
 
 /* ---- callbacks ---- */

@@ -34,5 +34,13 @@ void emu_flush(void);
  * round trip itself uncharged. */
 void emu_hcall_enter(unsigned vcpu, uint64_t ip);
 void emu_hcall_leave(unsigned vcpu);
+/* Once the service's reply is applied (its slots armed): the host-time
+ * timer for them (timer mode, emu.c). */
+void emu_hcall_done(unsigned vcpu);
+/* PVPERF_OP_TICK (the vCPU's thread): charge the host time at ip, in the
+ * kernel half or not; user_ip (0: none) is the task's user ip when the
+ * tick landed in the kernel. */
+void emu_host_time_tick(unsigned vcpu, uint64_t ip, bool kernel,
+			uint64_t user_ip);
 
 #endif /* PVPERF_EMU_H */

@@ -11,8 +11,8 @@
  * address; it reads the registers (the page-table root, for FAULT's page
  * walk).
  *
- * PVPERF_OP_FAULT is handled here, on the vCPU, without the service
- * (count.c, sample.c).  Every other op, PROBE included, is forwarded to
+ * PVPERF_OP_FAULT and PVPERF_OP_TICK are handled here, on the vCPU,
+ * without the service (count.c, sample.c; emu.c).  Every other op, PROBE included, is forwarded to
  * the service with the vCPU's exact counters (link.c); the service writes
  * ->ret itself through its own mapping of guest RAM, and its reply says
  * what to instrument from now on and which thresholds to arm.  If the
@@ -75,6 +75,22 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 	ring_take(vcpu, &reply.ring);
 	models_reply(vcpu, &reply);
 	instrument_request(reply_instrumentation(reply.flags));
+	emu_hcall_done(vcpu);
+	return 0;
+}
+
+/* TICK: the host-time timer's interrupt landed at args[0] (mode
+ * args[1]); the samples due go into the ring, which the guest's handler
+ * drains right after, so they raise no interrupt of their own. */
+static int64_t tick(unsigned vcpu, const struct pvperf_hcall *h)
+{
+	if (h->nr != PVPERF_HC_PERF_OP)
+		return -ENOSYS;
+	sample_confirm_all(vcpu);
+	ring_quiet(true);
+	emu_host_time_tick(vcpu, h->args[0], h->args[1] != PVPERF_MODE_USER,
+			   h->args[2]);
+	ring_quiet(false);
 	return 0;
 }
 
@@ -106,9 +122,11 @@ static void dispatch(unsigned vcpu, struct pvperf_hcall *blk, uint64_t gpa,
 	memcpy(&h, blk, sizeof(h));	/* read the guest's block once */
 	if (h.op == PVPERF_OP_FAULT)
 		ret = fault(vcpu, &h);
+	else if (h.op == PVPERF_OP_TICK)
+		ret = tick(vcpu, &h);
 	else
 		ret = forward(vcpu, gpa, insn_vaddr);
-	if (ret || h.op == PVPERF_OP_FAULT)
+	if (ret || h.op == PVPERF_OP_FAULT || h.op == PVPERF_OP_TICK)
 		set_ret(blk, ret);
 }
 

@@ -31,6 +31,7 @@
  * old instrumentation: the guest must not put two hypercalls in one TB
  * (any branch ends a TB; the driver's hypercall helper returns with ret).
  */
+#include "host_timer.h"
 #include "instrument.h"
 #include "pvperf_proto.h"
 
@@ -133,11 +134,15 @@ unsigned reply_instrumentation(uint32_t flags)
 		what |= INSTRUMENT_TLB;
 	if (flags & PVPERF_REPLY_DEVICE)
 		what |= INSTRUMENT_DEVICE;
+	if (flags & PVPERF_REPLY_HOST_TIME) {
+		what |= INSTRUMENT_HOST_TIME;
+		/* Without timers (emu.c), the countdown paces its checks. */
+		if (!host_timer_usable())
+			what |= INSTRUMENT_SAMPLE;
+	}
 	if (!(flags & PVPERF_REPLY_SAMPLING))
 		return what;
 	what |= INSTRUMENT_SAMPLE;
-	if (flags & PVPERF_REPLY_HOST_TIME)
-		what |= INSTRUMENT_HOST_TIME;
 	if (flags & PVPERF_REPLY_REGS)
 		what |= INSTRUMENT_CAPTURE_ALL;
 	else if (flags & PVPERF_REPLY_FRAME)

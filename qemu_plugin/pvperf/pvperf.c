@@ -32,6 +32,7 @@
 #include "emu.h"
 #include "guest.h"
 #include "hcall.h"
+#include "host_timer.h"
 #include "instrument.h"
 #include "link.h"
 #include "model_config.h"
@@ -102,6 +103,7 @@ static void report(void)
  */
 static void plugin_exit(qemu_plugin_id_t id, void *p)
 {
+	host_timer_exit();	/* its waiter writes guest RAM */
 	if (pv.verbose)
 		report();
 	if (pv.state_out)
@@ -234,6 +236,9 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 	count_init();
 	models_init(pv.n_vcpus);
 	emu_init(pv.n_vcpus);
+	if (pv.ram_path && !host_timer_init(pv.n_vcpus))
+		pvperf_log("no host-time timer thread: host-time sampling "
+			   "uses the countdown\n");
 	sample_init(models_counter, &host_time_pacer);
 	if (pv.ram_path && guest_ram_init(pv.ram_path, &pv.ram_size))
 		return -1;

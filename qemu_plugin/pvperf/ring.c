@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "guest.h"
+#include "host_timer.h"
 #include "ring.h"
 
 static uint64_t ring_bytes(uint32_t capacity)
@@ -54,10 +55,15 @@ void ring_take(unsigned vcpu, const struct pvperf_proto_ring *r)
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
 	struct pvperf_ring *g = &v->ring;
 
+	struct pvperf_sample_buf *buf;
+
 	memset(g, 0, sizeof(*g));
-	if (!r->gpa || !r->capacity || r->watermark > r->capacity ||
-	    v->doorbell_fd < 0 || !guest_ram_block(r->gpa, ring_bytes(r->capacity)))
+	host_timer_set_ticks(vcpu, NULL);
+	buf = r->gpa && r->capacity ? guest_ram_block(r->gpa,
+						      ring_bytes(r->capacity)) : NULL;
+	if (!buf || r->watermark > r->capacity || v->doorbell_fd < 0)
 		return;		/* the service writes (it rings as before) */
+	host_timer_set_ticks(vcpu, &buf->ticks);
 	*g = (struct pvperf_ring){
 		.gpa = r->gpa,
 		.capacity = r->capacity,
@@ -68,6 +74,14 @@ void ring_take(unsigned vcpu, const struct pvperf_proto_ring *r)
 		.notified_us = (r->flags & PVPERF_RING_NOTIFIED) ?
 			       g_get_monotonic_time() : 0,
 	};
+}
+
+/* In a TICK: the guest drains the ring when the hypercall returns. */
+static __thread bool quiet;
+
+void ring_quiet(bool on)
+{
+	quiet = on;
 }
 
 bool ring_owned(unsigned vcpu)
@@ -257,7 +271,8 @@ unsigned ring_deliver(unsigned vcpu, const struct pvperf_sample_slot *sl,
 		used++;
 		out = PVPERF_PROTO_WRITTEN;
 	}
-	if ((sl->deliver_flags & PVPERF_DELIVER_BUFFERED) && used < g->watermark)
+	if (quiet || ((sl->deliver_flags & PVPERF_DELIVER_BUFFERED) &&
+		      used < g->watermark))
 		return out;
 	rang = raise_irq(v, tail, wait);
 	if (wait)

@@ -16,6 +16,9 @@
 /* A hypercall's reply: the ring to write from now on (gpa 0: none). */
 void ring_take(unsigned vcpu, const struct pvperf_proto_ring *r);
 bool ring_owned(unsigned vcpu);
+/* On: records are written without raising an interrupt (this thread;
+ * a TICK, whose guest handler drains the ring next). */
+void ring_quiet(bool on);
 /*
  * One sample of slot sl (m: its overflow message) into vcpu's ring, and
  * the interrupt when due; with wait, return only once it is raised (the

@@ -539,7 +539,7 @@ void sample_capture_exec(unsigned int vcpu, void *udata)
 
 /* A model slot's sum: its model counters, and for cycles the instruction
  * counters too. */
-static uint64_t model_slot_sum(unsigned vcpu, uint64_t mask)
+uint64_t sample_model_slot_sum(unsigned vcpu, uint64_t mask)
 {
 	uint64_t sum = 0, insn[PVPERF_NR_INLINE_COUNTERS];
 
@@ -572,7 +572,7 @@ sample_model_event(uint64_t bits, bool kernel, struct event_at at)
 		struct pvperf_pending p;
 
 		if (!(sl->ctr_mask & bits) ||
-		    model_slot_sum(at.vcpu, sl->ctr_mask) < sl->threshold)
+		    sample_model_slot_sum(at.vcpu, sl->ctr_mask) < sl->threshold)
 			continue;
 		p = (struct pvperf_pending){
 			.ip = at.ip,

@@ -118,6 +118,8 @@ struct event_at {
  * (struct pvperf_vcpu model_armed), so that their fast paths stay short.
  */
 void sample_model_event(uint64_t bits, bool kernel, struct event_at at);
+/* A model slot's sum (its ctr_mask's counters) now. */
+uint64_t sample_model_slot_sum(unsigned vcpu, uint64_t mask);
 void sample_confirm_all(unsigned vcpu);
 void sample_fault(unsigned vcpu, uint64_t ip);
 void sample_update_room(unsigned vcpu);

@@ -28,6 +28,7 @@ not come from pvperf:
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -295,30 +296,46 @@ def test_domain_cycles_are_the_host_time():
 HOTCOLD = 300000
 
 
+RECORDS, PROFILES = 3, 2
+
+
 def test_host_time_samples_agree_with_the_host_profile(tmp_path):
     """Where the guest's host-time samples put hotcold's time, and where
     the host's own profile (pvperf profile: host perf on QEMU, through
-    the reverse map) puts it: hot's share of hot + cold within 5 points."""
-    s = run_guest_script(
-        "echo '=== record'\n"
-        "perf record -q -e emu-host-ns:u -c 1000000 -o /tmp/h.data "
-        f"./hotcold {HOTCOLD} >/dev/null 2>&1\n"
-        "perf report -i /tmp/h.data --stdio --sort sym 2>&1\n"
-        "echo '=== end'\n", 1, timeout=600)
-    guest = report_shares(s["record"])
-    guest_hot = guest["hot"] / (guest["hot"] + guest["cold"])
-    out = tmp_path / "prof"
-    r = run_pvperf(["profile", "--output", str(out), "--share",
-                    str(PROGRAMS), "--", "./hotcold", str(HOTCOLD)],
-                   timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    rows = json.loads((out / "summary.json").read_text())["guest_only"]
-    host = {row["symbol"]: row["samples"] for row in rows}
-    host_hot = host["hot"] / (host["hot"] + host["cold"])
-    print(f"hot/(hot+cold): guest host-time samples {100 * guest_hot:.1f}%,"
-          f" pvperf profile {100 * host_hot:.1f}%")
-    assert abs(guest_hot - host_hot) <= 0.05, (guest_hot, host_hot)
+    the reverse map) puts it: hot's share of hot + cold within 5 points.
+    The sampling is the default form (no :p, 1 kHz: the plugin's ticks,
+    samples where the guest's interrupt lands).
 
+    Each side is a mean: the share itself moves from one translation of
+    hotcold to the next by a few points (hot's and cold's 3-instruction
+    loops run at whatever speed their host code's placement gives them;
+    one boot's guest records gave 78.6 %, 81.4 %, 82.4 %, and the exact
+    form :up in between 79.0 %, 80.5 %, 82.2 %), and every perf record
+    and every boot translates anew."""
+    record = (f"perf record -q -e emu-host-ns:u -c 1000000 -o /tmp/h.data "
+              f"./hotcold {HOTCOLD} >/dev/null 2>&1\n"
+              "perf report -i /tmp/h.data --stdio --sort sym 2>&1\n")
+    s = run_guest_script("".join(f"echo '=== record{i}'\n{record}"
+                                 for i in range(RECORDS))
+                         + "echo '=== end'\n", 1, timeout=900)
+    guest = [report_shares(s[f"record{i}"]) for i in range(RECORDS)]
+    guest_hot = [g["hot"] / (g["hot"] + g["cold"]) for g in guest]
+    host_hot = []
+    for i in range(PROFILES):
+        out = tmp_path / f"prof{i}"
+        r = run_pvperf(["profile", "--output", str(out), "--share",
+                        str(PROGRAMS), "--", "./hotcold", str(HOTCOLD)],
+                       timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        rows = json.loads((out / "summary.json").read_text())["guest_only"]
+        host = {row["symbol"]: row["samples"] for row in rows}
+        host_hot.append(host["hot"] / (host["hot"] + host["cold"]))
+    g, h = statistics.mean(guest_hot), statistics.mean(host_hot)
+    print(f"hot/(hot+cold): guest host-time samples {100 * g:.1f}% "
+          f"({', '.join(f'{100 * x:.1f}' for x in guest_hot)}), pvperf "
+          f"profile {100 * h:.1f}% "
+          f"({', '.join(f'{100 * x:.1f}' for x in host_hot)})")
+    assert abs(g - h) <= 0.05, (guest_hot, host_hot)
 
 
 # A script that forks its program (not exec: the shell waits), as a

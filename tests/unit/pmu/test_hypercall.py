@@ -248,3 +248,32 @@ def test_the_kernel_half_is_the_guest_architectures():
     buf, be = setup()
     assert call(be, buf, abi.OP_PROBE,
                 vaddr=abi.AARCH64_KERNEL_HALF_START)[0] == -errno.ENOSYS
+
+
+class _Doorbell:
+    """What the backend asks of a doorbell device: that it has one."""
+    def handover(self, vcpu, conn):
+        return None
+
+
+@pytest.mark.parametrize("precise, period, plugin_writes, timer", [
+    (0, 1_000_000, True, True), (2, 1_000_000, True, False),
+    (0, 1_000_000, False, False), (0, 999_999, True, False)])
+def test_host_time_sampling_goes_by_ticks_only_when_it_may_skid(
+        precise, period, plugin_writes, timer):
+    """emu-host-ns sampled without :p at 1 kHz or slower, with the plugin
+    writing the rings: REPLY_HOST_TIME without REPLY_SAMPLING (the
+    plugin's ticks, no instrumented check); with :pp, faster, or when the
+    service writes the rings, the countdown paces its checks as before
+    (REPLY_SAMPLING)."""
+    buf, be = setup()
+    be.sampler.nmi = _Doorbell()
+    be.plugin_writes = plugin_writes
+    buf[ATTR:ATTR + 72] = abi.GuestPerfAttr(
+        4, 0x08EE, period, 0, 0, precise << abi.ATTR_PRECISE_SHIFT,
+        0, 0, 0).pack()
+    buf[PARAM:PARAM + 24] = abi.GuestPerfParam(ATTR, EVENT, 1).pack()
+    ret, flags = call(be, buf, abi.OP_OPEN, (PARAM,))
+    assert ret == 0
+    assert flags & proto.REPLY_HOST_TIME
+    assert bool(flags & proto.REPLY_SAMPLING) is not timer
