@@ -49,7 +49,7 @@ KVADDR = 0xFFFFFFFF81000000
 ERRNOS = {errno.ENOSYS, errno.EINVAL, errno.ENOENT, errno.EFAULT,
           errno.EEXIST, errno.ENOSPC, errno.EBUSY, errno.EOPNOTSUPP}
 REPLY_KNOWN = (1 << 10) - 1
-OPS = sorted(abi.OP_NAMES) + [abi.OP_FAULT, 0, 6, 0x107, 0xFFFFFFFF]
+OPS = sorted(abi.OP_NAMES) + [abi.OP_FAULT, 0, 6, 0x108, 0xFFFFFFFF]
 # Addresses a guest points at: aligned spots, edges of RAM, beyond it.
 GPAS = (0, 0x40, 0x1000, 0x2000, 0x2100, 0x2200, 0x3000, 0x8000,
         RAM - 64, RAM - 8, RAM, RAM + 4096, 1 << 63, (1 << 64) - 8)
