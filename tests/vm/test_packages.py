@@ -33,7 +33,7 @@ from pyhost.errors import ImageError
 from pyhost.image import packages, recipe as image_recipe, root as image_root
 from pyhost.image import store
 
-from support import NO_THROTTLE, PROGRAMS, TUNABLES, run_pvperf, sections
+from support import NO_THROTTLE, PROGRAMS, TUNABLES, run_pvperf
 
 # ---------------------------------------------------------------------------
 # apt's output
