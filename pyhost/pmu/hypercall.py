@@ -155,12 +155,18 @@ class PerfBackend:
                      else [])
         return flags, slots
 
+    def doorbell(self):
+        """The overflow interrupt if it is a doorbell device, whose
+        eventfds the plugin may hold (pmu/doorbell.py), else None."""
+        irq = self.sampler.nmi
+        return irq if hasattr(irq, "handover") else None
+
     def host_timer(self) -> bool:
-        """Whether host-time sampling goes by the plugin's CPU-time timer
+        """Whether host-time sampling goes by the plugin's ticks
         (PVPERF_REPLY_HOST_TIME without _SAMPLING): the plugin writes the
         rings and rings the doorbell itself.  Otherwise the sampling
         countdown paces its clock readings."""
-        return self.plugin_writes and hasattr(self.sampler.nmi, "handover")
+        return self.plugin_writes and self.doorbell() is not None
 
     def _linger(self, what: str, needed: bool) -> bool:
         """Whether the plugin should count (``what``: "counting",

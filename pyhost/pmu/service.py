@@ -258,8 +258,7 @@ class PluginService:
     # overflows of a vCPU once it holds that vCPU's eventfd.
 
     def _doorbell(self):
-        irq = self.backend.sampler.nmi
-        return irq if hasattr(irq, "handover") else None
+        return self.backend.doorbell()
 
     def _doorbell_handover(self, vcpu: int, conn) -> int | None:
         door = self._doorbell()

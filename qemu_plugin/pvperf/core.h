@@ -20,6 +20,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
+#include <unistd.h>
 #include <glib.h>
 #include <qemu-plugin.h>
 
@@ -29,6 +31,25 @@
 
 #define GUEST_PAGE_SIZE		4096ULL
 #define GUEST_PAGE_MASK		(~(GUEST_PAGE_SIZE - 1))
+
+/* A clock in ns (0 if it cannot be read: a thread gone). */
+static inline uint64_t clock_ns(clockid_t clock)
+{
+	struct timespec ts;
+
+	if (clock_gettime(clock, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+/* Raise a vCPU's overflow interrupt: 1 into its doorbell eventfd (fd < 0:
+ * it has none).  False if not written (a full eventfd has one pending). */
+static inline bool doorbell_write(int fd)
+{
+	uint64_t one = 1;
+
+	return fd >= 0 && write(fd, &one, sizeof(one)) == sizeof(one);
+}
 
 static inline unsigned ctr_insn(bool kernel)
 {

@@ -61,8 +61,8 @@
 #include "guest.h"
 #include "host_timer.h"
 #include "instrument.h"
-#include "sample.h"
 #include "models.h"
+#include "sample.h"
 
 #define CHECK_NS	20000ULL	/* host time between checks, target */
 #define CHECK_FIRST	4096ULL		/* instructions between checks */
@@ -98,14 +98,9 @@ struct emu_site {
 	bool kernel;
 };
 
-static uint64_t charge(unsigned vcpu, bool kernel, struct event_at at);
-
 static uint64_t thread_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+	return clock_ns(CLOCK_THREAD_CPUTIME_ID);
 }
 
 /*

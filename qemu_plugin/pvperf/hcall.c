@@ -12,8 +12,9 @@
  * walk).
  *
  * PVPERF_OP_FAULT and PVPERF_OP_TICK are handled here, on the vCPU,
- * without the service (count.c, sample.c; emu.c).  Every other op, PROBE included, is forwarded to
- * the service with the vCPU's exact counters (link.c); the service writes
+ * without the service (count.c, sample.c; emu.c).  Every other op, PROBE
+ * included, is forwarded to the service with the vCPU's exact counters
+ * (link.c); the service writes
  * ->ret itself through its own mapping of guest RAM, and its reply says
  * what to instrument from now on and which thresholds to arm.  If the
  * service fails, the plugin writes -ENODEV or -ETIMEDOUT into ->ret.

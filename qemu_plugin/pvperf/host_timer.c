@@ -59,28 +59,17 @@ static pthread_t waiter;
 static bool stopping;		/* atomic */
 static bool shared_thread;	/* a vCPU thread runs several vCPUs */
 
-static uint64_t clock_ns(clockid_t c)
-{
-	struct timespec ts;
-
-	if (clock_gettime(c, &ts))
-		return 0;
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
 static void tick(unsigned vcpu)
 {
 	struct host_timer *t = &ht[vcpu];
 	uint32_t *word = __atomic_load_n(&t->ticks, __ATOMIC_ACQUIRE);
 	int fd = __atomic_load_n(&pv.vcpu[vcpu].doorbell_fd, __ATOMIC_RELAXED);
-	uint64_t one = 1;
 
 	if (!word || fd < 0)
 		return;
 	__atomic_fetch_add(word, 1, __ATOMIC_RELEASE);
 	t->fired++;
-	if (write(fd, &one, sizeof(one)) != sizeof(one))
-		return;		/* a full eventfd: an interrupt is pending */
+	doorbell_write(fd);	/* not written: an interrupt is pending */
 }
 
 /* Tick the vCPUs whose target is reached; the wall time to sleep until

@@ -54,7 +54,6 @@ void ring_take(unsigned vcpu, const struct pvperf_proto_ring *r)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
 	struct pvperf_ring *g = &v->ring;
-
 	struct pvperf_sample_buf *buf;
 
 	memset(g, 0, sizeof(*g));
@@ -89,14 +88,6 @@ bool ring_owned(unsigned vcpu)
 	return pv.vcpu[vcpu].ring.gpa != 0;
 }
 
-static bool doorbell_write(struct pvperf_vcpu *v)
-{
-	uint64_t one = 1;
-
-	return v->doorbell_fd >= 0 &&
-	       write(v->doorbell_fd, &one, sizeof(one)) == sizeof(one);
-}
-
 /*
  * Until QEMU has taken the doorbell.  It acknowledges nothing: taken = no
  * longer readable and its main loop back in its poll (it reads the
@@ -112,15 +103,6 @@ static bool doorbell_write(struct pvperf_vcpu *v)
 #define YIELD_US		20
 #define SLEEP_MIN_US		20	/* doubled each time, up to: */
 #define SLEEP_MAX_US		320
-
-static uint64_t thread_cpu_ns(void)
-{
-	struct timespec t;
-
-	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t))
-		return 0;
-	return (uint64_t)t.tv_sec * 1000000000ull + t.tv_nsec;
-}
 
 /*
  * Whether QEMU's main loop sleeps in its poll.  It reads a doorbell's
@@ -171,7 +153,7 @@ static void doorbell_wait(struct pvperf_vcpu *v)
 {
 	struct pollfd p = { .fd = v->doorbell_fd, .events = POLLIN };
 	int64_t t0 = g_get_monotonic_time(), now = t0;
-	uint64_t cpu0 = pv.verbose ? thread_cpu_ns() : 0;
+	uint64_t cpu0 = pv.verbose ? clock_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
 	unsigned sleep_us = SLEEP_MIN_US;
 
 	while (!doorbell_taken(&p) && now - t0 < DOORBELL_WAIT_US) {
@@ -184,12 +166,12 @@ static void doorbell_wait(struct pvperf_vcpu *v)
 		now = g_get_monotonic_time();
 	}
 	if (pv.verbose)
-		v->wait_cpu_ns += thread_cpu_ns() - cpu0;
+		v->wait_cpu_ns += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
 }
 
 void ring_doorbell(struct pvperf_vcpu *v, bool write)
 {
-	if (!write || doorbell_write(v))
+	if (!write || doorbell_write(v->doorbell_fd))
 		doorbell_wait(v);
 }
 
@@ -239,7 +221,7 @@ static unsigned raise_irq(struct pvperf_vcpu *v, uint32_t tail, bool wait)
 	if (!outstanding) {
 		g->notified = g->head;
 		g->notified_us = now;
-		doorbell_write(v);
+		doorbell_write(v->doorbell_fd);
 	}
 	if (wait)
 		doorbell_wait(v);	/* the new one, or the outstanding one */
