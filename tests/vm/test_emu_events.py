@@ -251,32 +251,45 @@ def emulation_on_behalf(summary: dict) -> dict[str, float]:
             for sym, n in both.items()}
 
 
+IO_BOOTS = 2
+
+
 def test_domain_cycles_of_io_land_where_the_host_profile_puts_them(tmp_path):
     """The same I/O: the guest function on whose behalf the host's own
     profile (pvperf profile: host perf on QEMU, emulator samples charged
     to the TB their host stack reaches) puts the most emulator work (the
     virtio kick, iowrite16) has the same share of the guest's domain-mode
-    cycles samples, within 5 points."""
+    cycles samples, within 5 points.  Each side is the mean of IO_BOOTS
+    boots: one boot's share moved between 11 % and 18 % on either side
+    (a clean-clone CI failed at 13.2 % against 18.4 %, single boots)."""
     share = io_share(tmp_path)
-    out = tmp_path / "prof"
-    r = run_pvperf(["profile", "--output", str(out), "--share", str(share),
-                    "--", "dd", "if=big", "of=/dev/null", "bs=4k"],
-                   timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    host = emulation_on_behalf(json.loads((out / "summary.json").read_text()))
-    top = max(host, key=host.get)
-    s = run_pvperf(["run", "--share", str(share), "--accounting", "domain",
-                    "--", "sh", "-c",
-                    "echo '=== record'; perf record -q -e cycles -c 100000 "
-                    "-o /tmp/c.data dd if=big of=/dev/null bs=4k 2>/dev/null;"
-                    " perf report -i /tmp/c.data --stdio --sort sym 2>&1;"
-                    " echo '=== end'"], timeout=600)
-    assert s.returncode == 0, s.stderr[-3000:]
-    guest = report_shares(sections(s.stdout)["record"], ".k")
-    print(f"emulator work on behalf of {top}: {host[top]:.1f}% in pvperf "
-          f"profile, {guest.get(top, 0):.1f}% of the guest's domain cycles "
-          f"samples; guest top: {sorted(guest.items(), key=lambda x: -x[1])[:4]}")
-    assert abs(guest.get(top, 0) - host[top]) <= 5, (top, host[top], guest)
+    hosts, guests = [], []
+    for i in range(IO_BOOTS):
+        out = tmp_path / f"prof{i}"
+        r = run_pvperf(["profile", "--output", str(out), "--share",
+                        str(share), "--", "dd", "if=big", "of=/dev/null",
+                        "bs=4k"], timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        hosts.append(emulation_on_behalf(
+            json.loads((out / "summary.json").read_text())))
+    top = max(hosts[0], key=hosts[0].get)
+    for i in range(IO_BOOTS):
+        s = run_pvperf(["run", "--share", str(share), "--accounting",
+                        "domain", "--", "sh", "-c",
+                        "echo '=== record'; perf record -q -e cycles -c "
+                        "100000 -o /tmp/c.data dd if=big of=/dev/null bs=4k "
+                        "2>/dev/null; perf report -i /tmp/c.data --stdio "
+                        "--sort sym 2>&1; echo '=== end'"], timeout=600)
+        assert s.returncode == 0, s.stderr[-3000:]
+        guests.append(report_shares(sections(s.stdout)["record"], ".k"))
+    host = statistics.mean(h.get(top, 0) for h in hosts)
+    guest = statistics.mean(g.get(top, 0) for g in guests)
+    print(f"emulator work on behalf of {top}: {host:.1f}% in pvperf "
+          f"profile ({', '.join(f'{h.get(top, 0):.1f}' for h in hosts)}), "
+          f"{guest:.1f}% of the guest's domain cycles samples "
+          f"({', '.join(f'{g.get(top, 0):.1f}' for g in guests)}); guest "
+          f"top: {sorted(guests[0].items(), key=lambda x: -x[1])[:4]}")
+    assert abs(guest - host) <= 5, (top, hosts, guests)
 
 
 DOMAIN = """
