@@ -14,7 +14,7 @@
  * hypercall is not vmcall: the guest kernel fills its per-CPU
  * struct pvperf_hcall in RAM and then executes exactly one marker store,
  *
- *     movl $PVPERF_DOORBELL_MAGIC, (%rax)      bytes c7 00 50 56 50 46
+ *     movl $PVPERF_MARKER_MAGIC, (%rax)      bytes c7 00 50 56 50 46
  *
  * with %rax pointing at that block.  The plugin recognises those bytes at
  * translation time, and the memory callback of the store yields the guest
@@ -36,18 +36,18 @@
 						 * 4: EVENTS; 5: 32 register slots;
 						 * 6: TICK, sample_buf.ticks */
 
-/* The marker store and the value it writes into pvperf_hcall.doorbell. */
-#define PVPERF_DOORBELL_MAGIC		0x46505650	/* "PVPF" */
-#define PVPERF_DOORBELL_INSN_LEN	6
-#define PVPERF_DOORBELL_INSN_BYTES	{ 0xc7, 0x00, 0x50, 0x56, 0x50, 0x46 }
+/* The marker store and the value it writes into pvperf_hcall.marker. */
+#define PVPERF_MARKER_MAGIC		0x46505650	/* "PVPF" */
+#define PVPERF_X86_64_MARKER_INSN_LEN	6
+#define PVPERF_X86_64_MARKER_INSN_BYTES	{ 0xc7, 0x00, 0x50, 0x56, 0x50, 0x46 }
 
 /*
  * The arm64 guest's marker store: `stur w16, [x17]` (one little-endian
- * instruction word), with w16 = PVPERF_DOORBELL_MAGIC and x17 pointing at
+ * instruction word), with w16 = PVPERF_MARKER_MAGIC and x17 pointing at
  * the caller's struct pvperf_hcall; the same rules as above otherwise.
  */
-#define PVPERF_AARCH64_DOORBELL_INSN	0xb8000230
-#define PVPERF_AARCH64_DOORBELL_INSN_LEN	4
+#define PVPERF_AARCH64_MARKER_INSN	0xb8000230
+#define PVPERF_AARCH64_MARKER_INSN_LEN	4
 
 /* Hypercall number (seed: KVM_PERF_OP) and its operations. */
 #define PVPERF_HC_PERF_OP		3
@@ -127,11 +127,11 @@
 
 /*
  * The kernel half of the x86_64 address space (4-level paging): the host
- * serves a doorbell only if the marker store ran at or above this address,
+ * serves a hypercall only if the marker store ran at or above this address,
  * so user mode can never issue a hypercall; it also splits guest code into
  * kernel and user for counting and profiles.
  */
-#define PVPERF_KERNEL_HALF_START	0xffff800000000000ULL
+#define PVPERF_X86_64_KERNEL_HALF_START	0xffff800000000000ULL
 /* The same on arm64 (VA_BITS = 48, 4K pages): TTBR1_EL1's range. */
 #define PVPERF_AARCH64_KERNEL_HALF_START	0xffff000000000000ULL
 
@@ -191,11 +191,11 @@
 
 /*
  * Per-CPU hypercall block; PVPERF_HCALL_ALIGN-aligned (its size) so it never
- * straddles a page.  The host ignores a doorbell on a misaligned block.
+ * straddles a page.  The host ignores a marker store on a misaligned block.
  */
 #define PVPERF_HCALL_ALIGN		64
 struct pvperf_hcall {
-	__u32 doorbell;		/* the marker store writes the magic here */
+	__u32 marker;		/* the marker store writes the magic here */
 	__u32 nr;		/* PVPERF_HC_PERF_OP */
 	__u32 op;		/* PVPERF_OP_* */
 	__u32 __pad0;
@@ -257,15 +257,15 @@ struct pvperf_guest_perf_param {
  *           (PERF_REG_ARM64_X0..SP); the pc is ip, pstate is not recorded.
  */
 #define PVPERF_SAMPLE_REGS		(1U << 0)
-#define PVPERF_REG_AX			0
-#define PVPERF_REG_BX			1
-#define PVPERF_REG_CX			2
-#define PVPERF_REG_DX			3
-#define PVPERF_REG_SI			4
-#define PVPERF_REG_DI			5
-#define PVPERF_REG_BP			6
-#define PVPERF_REG_SP			7
-#define PVPERF_REG_R8			8	/* r8..r15: 8..15 */
+#define PVPERF_X86_64_REG_AX			0
+#define PVPERF_X86_64_REG_BX			1
+#define PVPERF_X86_64_REG_CX			2
+#define PVPERF_X86_64_REG_DX			3
+#define PVPERF_X86_64_REG_SI			4
+#define PVPERF_X86_64_REG_DI			5
+#define PVPERF_X86_64_REG_BP			6
+#define PVPERF_X86_64_REG_SP			7
+#define PVPERF_X86_64_REG_R8			8	/* r8..r15: 8..15 */
 #define PVPERF_AARCH64_REG_X0		0	/* x0..x30: 0..30 */
 #define PVPERF_AARCH64_REG_FP		29	/* x29 */
 #define PVPERF_AARCH64_REG_LR		30	/* x30 */

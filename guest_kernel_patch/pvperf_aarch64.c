@@ -25,14 +25,14 @@
  * The only place that executes the doorbell store: noinline keeps it one
  * instruction in the module text and puts a return right after it, so no
  * two hypercalls share a translation block.  The store must be exactly
- * "stur w16, [x17]" (PVPERF_AARCH64_DOORBELL_INSN), the word the TCG plugin
+ * "stur w16, [x17]" (PVPERF_AARCH64_MARKER_INSN), the word the TCG plugin
  * matches: the compiler would pick the scaled "str" for an offset of 0, so
  * the mnemonic and both registers are spelled out.  The "memory" clobber
  * keeps the compiler from moving accesses to the block across it.
  */
 noinline void pvperf_arch_doorbell(void *block)
 {
-	register u32 magic asm("w16") = PVPERF_DOORBELL_MAGIC;
+	register u32 magic asm("w16") = PVPERF_MARKER_MAGIC;
 	register void *blk asm("x17") = block;
 
 	asm volatile("stur %w[magic], [%[block]]"

@@ -20,7 +20,7 @@
 
 /*
  * Ring the doorbell of the hypercall block at @block: the instruction the
- * TCG plugin recognises at translation time (PVPERF_DOORBELL_INSN_BYTES),
+ * TCG plugin recognises at translation time (PVPERF_X86_64_MARKER_INSN_BYTES),
  * a store into the block.  The vCPU continues only once the host has
  * written ->ret.  The caller fills the block before, reads ->ret after and
  * keeps IRQs off around it.  @block may be anywhere (the fuzz test

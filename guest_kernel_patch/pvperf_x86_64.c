@@ -29,7 +29,7 @@
  * instruction in the module text, which tests/vm/test_driver_build.py checks,
  * and puts a return right after it, so no two hypercalls share a
  * translation block.  The store must be exactly "movl
- * $PVPERF_DOORBELL_MAGIC, (%rax)" (c7 00 50 56 50 46), the pattern the TCG
+ * $PVPERF_MARKER_MAGIC, (%rax)" (c7 00 50 56 50 46), the pattern the TCG
  * plugin matches; the "memory" clobber keeps the compiler from moving
  * accesses to the block across it.
  */
@@ -37,7 +37,7 @@ noinline void pvperf_arch_doorbell(void *block)
 {
 	asm volatile("movl %[magic], (%[block])"
 		     : /* no outputs: the host writes the block's ->ret */
-		     : [block] "a" (block), [magic] "i" (PVPERF_DOORBELL_MAGIC)
+		     : [block] "a" (block), [magic] "i" (PVPERF_MARKER_MAGIC)
 		     : "memory");
 }
 
@@ -48,22 +48,22 @@ noinline void pvperf_arch_doorbell(void *block)
 /* The general-purpose registers the host recorded (PVPERF_SAMPLE_REGS). */
 static void pvperf_copy_gprs(struct pt_regs *out, const struct pvperf_sample *rec)
 {
-	out->ax = rec->regs[PVPERF_REG_AX];
-	out->bx = rec->regs[PVPERF_REG_BX];
-	out->cx = rec->regs[PVPERF_REG_CX];
-	out->dx = rec->regs[PVPERF_REG_DX];
-	out->si = rec->regs[PVPERF_REG_SI];
-	out->di = rec->regs[PVPERF_REG_DI];
-	out->bp = rec->regs[PVPERF_REG_BP];
-	out->sp = rec->regs[PVPERF_REG_SP];
-	out->r8 = rec->regs[PVPERF_REG_R8 + 0];
-	out->r9 = rec->regs[PVPERF_REG_R8 + 1];
-	out->r10 = rec->regs[PVPERF_REG_R8 + 2];
-	out->r11 = rec->regs[PVPERF_REG_R8 + 3];
-	out->r12 = rec->regs[PVPERF_REG_R8 + 4];
-	out->r13 = rec->regs[PVPERF_REG_R8 + 5];
-	out->r14 = rec->regs[PVPERF_REG_R8 + 6];
-	out->r15 = rec->regs[PVPERF_REG_R8 + 7];
+	out->ax = rec->regs[PVPERF_X86_64_REG_AX];
+	out->bx = rec->regs[PVPERF_X86_64_REG_BX];
+	out->cx = rec->regs[PVPERF_X86_64_REG_CX];
+	out->dx = rec->regs[PVPERF_X86_64_REG_DX];
+	out->si = rec->regs[PVPERF_X86_64_REG_SI];
+	out->di = rec->regs[PVPERF_X86_64_REG_DI];
+	out->bp = rec->regs[PVPERF_X86_64_REG_BP];
+	out->sp = rec->regs[PVPERF_X86_64_REG_SP];
+	out->r8 = rec->regs[PVPERF_X86_64_REG_R8 + 0];
+	out->r9 = rec->regs[PVPERF_X86_64_REG_R8 + 1];
+	out->r10 = rec->regs[PVPERF_X86_64_REG_R8 + 2];
+	out->r11 = rec->regs[PVPERF_X86_64_REG_R8 + 3];
+	out->r12 = rec->regs[PVPERF_X86_64_REG_R8 + 4];
+	out->r13 = rec->regs[PVPERF_X86_64_REG_R8 + 5];
+	out->r14 = rec->regs[PVPERF_X86_64_REG_R8 + 6];
+	out->r15 = rec->regs[PVPERF_X86_64_REG_R8 + 7];
 }
 
 /*

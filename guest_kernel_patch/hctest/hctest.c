@@ -120,7 +120,7 @@ bool hct_block_intact(const void *blk, u32 nr, u32 op, const u64 *args,
 		      s64 ret)
 {
 	struct pvperf_hcall want = {
-		.doorbell = PVPERF_DOORBELL_MAGIC, .nr = nr, .op = op,
+		.marker = PVPERF_MARKER_MAGIC, .nr = nr, .op = op,
 		.ret = ret, .args = { args[0], args[1], args[2] },
 	};
 

@@ -149,7 +149,7 @@ ARCH = Arch(
     # references), is unchanged.
     kernel_args=("clearcpuid=erms,fsrm",),
     # 4-level paging: the canonical upper half (pvperf_abi.h's
-    # PVPERF_KERNEL_HALF_START, where the doorbell must run).
+    # PVPERF_X86_64_KERNEL_HALF_START, where the doorbell must run).
     kernel_half_start=0xFFFF800000000000,
     # the pc machine's RAM starts at 0 (pvperf's RAM limit keeps it below
     # the PCI hole, so the file offset is the physical address)

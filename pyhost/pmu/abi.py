@@ -6,7 +6,7 @@ appear as literals only in the header and in this file.
 
 Index spaces (the same names as in the header):
   event id    chosen by the guest, unique per guest, < MAX_EVENT_ID
-  vcpu index  QEMU's cpu_index of the vCPU that executed the doorbell store
+  vcpu index  QEMU's cpu_index of the vCPU that executed the marker store
   gpa         guest physical address (== offset into the guest RAM file)
 """
 from __future__ import annotations
@@ -21,11 +21,11 @@ ABI_VERSION = 6   # 2: sampling (SET_PERIOD, SAMPLE_BUF, sample records)
                   # 6: TICK and sample_buf.ticks (host-time timer samples;
                   #    the plugin serves TICK, never the service)
 
-DOORBELL_MAGIC = 0x46505650
-DOORBELL_INSN_BYTES = bytes([0xC7, 0x00, 0x50, 0x56, 0x50, 0x46])
-# The A64 marker store `stur w16, [x17]`: w16 = DOORBELL_MAGIC, x17 = the block.
-AARCH64_DOORBELL_INSN = 0xB8000230
-AARCH64_DOORBELL_INSN_LEN = 4
+MARKER_MAGIC = 0x46505650
+X86_64_MARKER_INSN_BYTES = bytes([0xC7, 0x00, 0x50, 0x56, 0x50, 0x46])
+# The A64 marker store `stur w16, [x17]`: w16 = MARKER_MAGIC, x17 = the block.
+AARCH64_MARKER_INSN = 0xB8000230
+AARCH64_MARKER_INSN_LEN = 4
 
 HC_PERF_OP = 3
 OP_OPEN = 1
@@ -80,16 +80,16 @@ MAX_PERIOD = 1 << 62
 SAMPLE_BUF_MIN = 4096
 SAMPLE_BUF_MAX = 1 << 20
 
-# pvperf_abi.h's kernel-half start: the doorbell must run here, and guest
+# pvperf_abi.h's kernel-half start: the marker store must run here, and guest
 # code here is kernel code (counting).  The architecture's description
 # (pyhost/arch/) holds it for the rest of pyhost; tests/unit/test_arch_seam.py
 # checks that the two agree.
-KERNEL_HALF_START = 0xFFFF800000000000
+X86_64_KERNEL_HALF_START = 0xFFFF800000000000
 AARCH64_KERNEL_HALF_START = 0xFFFF000000000000
 
 HCALL_ALIGN = 64
 
-# struct pvperf_hcall: doorbell, nr, op, pad, args[3], ret, reserved[2]
+# struct pvperf_hcall: marker, nr, op, pad, args[3], ret, reserved[2]
 HCALL = struct.Struct("<IIII3Qq2Q")
 HCALL_OFFSET_OP = 8
 HCALL_OFFSET_ARGS = 16
@@ -112,7 +112,7 @@ PARAM_OFFSET_ID = 16
 # x0..x30 sp)
 SAMPLE_REGS = 1 << 0
 NR_REGS = 32
-REG_AX, REG_BX, REG_CX, REG_DX, REG_SI, REG_DI, REG_BP, REG_SP, REG_R8 = \
+X86_64_REG_AX, X86_64_REG_BX, X86_64_REG_CX, X86_64_REG_DX, X86_64_REG_SI, X86_64_REG_DI, X86_64_REG_BP, X86_64_REG_SP, X86_64_REG_R8 = \
     range(9)
 AARCH64_REG_X0, AARCH64_REG_FP, AARCH64_REG_LR, AARCH64_REG_SP = 0, 29, 30, 31
 SAMPLE = struct.Struct(f"<IHHQQQ{NR_REGS}Q")
@@ -166,7 +166,7 @@ STRUCT_OFFSETS = {
 @dataclass(frozen=True)
 class HcallBlock:
     """A private, already-unpacked copy of one struct pvperf_hcall."""
-    doorbell: int
+    marker: int
     nr: int
     op: int
     args: tuple[int, int, int]
@@ -174,7 +174,7 @@ class HcallBlock:
     @classmethod
     def unpack(cls, raw: bytes) -> "HcallBlock":
         f = HCALL.unpack(raw)
-        return cls(doorbell=f[0], nr=f[1], op=f[2], args=tuple(f[4:7]))
+        return cls(marker=f[0], nr=f[1], op=f[2], args=tuple(f[4:7]))
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,7 @@ class GuestPerfParam:
 
 
 def pack_hcall(nr: int, op: int, args=(0, 0, 0), ret: int = 0,
-               doorbell: int = DOORBELL_MAGIC) -> bytes:
+               marker: int = MARKER_MAGIC) -> bytes:
     """Build a struct pvperf_hcall image (tests and fuzzers use it)."""
     a = tuple(args) + (0,) * (3 - len(args))
-    return HCALL.pack(doorbell, nr, op, 0, *a, ret, 0, 0)
+    return HCALL.pack(marker, nr, op, 0, *a, ret, 0, 0)

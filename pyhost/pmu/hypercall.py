@@ -88,7 +88,7 @@ class PerfBackend:
                  clock: Callable[[], float] = time.monotonic,
                  deterministic: bool = False, timing: bool = False,
                  accounting: str = ACCOUNTING_CPU,
-                 kernel_half_start: int = abi.KERNEL_HALF_START):
+                 kernel_half_start: int = abi.X86_64_KERNEL_HALF_START):
         self.memory = memory
         # The guest architecture's kernel half (Arch.kernel_half_start):
         # a doorbell below it rang from user mode.

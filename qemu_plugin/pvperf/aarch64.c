@@ -49,8 +49,8 @@
  * every system or exception instruction (they switch stacks).
  *
  * The doorbell.  A hypercall is the store `stur w16, [x17]`
- * (PVPERF_AARCH64_DOORBELL_INSN) at a kernel-half address, w16 holding
- * PVPERF_DOORBELL_MAGIC and x17 pointing at the caller's struct
+ * (PVPERF_AARCH64_MARKER_INSN) at a kernel-half address, w16 holding
+ * PVPERF_MARKER_MAGIC and x17 pointing at the caller's struct
  * pvperf_hcall (pvperf_abi.h).
  *
  * Registers: QEMU's (gdb's) names; the sample's are x0-x30 and sp, in
@@ -274,8 +274,8 @@ static uint8_t mem_shape(const uint8_t *bytes, size_t len)
 
 static bool is_doorbell(const uint8_t *bytes, size_t len)
 {
-	return len == PVPERF_AARCH64_DOORBELL_INSN_LEN &&
-	       insn_word(bytes) == PVPERF_AARCH64_DOORBELL_INSN;
+	return len == PVPERF_AARCH64_MARKER_INSN_LEN &&
+	       insn_word(bytes) == PVPERF_AARCH64_MARKER_INSN;
 }
 
 static void classify_tb(const struct cls_insn *insn, size_t n, bool kernel,
@@ -372,7 +372,7 @@ const struct arch arch_aarch64 = {
 		[REG_PC] = "pc", [REG_PAGE_TABLE] = "TTBR0_EL1",
 		[REG_KERNEL_PAGE_TABLE] = "TTBR1_EL1",
 	},
-	.doorbell_len = PVPERF_AARCH64_DOORBELL_INSN_LEN,
+	.doorbell_len = PVPERF_AARCH64_MARKER_INSN_LEN,
 	.is_doorbell = is_doorbell,
 	.classify_tb = classify_tb,
 	.mem_shape = mem_shape,

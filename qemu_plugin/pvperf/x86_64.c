@@ -25,8 +25,8 @@
  * does, every instruction is a segment boundary and nothing is a branch
  * (exact instruction counts, branches under-counted: a candid FIXME).
  *
- * The doorbell.  A hypercall is the store `movl $PVPERF_DOORBELL_MAGIC,
- * (%rax)` (exactly PVPERF_DOORBELL_INSN_BYTES) at a kernel-half address,
+ * The doorbell.  A hypercall is the store `movl $PVPERF_MARKER_MAGIC,
+ * (%rax)` (exactly PVPERF_X86_64_MARKER_INSN_BYTES) at a kernel-half address,
  * %rax pointing at the caller's struct pvperf_hcall (pvperf_abi.h).
  *
  * Registers: gdb's names, which QEMU's x86 target gives its registers;
@@ -384,8 +384,8 @@ static bool cond_target(const uint8_t *bytes, size_t len, uint64_t vaddr,
 
 static bool is_doorbell(const uint8_t *bytes, size_t len)
 {
-	static const uint8_t doorbell[PVPERF_DOORBELL_INSN_LEN] =
-		PVPERF_DOORBELL_INSN_BYTES;
+	static const uint8_t doorbell[PVPERF_X86_64_MARKER_INSN_LEN] =
+		PVPERF_X86_64_MARKER_INSN_BYTES;
 
 	return len == sizeof(doorbell) && !memcmp(bytes, doorbell, len);
 }
@@ -458,11 +458,11 @@ static uint64_t vaddr_to_gpa(uint64_t cr3, uint64_t vaddr,
 	return GPA_NONE;
 }
 
-_Static_assert(PVPERF_REG_AX == 0 && PVPERF_REG_BX == 1 &&
-	       PVPERF_REG_CX == 2 && PVPERF_REG_DX == 3 &&
-	       PVPERF_REG_SI == 4 && PVPERF_REG_DI == 5 &&
-	       PVPERF_REG_BP == 6 && PVPERF_REG_SP == 7 &&
-	       PVPERF_REG_R8 == 8 && PVPERF_NR_REGS >= 16,
+_Static_assert(PVPERF_X86_64_REG_AX == 0 && PVPERF_X86_64_REG_BX == 1 &&
+	       PVPERF_X86_64_REG_CX == 2 && PVPERF_X86_64_REG_DX == 3 &&
+	       PVPERF_X86_64_REG_SI == 4 && PVPERF_X86_64_REG_DI == 5 &&
+	       PVPERF_X86_64_REG_BP == 6 && PVPERF_X86_64_REG_SP == 7 &&
+	       PVPERF_X86_64_REG_R8 == 8 && PVPERF_NR_REGS >= 16,
 	       "reg_names follows pvperf_sample's register order");
 
 /* QEMU makes two 16-byte accesses of a 32-byte AVX load or store
@@ -477,14 +477,14 @@ static uint8_t mem_shape(const uint8_t *bytes, size_t len)
 
 const struct arch arch_x86_64 = {
 	.target = "x86_64",
-	.kernel_start = PVPERF_KERNEL_HALF_START,
+	.kernel_start = PVPERF_X86_64_KERNEL_HALF_START,
 	.ram_base = 0,
 	.reg_names = {
 		"rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
 		"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
 		[REG_PC] = "rip", [REG_PAGE_TABLE] = "cr3",
 	},
-	.doorbell_len = PVPERF_DOORBELL_INSN_LEN,
+	.doorbell_len = PVPERF_X86_64_MARKER_INSN_LEN,
 	.is_doorbell = is_doorbell,
 	.classify_tb = classify_tb,
 	.mem_shape = mem_shape,

@@ -53,7 +53,7 @@ static int mov_to_cr3_gpr(const uint8_t *code, size_t len)
 
 const struct rmap_arch rmap_arch_x86_64 = {
 	.target = "x86_64",
-	.kernel_half_start = PVPERF_KERNEL_HALF_START,
+	.kernel_half_start = PVPERF_X86_64_KERNEL_HALF_START,
 	.n_gprs = sizeof(gpr_names) / sizeof(gpr_names[0]),
 	.gpr_names = gpr_names,
 	.aspace_reg = "cr3",

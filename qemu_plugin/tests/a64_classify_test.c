@@ -170,7 +170,7 @@ static int check_listing(const char *listing, const char *expect_path)
 /* User code cannot ring: the same store is no doorbell there. */
 static int check_user_doorbell(void)
 {
-	uint8_t cls = classify(PVPERF_AARCH64_DOORBELL_INSN, false);
+	uint8_t cls = classify(PVPERF_AARCH64_MARKER_INSN, false);
 
 	if (cls == (CLS_MEM | CLS_BOUNDARY))
 		return 0;

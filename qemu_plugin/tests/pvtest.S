@@ -92,7 +92,7 @@
 	movq	\a1, HCALL_ARG1(%r15)
 	movq	$RET_SENTINEL, HCALL_RET(%r15)
 	movq	%r15, %rax
-	movl	$PVPERF_DOORBELL_MAGIC, (%rax)
+	movl	$PVPERF_MARKER_MAGIC, (%rax)
 	.globl	\post
 \post:
 	movq	HCALL_RET(%r15), %rax
@@ -576,7 +576,7 @@ r_loopF_end:
 	movq	$(FAULT_BASE + (N_P + 2) * 4096), %rax
 	call	*%rax				/* page N_P+2: fetch faults */
 	movl	$user_block, %eax
-	movl	$PVPERF_DOORBELL_MAGIC, (%rax)	/* user doorbell: ignored */
+	movl	$PVPERF_MARKER_MAGIC, (%rax)	/* user doorbell: ignored */
 	int	$0x80
 r_user_end:
 user_fn:

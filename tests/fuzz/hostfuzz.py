@@ -199,7 +199,7 @@ class Fuzz:
         flags, slots = self.be.handle_reply(proto.unpack_message(msg.pack()))
         assert not flags & ~REPLY_KNOWN, f"reply flags {flags:#x}"
         assert len(proto.pack_reply(flags, slots)) == proto.REPLY_MSG_SIZE
-        usable = (vaddr >= abi.KERNEL_HALF_START and msg.vcpu < MAX_VCPUS
+        usable = (vaddr >= abi.X86_64_KERNEL_HALF_START and msg.vcpu < MAX_VCPUS
                   and block % abi.HCALL_ALIGN == 0
                   and block + abi.HCALL.size <= RAM)
         if not usable:

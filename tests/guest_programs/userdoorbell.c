@@ -1,7 +1,7 @@
 /*
  * userdoorbell [N]: ring the pvperf doorbell from user mode, N times.
  *
- * The exact doorbell store of pvperf_abi.h, `movl $PVPERF_DOORBELL_MAGIC,
+ * The exact doorbell store of pvperf_abi.h, `movl $PVPERF_MARKER_MAGIC,
  * (%rax)` with %rax at a pvperf_hcall-shaped block (nr = PVPERF_HC_PERF_OP,
  * op = PVPERF_OP_PROBE, ret preset to -ENOSYS), on the program's own
  * buffer.  User mode can never issue a hypercall (the plugin does not even
@@ -21,12 +21,12 @@ static struct pvperf_hcall blk __attribute__((aligned(64)));
 
 static __attribute__((noinline)) void ring(void)
 {
-	blk.doorbell = 0;
+	blk.marker = 0;
 	blk.nr = PVPERF_HC_PERF_OP;
 	blk.op = PVPERF_OP_PROBE;
 	blk.ret = -ENOSYS;
 	asm volatile("movl %[magic], (%[block])"
-		     : : [block] "a" (&blk), [magic] "i" (PVPERF_DOORBELL_MAGIC)
+		     : : [block] "a" (&blk), [magic] "i" (PVPERF_MARKER_MAGIC)
 		     : "memory");
 }
 
@@ -38,7 +38,7 @@ __attribute__((noreturn, used)) void main_sp(long *sp)
 		ring();
 		if (blk.ret != -ENOSYS)
 			sys_exit(1);
-		if (blk.doorbell != PVPERF_DOORBELL_MAGIC)
+		if (blk.marker != PVPERF_MARKER_MAGIC)
 			sys_exit(2);
 	}
 	sys_exit(0);

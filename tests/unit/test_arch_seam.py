@@ -51,9 +51,9 @@ def test_each_architecture_is_one_module_and_one_entry():
 
 def test_host_architecture_matches_the_abi():
     """pvperf_abi.h's kernel half (abi.py mirrors it) is the host's."""
-    assert arch.host().kernel_half_start == abi.KERNEL_HALF_START
-    assert arch.host().is_kernel(abi.KERNEL_HALF_START)
-    assert not arch.host().is_kernel(abi.KERNEL_HALF_START - 1)
+    assert arch.host().kernel_half_start == abi.X86_64_KERNEL_HALF_START
+    assert arch.host().is_kernel(abi.X86_64_KERNEL_HALF_START)
+    assert not arch.host().is_kernel(abi.X86_64_KERNEL_HALF_START - 1)
 
 
 def other_arch() -> arch.Arch:

@@ -332,7 +332,7 @@ def test_user_mode_doorbell_never_reaches_the_host(programs):
     exe = programs / "userdoorbell"
     dump = subprocess.run(["objdump", "-d", str(exe)], capture_output=True,
                           text=True, check=True).stdout
-    doorbell = " ".join(f"{b:02x}" for b in abi.DOORBELL_INSN_BYTES)
+    doorbell = " ".join(f"{b:02x}" for b in abi.X86_64_MARKER_INSN_BYTES)
     assert dump.count(doorbell) == 1      # the exact instruction, once
     r = run_pvperf(["run", "--share", str(programs), "--", "sh", "-c",
                     "./userdoorbell 1000; echo rc=$?; "
