@@ -11,7 +11,7 @@
  * not an NMI: the sample's ip and registers come from the host's record
  * of the overflowing instruction, not from where the interrupt lands, so
  * nothing needs NMI context, and there is no "NMI for unknown reason" to
- * avoid (docs/design.md, "The overflow interrupt").  The same code serves
+ * avoid (docs/design/design.md, "The overflow interrupt").  The same code serves
  * every architecture whose kernel has PCI MSI-X (arm64: through the GIC's
  * ITS or GICv2m); only the fallback interrupt is architecture-specific.
  *

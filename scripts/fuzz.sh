@@ -1,5 +1,5 @@
 #!/bin/sh
-# Coverage-guided fuzzing of what takes outside input (docs/testing.md):
+# Coverage-guided fuzzing of what takes outside input (docs/design/fuzzing.md):
 #   hostfuzz   the host service's hypercall handling (atheris, Python)
 #   geom       the cache/TLB option parsers and cache model (libFuzzer, C)
 #   classify   the plugin's instruction decode path (libFuzzer, C)

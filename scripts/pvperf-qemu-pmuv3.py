@@ -5,7 +5,7 @@ image, with SHARE as /mnt/host, the way `pvperf run --arch aarch64
 -icount shift=0), but with the CPU's PMUv3 on, so that the guest's perf
 counts with the kernel's own armv8_pmuv3 driver.  QEMU counts
 INST_RETIRED only under precise icount, and no branches:u
-(docs/aarch64.md).  Exit status: COMMAND's.
+(docs/architectures.md).  Exit status: COMMAND's.
 
   .venv/bin/python scripts/pvperf-qemu-pmuv3.py SHARE COMMAND
 

@@ -47,7 +47,7 @@ declare -A APT=(
     # The opt-in in-tree kernel build (guest_kernel_patch/
     # build-intree-kernel.sh, PVPERF_SLOW=1 tests/vm/test_intree_kernel.py).
     [kernel]="flex bison bc libelf-dev libssl-dev"
-    # arm64 guests (docs/aarch64.md): their QEMU (bookworm-backports, the
+    # arm64 guests (docs/architectures.md): their QEMU (bookworm-backports, the
     # same pin as qemu-system-x86) and the cross compiler that builds the
     # arm64 test programs; the guest's own packages come from a private
     # apt directory (pyhost/image/aptdir.py), not from here.

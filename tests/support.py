@@ -174,7 +174,7 @@ def valgrind_irefs(argv: list[str]) -> int:
     --vex-guest-chase=no: with branch chasing valgrind counts a chased
     block's instructions once more than they run in some paths (`loop 3`:
     39, against 37 without chasing and by gdb stepi; `loop 4`: 39 both
-    ways), on x86_64 as on arm64 (docs/aarch64.md)."""
+    ways), on x86_64 as on arm64 (docs/architectures.md)."""
     out = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
                           "--vex-guest-chase=no",
                           "--cachegrind-out-file=/dev/null", *argv],

@@ -73,7 +73,7 @@ class Arch:
     # the architecture's own (x86: the NMI over QMP) or none yet
     overflow_doorbell: bool
     # QMP inject-nmi reaches the guest (x86); without it every run uses
-    # the doorbell, deterministic ones too (docs/design.md)
+    # the doorbell, deterministic ones too (docs/design/design.md)
     qmp_nmi: bool
     # the guest kernel
     console: str                 # serial console: console= and its /dev node

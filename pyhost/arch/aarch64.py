@@ -2,7 +2,7 @@
 
 Debian's arm64 "vmlinuz" is an uncompressed Image (no self-decompressor,
 unlike x86's bzImage), which ``qemu -kernel`` boots as it is on virt
-without firmware.  Measured facts behind each choice: docs/aarch64.md.
+without firmware.  Measured facts behind each choice: docs/architectures.md.
 """
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ ARCH = Arch(
     # prototype measured 135 us round trips against 238 us through
     # GICv3's ITS; GICv2 serves up to 8 vCPUs).  virt provides no NMI
     # (QMP inject-nmi: "machine does not provide NMIs"), so deterministic
-    # runs use the doorbell too (docs/aarch64.md).
+    # runs use the doorbell too (docs/architectures.md).
     overflow_doorbell=True,
     qmp_nmi=False,
     console="ttyAMA0",           # the PL011 UART
@@ -104,7 +104,7 @@ ARCH = Arch(
     # 48-bit VA: TTBR1's range, 0xffff000000000000 up (bit 55 set).
     kernel_half_start=0xFFFF000000000000,
     # virt's RAM starts at 1 GiB, one contiguous range (checked both ways
-    # through the RAM file, docs/aarch64.md section 4).
+    # through the RAM file, docs/architectures.md).
     ram_base=RAM_BASE,
     boot_kernel=boot_kernel,
     extract_vmlinux=extract_vmlinux,

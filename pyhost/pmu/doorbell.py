@@ -11,7 +11,7 @@ one vector per vCPU; the guest driver binds vector N to CPU N
 (guest_kernel_patch/pvperf_doorbell.c), whose handler drains CPU N's
 sample ring.
 
-Privacy (docs/design.md, "Clean-up"): the channel is a socketpair whose
+Privacy (docs/design/design.md, "Clean-up"): the channel is a socketpair whose
 other end QEMU inherits as an already connected chardev (as QMP's), the
 shared memory an anonymous memfd (nothing in /dev/shm), the eventfds
 anonymous too: all of it exists only as descriptors of pvperf and of its

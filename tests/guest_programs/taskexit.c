@@ -5,7 +5,7 @@
  * exclude_kernel, opened on the child before it execs.  Unlike the perf
  * test, it reaps the child before reading the ring, so what it prints does
  * not depend on how the guest schedules parent and child around the exit
- * (the perf test's poll loop does: docs/perf-test.md).
+ * (the perf test's poll loop does: docs/design/perf-test.md).
  *
  * The event is opened disabled and enabled once its ring is mapped: the
  * child may run its fork-return code between perf_event_open() and

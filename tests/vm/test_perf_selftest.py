@@ -9,7 +9,7 @@ poll() returns POLLHUP at once, so between perf_event_exit_task() (EXIT
 record, wake-up) and exit_notify() (SIGCHLD) the parent spins.  In a
 one-vCPU TCG guest the wake-up preempts the exiting child, and the parent
 spins 1,000 times (~1.5 ms of guest time) before the scheduler gives the
-child the CPU back: FAILED, with or without pvperf (docs/perf-test.md:
+child the CPU back: FAILED, with or without pvperf (docs/design/perf-test.md:
 the same loop on a software dummy event under --no-pmu fails 5 of 6).
 
 pvperf's part is the event: it opens, its samples arrive before one EXIT

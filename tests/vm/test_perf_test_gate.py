@@ -5,13 +5,13 @@ The reference is perf's own verdicts, not pvperf's output.  The gate
 fails when a test that passes without pvperf fails with it, when one the
 file records as passing with pvperf does not, or when a test fails that
 the file does not list as failing (with its reason).  Tests marked
-`racy` (perf test 24: docs/perf-test.md) gate nothing.  A test that
+`racy` (perf test 24: docs/design/perf-test.md) gate nothing.  A test that
 fails is run once more in the same guest: one that passes then is
 reported as flaky (a warning), not as failed.
 
 Opt-in (both runs take ~3.5 minutes on 2 cores):
     PVPERF_SLOW=1 .venv/bin/python -m pytest tests/vm/test_perf_test_gate.py
-The table of docs/perf-test.md comes from the same runs:
+The table of docs/design/perf-test.md comes from the same runs:
     .venv/bin/python tests/vm/test_perf_test_gate.py > /tmp/table.md
 """
 from __future__ import annotations

@@ -27,7 +27,7 @@ so a fixed period P gives exactly 2N/P samples.
   about 1 run in 40: the same record, byte for byte, on both sides of a
   FINISHED_ROUND; the guest's driver had delivered each ring record once).
   It shows only at high sample rates; the driver's bursts (a ring's worth
-  per NMI) make the window easier to hit (docs/design.md).
+  per NMI) make the window easier to hit (docs/design/design.md).
 * Throttled, perf core stops an event that raised max_samples_per_tick
   = ceil(perf_event_max_sample_rate / HZ) interrupts in one tick and must
   restart it at the next tick.  The rate is set to 1,000/s (4 a tick at

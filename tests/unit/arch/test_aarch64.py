@@ -1,5 +1,5 @@
 """The aarch64 Arch entry: what the launcher and the image builder take
-from it (docs/aarch64.md has the measurements behind each value)."""
+from it (docs/architectures.md says why each value)."""
 import struct
 
 import pytest
@@ -34,7 +34,7 @@ def test_kernel_half_and_ram_base():
     assert A64.is_kernel(0xFFFF000000000000)
     assert A64.is_kernel(0xFFFF800008010000)          # _stext, nokaslr
     assert not A64.is_kernel(0x0000FFFFFFFFFFFF)      # top of user space
-    assert A64.ram_offset(0x4313C080) == 0x313C080    # docs/aarch64.md
+    assert A64.ram_offset(0x4313C080) == 0x313C080    # docs/architectures.md
     assert arch.host().ram_offset(0x1000) == 0x1000   # x86 pc: from 0
 
 
