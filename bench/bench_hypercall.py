@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pyhost.pmu import abi  # noqa: E402
+from pyhost import abi  # noqa: E402
 from pyhost.pmu import plugin_protocol as proto  # noqa: E402
 from pyhost.pmu.guestmem import GuestMemory  # noqa: E402
 from pyhost.pmu.hypercall import PerfBackend  # noqa: E402

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import abi
+from .. import abi
 from . import plugin_protocol as proto
 from .guestmem import GuestMemory, GuestMemoryError
 from .events import ACCOUNTING_CPU, sysfs_listing

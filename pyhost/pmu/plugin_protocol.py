@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from . import abi
+from .. import abi
 
 HCALL_MAGIC = 0x51505650
 REPLY_MAGIC = 0x52505650

@@ -50,13 +50,13 @@ import sys
 import time
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, abi
 from .. import arch as arches
 from .. import guest_contract as guest
 from ..digest import sha256_file
 from ..errors import SetupError, VMError
 from ..pmu import plugin_protocol as proto
-from ..pmu import abi, snapshot
+from ..pmu import snapshot
 from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
 from . import qmp

@@ -45,12 +45,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from .. import abi
 from .. import guest_contract as guest
 from ..arch import Arch, host
 from ..errors import GuestPanicError, GuestStatusError, GuestTimeoutError, \
     SetupError, VMError
 from ..paths import PLUGIN_PATH
-from ..pmu import abi
 from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
 from ..pmu.doorbell import Doorbell, check_overflow_irq, uses_doorbell

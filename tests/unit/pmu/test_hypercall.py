@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from pyhost.pmu import abi
+from pyhost import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.guestmem import GuestMemory, GuestMemoryError
 from pyhost.pmu.hypercall import PerfBackend, RateLimiter

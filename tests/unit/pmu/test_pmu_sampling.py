@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from pyhost.pmu import abi
+from pyhost import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.events import PERF_TYPE_HARDWARE, HW_INSTRUCTIONS
 from pyhost.pmu.guestmem import GuestMemory

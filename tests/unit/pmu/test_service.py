@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pyhost.pmu import abi
+from pyhost import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.guestmem import GuestMemory
 from pyhost.pmu.hypercall import PerfBackend
