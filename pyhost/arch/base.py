@@ -80,7 +80,7 @@ class Arch:
     # the guest userland
     debian_arch: str             # dpkg's name for it
     elf_machine: str             # e_machine of its ELF files (pyelftools' name)
-    default_recipe: str          # images/<this>/ is the image "default"
+    default_recipe: str          # images/<this>/: the image "default" stands for
     dynamic_loader: str          # ld.so of dynamically linked programs
     # disassembly (annotate): capstone's CS_ARCH_* and CS_MODE_* names
     capstone: tuple[str, str]
