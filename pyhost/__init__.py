@@ -20,7 +20,7 @@ circle, within a package either:
   pmu/       the paravirtual PMU: the plugin protocol's mirror, guest
              RAM, event table, PMU model, sampling, the overflow
              interrupt (NMI or doorbell), hypercall backend, plugin service
-  arch/      what differs per guest architecture (x86_64, aarch64):
+  arch/      what differs per guest architecture, one module each:
              QEMU machine, console, boot kernel, disassembler; shared
              code takes an Arch and names no architecture
   abi        the Python mirror of contracts/pvperf_abi.h
@@ -31,7 +31,7 @@ circle, within a package either:
 
 The image builder sits above the VM launcher because its smoke boot
 uses that one launcher; the launcher takes any object with ``vmlinux``
-and ``initramfs`` paths (vm.launcher.BootImage).  Each package's
+and ``initramfs`` paths (vm.boot.BootImage).  Each package's
 ``__init__`` lists its modules.
 """
 import logging

@@ -43,7 +43,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from .. import abi
 from .. import guest_contract as guest
@@ -58,6 +57,7 @@ from ..pmu.nmi import NmiInjector
 from ..pmu.service import PluginService
 from ..pmu import snapshot
 from . import channels, determinism, qmp
+from .boot import BootImage
 from .console import Console
 from .qemu import check_qemu_for_plugin, find_qemu, \
     qemu_escape, set_pdeathsig
@@ -118,12 +118,6 @@ def require(*states: Runstate):
             return await fn(self, *a, **kw)
         return wrapper
     return deco
-
-
-class BootImage(Protocol):
-    """What the launcher needs of a guest image (image.GuestImage)."""
-    vmlinux: Path
-    initramfs: Path
 
 
 @dataclass
