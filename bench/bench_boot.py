@@ -16,10 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from benchlib import default_image  # noqa: E402
+from benchlib import REPO, default_image
 
 
 def bare_boot(img) -> float:

@@ -23,9 +23,9 @@ PMU), REPS times per boot:
              virtual, so this row is host wall time between markers the
              guest prints around each run, against plain's the same way
 
-Targets: x86_64 (QEMU 10 issue): counting <= 1.05x plain at smp 1 and at
-smp 2 with both vCPUs busy (workload loop2), idle <= 1.03x; aarch64
-(issue 24): counting <= 1.15x.  Configurations alternate within each
+Targets: x86_64: counting <= 1.05x plain at smp 1 and at smp 2 with
+both vCPUs busy (workload loop2), idle <= 1.03x; aarch64: counting
+<= 1.15x.  Configurations alternate within each
 round.  Each figure is the minimum over all runs of its configuration
 (and, in the "median" column, the median ratio over every run but each
 boot's first):

@@ -16,10 +16,9 @@ import argparse
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-PROGRAMS = REPO / "tests" / "guest_programs"
+from benchlib import PROGRAMS, REPO
+
 PVPERF = REPO / ".venv" / "bin" / "pvperf"
 TUNABLES = ("GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=0x10000000:"
             "glibc.cpu.x86_non_temporal_threshold=0x10000000")

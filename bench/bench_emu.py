@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The emulator events' cost (issue 25's targets), boots alternated:
+"""The emulator events' cost against their targets, boots alternated:
 
   plain      pvperf run --no-pmu        plain TCG: no plugin, no driver
   idle       pvperf run                 plugin + driver, nothing open

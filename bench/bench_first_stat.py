@@ -11,7 +11,7 @@ PMU alternate so the host's noise hits both alike; the figures are
 medians over the boots, and the extra cost is the median of the first
 run's difference per round.
 
-Target (issue 27): the first perf stat at most 0.1 s over --no-pmu.
+Target: the first perf stat at most 0.1 s over --no-pmu.
 
 --floor: what the switch costs, from the guest's own emulator events
 (docs/events.md): each boot runs `perf stat -a -e emu-tb-translated,
@@ -32,10 +32,9 @@ import re
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-PROGRAMS = REPO / "tests" / "guest_programs"
+from benchlib import PROGRAMS, REPO
+
 PVPERF = REPO / ".venv" / "bin" / "pvperf"
 ELAPSED = re.compile(r"([0-9.]+) seconds time elapsed")
 

@@ -3,7 +3,7 @@
 
   guest    pvperf run with guest_kernel_patch/hctest/pvperf_hctest.ko in
            mode=latency: N PROBE hypercalls timed in the guest kernel
-           (ktime_get_ns, IRQs off), doorbell to ->ret written.  This is
+           (ktime_get_ns, IRQs off), marker store to ->ret written.  This is
            TCG + plugin + socket + service, everything a hypercall costs.
   service  the host service alone: a separate Python client process sends
            the plugin's PROBE message to a pyhost.pmu.service.PluginService
@@ -30,14 +30,13 @@ import tempfile
 import threading
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchlib import REPO
 
-from pyhost.pmu import abi  # noqa: E402
-from pyhost.pmu import plugin_protocol as proto  # noqa: E402
-from pyhost.pmu.guestmem import GuestMemory  # noqa: E402
-from pyhost.pmu.hypercall import PerfBackend  # noqa: E402
-from pyhost.pmu.service import PluginService  # noqa: E402
+from pyhost import abi
+from pyhost.pmu import plugin_protocol as proto
+from pyhost.pmu.guestmem import GuestMemory
+from pyhost.pmu.hypercall import PerfBackend
+from pyhost.pmu.service import PluginService
 
 PVPERF = REPO / ".venv" / "bin" / "pvperf"
 KO = REPO / "guest_kernel_patch" / "hctest" / "pvperf_hctest.ko"

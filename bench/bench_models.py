@@ -20,7 +20,7 @@ boot; cachegrind runs the same binary on the host (wall time):
 Targets: models <= 3x plain on both workloads; contrib / models >= 10;
 cachegrind / models > 1; idle and counting unchanged (bench_counting.py).
 aarch64 guests (--arch aarch64, tests/guest_programs/aarch64/'s builds of
-the same programs): models <= 4x plain (issue 24); no cachegrind row (the
+the same programs): models <= 4x plain; no cachegrind row (the
 host cannot run arm64 valgrind; tests/vm/test_models_aarch64.py runs it
 in the guest).  Each figure is the minimum over its runs (host noise only
 adds time).
@@ -41,16 +41,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import arch_command, build_qemu_plugin, default_image
+from benchlib import PROGRAMS, REPO, arch_command, build_qemu_plugin, \
+    default_image
 from benchlib import task_clock_ms as parse_task_clock
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from pyhost import arch as arches  # noqa: E402
-from pyhost.pmu.geometry import DEFAULT_D1, DEFAULT_I1, DEFAULT_LL  # noqa: E402
-from pyhost.vm.launcher import VMConfig, run_command  # noqa: E402
+from pyhost import arch as arches
+from pyhost.pmu.geometry import DEFAULT_D1, DEFAULT_I1, DEFAULT_LL
+from pyhost.vm.launcher import VMConfig, run_command
 
-PROGRAMS = REPO / "tests" / "guest_programs"
 WORKLOADS = {"memory": "./memwalk 0 24", "tight": "./loop 300000000"}
 MODEL_EVENTS = ("task-clock,L1-icache-load-misses,L1-dcache-load-misses,"
                 "L1-dcache-store-misses,cache-misses,branch-misses")

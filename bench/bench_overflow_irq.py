@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The overflow interrupt, doorbell against QMP (issue 27), against plain TCG.
+"""The overflow interrupt, doorbell against QMP, against plain TCG.
 
 Each configuration is a whole `pvperf run` of the CPU-bound ``loop``
 (2 instructions an iteration), measured as the whole process minus the
@@ -18,7 +18,8 @@ wall seconds; on a shared host those mostly measure the other work):
 for IRQ in doorbell (the plugin writes the record into the vCPU's ring
 and rings its ivshmem-doorbell vector itself; the service only accounts,
 afterwards), doorbell-svc (the service writes the record and rings;
-PVPERF_SERVICE_WRITES=1) and qmp (inject-nmi, the path before issue 27).  P is chosen from
+PVPERF_SERVICE_WRITES=1) and qmp (inject-nmi, the path before the
+doorbell, which deterministic runs still take).  P is chosen from
 the first plain run for about RATE samples a second.  Rounds alternate the
 configurations' order; the figure is the median over rounds.
 
@@ -32,7 +33,7 @@ interrupt entry.
 
   .venv/bin/python bench/bench_overflow_irq.py [N] [ROUNDS] [RATE]
 
-Targets (issue 27): IRQ <= 1.15x plain, IRQ -g <= 1.3x plain.
+Targets (the doorbell's reason to exist): IRQ <= 1.15x plain, IRQ -g <= 1.3x plain.
 """
 from __future__ import annotations
 
@@ -43,13 +44,12 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-PROGRAMS = REPO / "tests" / "guest_programs"
+from benchlib import PROGRAMS, REPO
+
 PVPERF = REPO / ".venv" / "bin" / "pvperf"
 TINY = 1000
-# doorbell: the plugin writes the record and rings (issue 27 item 2);
+# doorbell: the plugin writes the record and rings;
 # doorbell-svc: the service writes it and rings (SYNC overflows: the
 # plugin rings once the service answered), PVPERF_SERVICE_WRITES=1;
 # qmp: the NMI over QMP.  BENCH_IRQS=doorbell,qmp picks some.

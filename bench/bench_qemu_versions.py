@@ -24,17 +24,12 @@ import io
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchlib import PROGRAMS, REPO, task_clock_ms
+from pyhost.cli import ensure_image
+from pyhost.vm.launcher import VMConfig, run_command
+from pyhost.vm.qemu import qemu_version
 
-from benchlib import task_clock_ms  # noqa: E402
-from pyhost.cli import ensure_image  # noqa: E402
-from pyhost.vm.launcher import VMConfig, run_command  # noqa: E402
-from pyhost.vm.qemu import qemu_version  # noqa: E402
-
-PROGRAMS = REPO / "tests" / "guest_programs"
 QEMU72_DIR = REPO / "build" / "qemu72"
 QEMU72_VERSION = "1:7.2+dfsg-7+deb12u18+b3"
 WORKLOAD = "./loop 1000000000"

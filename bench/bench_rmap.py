@@ -52,15 +52,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchlib import PROGRAMS, REPO, default_image
+from benchlib import task_clock_ms as parse_task_clock
+from pyhost.profile import record as prof
+from pyhost.profile import resolve as prof_resolve
+from pyhost.vm.launcher import VM, VMConfig
 
-from benchlib import default_image, task_clock_ms as parse_task_clock  # noqa: E402
-from pyhost.profile import record as prof  # noqa: E402
-from pyhost.profile import resolve as prof_resolve  # noqa: E402
-from pyhost.vm.launcher import VM, VMConfig  # noqa: E402
-
-PROGRAMS = REPO / "tests" / "guest_programs"
 CFLAGS = ["-O2", "-static", "-nostdlib", "-fno-pic", "-no-pie",
           "-fno-stack-protector", "-fcf-protection=none",
           "-fno-asynchronous-unwind-tables", "-fno-omit-frame-pointer"]

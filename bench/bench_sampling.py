@@ -5,7 +5,7 @@
   sampled    perf record -c P1 ./hotcold N     P1 -> about 1,000 samples/s,
                                                unbuffered (NMI per sample)
   buffered1k perf record -c P1 ./hotcold N     P1, buffered (perf record's
-                                               default): issue 24's arm64
+                                               default): the arm64 port's
                                                target, <= 1.3x
   buffered   perf record -c P2 ./hotcold N     P2 -> about 10,000 samples/s,
                                                buffered (NMI at the watermark)
@@ -39,9 +39,9 @@
                                                and tool, under TCG) costs
                                                per sample by itself
 
-Targets (QEMU 10 issue): sampled/base <= 1.15, buffered/base <= 1.25,
+Targets: sampled/base <= 1.15, buffered/base <= 1.25,
 armed/base <= 1.08, hosttime/base <= 1.2.  base is the same pvperf VM with nothing open, whose
-plugin instruments only doorbells: bench_counting.py measures that "idle"
+plugin instruments only marker stores: bench_counting.py measures that "idle"
 configuration against plain TCG (no plugin) at 0.97-1.01x.  The workload is timed
 from inside perf record (the guest's /proc/uptime just before and after
 hotcold, 10 ms resolution), so perf's own start-up and the writing of its
@@ -54,8 +54,9 @@ Each overflow-interrupt path gets its own boot (IRQS, default all three;
 ``qmp`` only where the machine has an NMI to inject): ``doorbell`` (the
 plugin writes the record into the vCPU's ring and rings its
 ivshmem-doorbell MSI-X vector itself), ``doorbell-svc`` (the service
-writes the record and rings, PVPERF_SERVICE_WRITES=1: before issue 27's
-item 2) and ``qmp`` (the NMI over QMP inject-nmi, before issue 27).  For each, the
+writes the record and rings, PVPERF_SERVICE_WRITES=1: the path before
+the plugin wrote records itself) and ``qmp`` (the NMI over QMP
+inject-nmi, the path before the doorbell).  For each, the
 service's debug log gives how long a SYNC overflow (the -g run's, and
 flow control's every 64th) waited from its request until QEMU had raised
 the interrupt, p50 and p99: the host part of the latency from the
@@ -83,13 +84,10 @@ import re
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
-from benchlib import arch_command
+from benchlib import PROGRAMS, REPO, arch_command
 from pyhost import arch as arches
 
-REPO = Path(__file__).resolve().parent.parent
-PROGRAMS = REPO / "tests" / "guest_programs"
 PVPERF = REPO / ".venv" / "bin" / "pvperf"
 
 # /tmp/timed: runs hotcold and leaves the centiseconds it took in /tmp/cs.
@@ -231,7 +229,7 @@ def report(n: int, reps: int, irq: str, arch, runs: list[dict],
               f"{', '.join(f'{x / 100:.2f}' for x in plain)}); base/plain "
               f"{base / p:.2f}x")
     # buffered1k: perf record's default (the interrupt at the ring's
-    # watermark) at sampled's ~1 kHz: issue 24's arm64 sampling target
+    # watermark) at sampled's ~1 kHz: the arm64 port's sampling target
     for key, target in (("sampled", 1.15), ("buffered", 1.25),
                         ("buffered1k", 1.3 if arch.name == "aarch64" else
                          None),

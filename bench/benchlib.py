@@ -1,4 +1,6 @@
-"""Helpers shared by the benchmarks."""
+"""Helpers shared by the benchmarks, and where they find the checkout
+(REPO, PROGRAMS): importing this module puts REPO on sys.path, so that a
+benchmark imports pyhost after it."""
 from __future__ import annotations
 
 import subprocess

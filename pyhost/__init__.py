@@ -1,8 +1,9 @@
 """pvperf host side: the paravirtual PMU service, the VM launcher, the
 guest image builder, the system-wide profiler and the CLI.
 
-Subsystems, each a package; imports only point down this list (checked
-by tests/unit/test_layering.py), and nothing imports in a circle:
+Subsystems; imports only point down this list (checked by
+tests/unit/test_layering.py), and no two modules import each other in a
+circle, within a package either:
 
   cli/       the `pvperf` command (click): run, stat, compare, sweep,
              shell, profile, report, events, image status|build
@@ -16,12 +17,13 @@ by tests/unit/test_layering.py), and nothing imports in a circle:
              System.map, modules, cpio, root tree, smoke boot, cache
   vm/        the VM launcher: QEMU process, QMP, serial console,
              private channels
-  pmu/       the paravirtual PMU: ABI and protocol mirrors, guest RAM,
-             event table, PMU model, sampling, NMI injection, hypercall
-             backend, plugin service
-  arch/      what differs per guest architecture (x86 only for now):
+  pmu/       the paravirtual PMU: the plugin protocol's mirror, guest
+             RAM, event table, PMU model, sampling, the overflow
+             interrupt (NMI or doorbell), hypercall backend, plugin service
+  arch/      what differs per guest architecture, one module each:
              QEMU machine, console, boot kernel, disassembler; shared
              code takes an Arch and names no architecture
+  abi        the Python mirror of contracts/pvperf_abi.h
   guest_contract  the names pyhost and the image's /init agree on
   elf        in-memory ELF files (pyelftools)
   paths      where pvperf's files and cache are
@@ -29,7 +31,7 @@ by tests/unit/test_layering.py), and nothing imports in a circle:
 
 The image builder sits above the VM launcher because its smoke boot
 uses that one launcher; the launcher takes any object with ``vmlinux``
-and ``initramfs`` paths (vm.launcher.BootImage).  Each package's
+and ``initramfs`` paths (vm.boot.BootImage).  Each package's
 ``__init__`` lists its modules.
 """
 import logging

@@ -3,12 +3,23 @@
     PvperfError                 anything pvperf reports to a user
      +-- SetupError             a missing tool or artifact (QEMU, plugin, image)
      +-- ImageError             building the guest image failed
+     |    +-- PackageNotFound   apt knows no such package (image/packages.py)
      +-- VMError                the VM could not be started or driven
      |    +-- GuestPanicError   the guest kernel panicked
      |    +-- GuestTimeoutError the guest did not answer in time
      |    +-- GuestStatusError  the guest finished without reporting a status
+     |    +-- CheckpointError   a checkpoint cannot be taken or restored
+     |                          (vm/checkpoint.py)
      +-- ServiceError           the paravirtual PMU service failed
      +-- ProfileError           reading back a host profile's data failed
+     +-- ResultError            a --json result or perf stat's output is
+     |                          unusable (results.py)
+     +-- MatrixError            a sweep matrix cannot be run (sweep/matrix.py)
+     +-- SweepError             a sweep cannot start: no Ray (sweep/runner.py)
+
+A class with a module beside it is defined there, where it is raised;
+the others here.  tests/unit/test_errors.py checks that this tree draws
+every subclass of PvperfError in pyhost, under its base.
 
 Every error carries three parts so the CLI can print one line,
 "pvperf: <what failed>: <cause> — <what to do>", and an optional wrapped

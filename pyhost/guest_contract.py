@@ -1,8 +1,8 @@
 """What pyhost and the guest image's /init agree on, defined once.
 
-/init (images/default/init) is a busybox shell script and cannot import
-this module: tests/unit/test_guest_contract.py checks that it uses exactly
-these names.  images/README.md describes the boot they take part in.
+/init (the recipes' ``init``, one file they share) is a busybox shell
+script and cannot import this module: tests/unit/test_guest_contract.py
+checks that it uses exactly these names.  images/README.md describes the boot they take part in.
 
   SHARE_MOUNT      where /init mounts the --share directory (9p, tag
                    SHARE_TAG), or where a staged share is unpacked

@@ -34,7 +34,7 @@ declare -A APT=(
     # libelf1 (not libelf-dev) and the kernel's own gcc.
     [driver]="gcc make libelf1"
     # The image copies the host's perf and binutils' objdump and addr2line
-    # into the guest (images/default/recipe.json); zstd unpacks the
+    # into the guest (images/x86_64/recipe.json); zstd unpacks the
     # bzImage of Debian's 6.12 kernel (images/linux-6.12).
     [image]="linux-perf binutils zstd"
     # Test references and tools: valgrind (exact counts), gdb (a soak test

@@ -21,7 +21,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from pyhost.pmu import abi
+from pyhost import abi
 from pyhost.pmu.model import COUNTERS_PER_VCPU
 
 MASK64 = (1 << 64) - 1

@@ -1,7 +1,7 @@
 """What differs between guest architectures, behind one description.
 
 Shared code names no architecture: it takes an ``Arch`` (``host()``, or
-the one a VMConfig carries) and reads the fields below.  Each
+the one a VMConfig carries) and reads its fields (base.py).  Each
 architecture is one module named after it that fills an Arch in, and one
 entry in ARCHES; adding one adds those and a recipe in images/, and
 changes no shared line (tests/unit/test_arch_seam.py checks that shared
@@ -16,119 +16,16 @@ since the host can neither run them nor ask ``ldd`` about them.
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import SetupError
+from . import aarch64, x86_64
+from .base import Arch, BootKernel, TaskPath, TaskPathFn, UnbootableKernel
+
+__all__ = ["ARCHES", "Arch", "BootKernel", "TaskPath", "TaskPathFn",
+           "UnbootableKernel", "get", "host"]
 
 
-class UnbootableKernel(Exception):
-    """A kernel image QEMU cannot boot on this architecture's machine."""
-
-    def __init__(self, cause: str, hint: str):
-        super().__init__(cause)
-        self.cause, self.hint = cause, hint
-
-
-@dataclass(frozen=True)
-class BootKernel:
-    """The kernel ``qemu -kernel`` boots, made from the Debian package's."""
-    image: bytes                 # what QEMU boots (an ELF vmlinux, an Image)
-    manifest: dict[str, str]     # what the image manifest records of it
-    # (symbol, address) the kernel is linked at, which the test boot's
-    # /proc/kallsyms (nokaslr) must agree with; None when unknown
-    anchor: tuple[str, int] | None = None
-
-
-@dataclass(frozen=True)
-class TaskPath:
-    """How pvperf-rmap.so finds the task a CPU switches to, at the write
-    of the page-table base (qemu_plugin/rmap/rmap.c, option task=): from
-    the register its arch file names, ``path`` offsets to follow
-    (v = *(v + off) each), and the linear map's ``linear`` base: a number
-    (a table's physical address is its pgd pointer minus it) or "@ADDR",
-    the address where the kernel keeps it."""
-    path: tuple[int, ...]
-    linear: str
-
-
-# (offset of a member in a struct, by the kernel's BTF; address of a
-# symbol, by System.map) -> TaskPath.  Either raises when the kernel
-# lacks what the architecture needs.
-TaskPathFn = Callable[[Callable[[str, str], int], Callable[[str], int]],
-                      TaskPath]
-
-
-@dataclass(frozen=True)
-class Arch:
-    name: str                    # platform.machine() of hosts it runs on
-    # QEMU
-    qemu: str                    # the system emulator binary
-    qemu_package: str            # the Debian package that ships it
-    machine: str                 # -machine type (the launcher adds accel)
-    cpu: str                     # -cpu model
-    firmware: str                # -bios file ("": none, -kernel boots alone)
-    # the overflow interrupt is an ivshmem-doorbell MSI-X vector
-    # (pmu/doorbell.py; the driver's pvperf_doorbell.c binds it); False:
-    # the architecture's own (x86: the NMI over QMP) or none yet
-    overflow_doorbell: bool
-    # QMP inject-nmi reaches the guest (x86); without it every run uses
-    # the doorbell, deterministic ones too (docs/design/design.md)
-    qmp_nmi: bool
-    # the guest kernel
-    console: str                 # serial console: console= and its /dev node
-    console_rdev: tuple[int, int]  # that node's (major, minor)
-    kernel_args: tuple[str, ...]   # on every kernel command line (may be ())
-    kernel_half_start: int       # guest addresses from here up are kernel's
-    # guest physical address of the first byte of RAM, i.e. of the RAM
-    # file's offset 0 (one contiguous range from there)
-    ram_base: int
-    # the package's compressed kernel -> BootKernel; ValueError if nothing
-    # bootable is found in it, UnbootableKernel if it lacks what QEMU needs
-    boot_kernel: Callable[[bytes], BootKernel]
-    # the ELF kernel inside a compressed boot image (ValueError if none),
-    # and where QEMU enters an ELF kernel (None: it cannot boot it)
-    extract_vmlinux: Callable[[bytes], bytes]
-    boot_entry: Callable[[bytes], int | None]
-    # the guest userland
-    debian_arch: str             # dpkg's name for it
-    elf_machine: str             # e_machine of its ELF files (pyelftools' name)
-    default_recipe: str          # images/<this>/ is the image "default"
-    dynamic_loader: str          # ld.so of dynamically linked programs
-    # disassembly (annotate): capstone's CS_ARCH_* and CS_MODE_* names
-    capstone: tuple[str, str]
-    # host profiles: naming the guest task behind an address-space switch
-    task_path: TaskPathFn
-    # bytes of a lazy-binding PLT stub (after the PLT's header), to name
-    # samples in the stubs NAME@plt
-    plt_entry: int
-
-    def is_kernel(self, guestpc: int) -> bool:
-        """Is ``guestpc`` in the guest kernel's half of the address space?"""
-        return guestpc >= self.kernel_half_start
-
-    def runs_on_host(self) -> bool:
-        """Can the host run this architecture's programs (busybox, ldd)?"""
-        return self.name == platform.machine()
-
-    def ram_offset(self, gpa: int) -> int:
-        """The RAM file offset of guest physical address ``gpa``."""
-        return gpa - self.ram_base
-
-    def disassembler(self):
-        """A capstone disassembler for this architecture's code (capstone
-        is imported here: only annotation needs it)."""
-        import capstone
-        arch, mode = (getattr(capstone, n) for n in self.capstone)
-        return capstone.Cs(arch, mode)
-
-
-def _registry() -> dict[str, Arch]:
-    from . import aarch64, x86_64
-    return {a.name: a for a in (x86_64.ARCH, aarch64.ARCH)}
-
-
-ARCHES = _registry()
+ARCHES: dict[str, Arch] = {a.name: a for a in (x86_64.ARCH, aarch64.ARCH)}
 
 
 def get(name: str) -> Arch:

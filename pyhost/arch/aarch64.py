@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import struct
 
-from . import Arch, BootKernel, TaskPath, UnbootableKernel
+from .. import abi
+from .base import Arch, BootKernel, TaskPath, UnbootableKernel
 
 # The arm64 boot protocol's Image header (Documentation/arm64/booting.rst):
 # magic "ARM\x64" at 0x38, little-endian; text_offset at 8, image_size at 16.
@@ -101,8 +102,9 @@ ARCH = Arch(
     console="ttyAMA0",           # the PL011 UART
     console_rdev=(204, 64),
     kernel_args=(),
-    # 48-bit VA: TTBR1's range, 0xffff000000000000 up (bit 55 set).
-    kernel_half_start=0xFFFF000000000000,
+    # 48-bit VA: TTBR1's range, 0xffff000000000000 up (bit 55 set);
+    # the ABI's fact, which the plugin checks too.
+    kernel_half_start=abi.AARCH64_KERNEL_HALF_START,
     # virt's RAM starts at 1 GiB, one contiguous range (checked both ways
     # through the RAM file, docs/architectures.md).
     ram_base=RAM_BASE,

@@ -13,7 +13,8 @@ import subprocess
 import zlib
 
 from ..elf import ELF_MAGIC, first_load_vaddr, open_elf
-from . import Arch, BootKernel, TaskPath, UnbootableKernel
+from .. import abi
+from .base import Arch, BootKernel, TaskPath, UnbootableKernel
 
 _XZ_MAGIC = bytes.fromhex("fd377a585a00")
 _GZ_MAGIC = b"\x1f\x8b\x08"
@@ -148,9 +149,9 @@ ARCH = Arch(
     # libc's choices and every `:u` count (the tests' valgrind
     # references), is unchanged.
     kernel_args=("clearcpuid=erms,fsrm",),
-    # 4-level paging: the canonical upper half (pvperf_abi.h's
-    # PVPERF_X86_64_KERNEL_HALF_START, where the doorbell must run).
-    kernel_half_start=0xFFFF800000000000,
+    # 4-level paging: the canonical upper half, where the marker store
+    # must run (the ABI's fact: the plugin checks it too).
+    kernel_half_start=abi.X86_64_KERNEL_HALF_START,
     # the pc machine's RAM starts at 0 (pvperf's RAM limit keeps it below
     # the PCI hole, so the file offset is the physical address)
     ram_base=0,
@@ -159,7 +160,7 @@ ARCH = Arch(
     boot_entry=pvh_entry,
     elf_machine="EM_X86_64",
     debian_arch="amd64",
-    default_recipe="default",
+    default_recipe="x86_64",
     dynamic_loader="/lib64/ld-linux-x86-64.so.2",
     capstone=("CS_ARCH_X86", "CS_MODE_64"),
     task_path=task_path,

@@ -73,7 +73,9 @@ Exit status:
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """pvperf: exact perf events inside QEMU TCG guests."""
-    ctx.obj = {"debug": debug}
+    # main() reads it back: click alone parses pvperf's options, so a
+    # --debug after the subcommand (the guest command's) is not pvperf's
+    ctx.ensure_object(dict)["debug"] = debug
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
                         format="pvperf: %(name)s: %(message)s")
 
@@ -368,23 +370,14 @@ def profile(command, output, tb_size, perfmap, **opts) -> None:
     """
     # Imported here: `pvperf run` (the common case, timed by
     # bench/bench_boot.py) should not load the profiler and its ELF readers.
-    from ..profile import record as prof_record
-    from ..profile import resolve as prof_resolve
-    from ..profile import session as prof_session
-    prof_record.preflight()
+    from ..profile import pipeline
+    pipeline.preflight()
     config = make_config(guest.RUN, shlex.join(command), no_pmu=True, **opts)
-    output.mkdir(parents=True, exist_ok=True)
-    rec = run_async(prof_record.record(config, output.resolve(),
-                                       tb_size_mb=tb_size,
-                                       perfmap=perfmap))
-    try:
-        session = prof_resolve.resolve(rec, config.image, config.share)
-    finally:
-        prof_record.remove_workdir(rec.workdir)
-    prof_session.write_session(session, output)
-    click.echo(prof_session.render_all(session, output))
+    done = pipeline.profile(config, output, tb_size_mb=tb_size,
+                            perfmap=perfmap, run=run_async)
+    click.echo(done.report)
     click.echo(f"pvperf: profile written to {output}/", err=True)
-    sys.exit(rec.status)
+    sys.exit(done.status)
 
 
 @cli.command(epilog=EPILOG)
@@ -520,22 +513,11 @@ def _interrupted() -> None:
     sys.exit(EXIT_INTERRUPTED)
 
 
-def debug_requested(argv: list[str]) -> bool:
-    """Was pvperf's own --debug given?  Only the options before the
-    subcommand are pvperf's (click parses them so): a `--debug` further
-    on belongs to the subcommand or to the guest command."""
-    for arg in argv:
-        if arg == "--debug":
-            return True
-        if arg == "--" or not arg.startswith("-"):
-            return False
-    return False
-
-
 def main(argv=None) -> None:
-    debug = debug_requested(argv if argv is not None else sys.argv[1:])
+    state = {"debug": False}     # cli() records pvperf's --debug in it
     try:
-        cli.main(args=argv, prog_name="pvperf", standalone_mode=False)
+        cli.main(args=argv, prog_name="pvperf", standalone_mode=False,
+                 obj=state)
     except click.exceptions.Abort:
         # click turns KeyboardInterrupt into Abort; our finally blocks ran.
         _interrupted()
@@ -550,7 +532,7 @@ def main(argv=None) -> None:
         e.show()
         sys.exit(EXIT_FAILURE)
     except PvperfError as e:
-        if debug:
+        if state["debug"]:
             log.exception("failed")
         click.echo(f"pvperf: {e.one_line()}", err=True)
         if e.details:

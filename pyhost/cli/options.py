@@ -12,13 +12,14 @@ from pathlib import Path
 import click
 
 from .. import arch as arches
+from .. import abi
 from ..errors import PvperfError
 from ..guest_contract import SHARE_MOUNT
 from ..image import build as image_build
 from ..image import recipe as image_recipe
 from ..image import stage
 from ..image import userkernel
-from ..pmu import abi, events, geometry
+from ..pmu import events, geometry
 from ..vm import determinism
 from ..vm.launcher import MIN_MEM_MB, VMConfig, check_mem, preflight
 

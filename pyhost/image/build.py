@@ -62,7 +62,7 @@ from .recipe import load_recipe
 from .root import install_driver, populate_root, write_image_json
 from .smoke import smoke_boot
 from .store import BuildLock, GuestImage, image_dir, image_from_dir, \
-    images_dir, install_image
+    images_dir, install_image, recipe_name
 from .sysmap import system_map_from_kallsyms
 
 Progress = Callable[[int, int, str], None]
@@ -79,6 +79,7 @@ def image_status(name: str = "default", *, driver_ko=DEFAULT_DRIVER
                  ) -> GuestImage | None:
     """The cached image if it exists and matches the current inputs
     (apt-cache, dpkg-query, ldd and a few hashes; no network, no build)."""
+    name = recipe_name(name)
     d = image_dir(name)
     img = image_from_dir(name, d)
     if img is None:
@@ -101,6 +102,7 @@ def build_image(name: str = "default", *, driver_ko=DEFAULT_DRIVER,
     a line on stderr); None for silence.
     Raises ImageError with what failed, why, and what to do.
     """
+    name = recipe_name(name)
     report = (lambda step, msg: progress(step, TOTAL_STEPS, msg)) \
         if progress else (lambda step, msg: None)
     images = images_dir()

@@ -159,6 +159,7 @@ def save_derived_recipe(name: str, base: str, packages: list[str]) -> Path:
 
 
 def load_recipe(name: str = "default") -> Recipe:
+    name = recipe_name(name)
     if not (recipe_dir(name) / "recipe.json").is_file() \
             and user_recipe_path(name).is_file():
         return _load_derived(name)

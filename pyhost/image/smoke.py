@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import io
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from ..arch import Arch, host
 from ..errors import ImageError, PvperfError
 from ..guest_contract import RUN
+from ..vm.boot import BootFiles
 from ..vm.launcher import VMConfig, run_command
 
 #: Marks the test command's own complaints on stderr.
@@ -41,12 +41,6 @@ SMOKE_TIMEOUT = 180.0
 SMOKE_MEM_MB = 512
 HINT = ("run `pvperf image build --force`; if it fails again, boot the "
         "image by hand (images/README.md) and read the console")
-
-
-@dataclass(frozen=True)
-class _Boot:
-    vmlinux: Path
-    initramfs: Path
 
 
 def smoke_command(tools: Iterable[str] = (), arch: Arch | None = None
@@ -69,7 +63,7 @@ def smoke_boot(vmlinux: Path, initramfs: Path,
     ``tools``: guest paths of dynamically linked recipe tools whose
     libraries must all load.  Raises ImageError."""
     arch = arch or host()
-    config = VMConfig(image=_Boot(vmlinux, initramfs), guest_action=RUN,
+    config = VMConfig(image=BootFiles(vmlinux, initramfs), guest_action=RUN,
                       command=smoke_command(tools, arch), mem_mb=SMOKE_MEM_MB,
                       pmu=False, timeout=timeout, boot_timeout=timeout,
                       kernel_args=("nokaslr",), arch=arch)

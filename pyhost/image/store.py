@@ -49,10 +49,11 @@ def image_dir(name: str = "default") -> Path:
 
 
 def recipe_name(name: str, arch: Arch | None = None) -> str:
-    """The recipe (and cache directory) an image name stands for: the
-    image named "default" is ``arch``'s own recipe (Arch.default_recipe;
-    the host's by default), so each architecture has its "default" and
-    the host's stays images/default; any other name is itself."""
+    """The recipe (and cache directory) an image name stands for: each
+    architecture's own recipe is named after it (Arch.default_recipe,
+    images/<its name>), and the image named "default" stands
+    for ``arch``'s (the host's by default), so each architecture has its
+    "default"; any other name is itself."""
     return (arch or host()).default_recipe if name == "default" else name
 
 

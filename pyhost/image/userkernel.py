@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ..arch import Arch, UnbootableKernel, host
 from ..errors import ImageError
+from ..guest_contract import DRIVER_PATH, in_root
 from ..paths import REPO_ROOT as REPO, cache_dir
 from .cpio import CpioWriter
 from .kernel import open_elf, extract_vmlinux, kernel_banner, pvh_entry, \
@@ -57,7 +58,6 @@ PVH = ("PVH", "pvh_start_xen", "qemu -kernel boots a vmlinux by PVH")
 BUILTIN_DRIVER = ("PVPERF_PMU", "pvperf_init")
 DRIVER_DIR = REPO / "guest_kernel_patch"
 ABI_HEADER = REPO / "contracts" / "pvperf_abi.h"
-GUEST_DRIVER_PATH = "lib/modules/pvperf/pvperf.ko"   # images/default/init
 
 _BZIMAGE_MAGIC_AT = (0x202, b"HdrS")
 _ELF_MAGIC = b"\x7fELF"
@@ -320,10 +320,11 @@ def driver_overlay(ko: Path) -> bytes:
     """A newc archive that puts ``ko`` where /init loads the driver."""
     buf = io.BytesIO()
     w = CpioWriter(buf)
-    parts = GUEST_DRIVER_PATH.split("/")
+    path = in_root(DRIVER_PATH)
+    parts = path.split("/")
     for i in range(1, len(parts)):
         w.add_dir("/".join(parts[:i]))
-    w.add_file(GUEST_DRIVER_PATH, ko.read_bytes(), mode=0o644)
+    w.add_file(path, ko.read_bytes(), mode=0o644)
     w.close()
     return buf.getvalue()
 

@@ -1,6 +1,7 @@
-"""The paravirtual PMU, host side: ABI mirror, PMU model, hypercall service.
+"""The paravirtual PMU, host side: PMU model, hypercall service.  The ABI
+mirror it reads is pyhost/abi.py, at the bottom layer, where the
+architectures, the launcher and the CLI read it too.
 
-  abi              Python mirror of contracts/pvperf_abi.h
   plugin_protocol  Python mirror of contracts/pvperf_proto.h
   guestmem         bounds-checked access to guest RAM (the shared file)
   events           the event table: every event the host counts, once

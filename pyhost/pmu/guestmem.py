@@ -13,7 +13,7 @@ from __future__ import annotations
 import mmap
 import os
 
-from . import abi
+from .. import abi
 
 
 class GuestMemoryError(ValueError):

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import abi
+from .. import abi
 from . import plugin_protocol as proto
 from .guestmem import GuestMemory, GuestMemoryError
 from .events import ACCOUNTING_CPU, sysfs_listing
@@ -91,7 +91,7 @@ class PerfBackend:
                  kernel_half_start: int = abi.X86_64_KERNEL_HALF_START):
         self.memory = memory
         # The guest architecture's kernel half (Arch.kernel_half_start):
-        # a doorbell below it rang from user mode.
+        # a marker store below it ran in user mode.
         self.kernel_half_start = kernel_half_start
         # Without a Pmu given, one follows from the run's two settings.
         self.pmu = pmu or Pmu(timing=timing, accounting=accounting,
@@ -235,7 +235,7 @@ class PerfBackend:
         """Return the value for ->ret, or None if the block is unusable."""
         self.stats.calls += 1
         if msg.insn_vaddr < self.kernel_half_start:
-            self._complain(msg.vcpu, "doorbell from user mode at "
+            self._complain(msg.vcpu, "marker store from user mode at "
                            f"{msg.insn_vaddr:#x} ignored")
             return None
         if msg.vcpu >= self.max_vcpus or len(msg.counters) != proto.NR_COUNTERS:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass, field
 
-from . import abi
+from .. import abi
 from . import plugin_protocol as proto
 from .events import (ACCOUNTING_CPU, default_models, NS_PER_S, PERF_TYPE_HARDWARE,
                      PERF_TYPE_HW_CACHE, PERF_TYPE_RAW, RAW_EVENT_MASK,

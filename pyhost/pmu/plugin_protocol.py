@@ -2,7 +2,7 @@
 
 One SOCK_SEQPACKET connection per vCPU.  The plugin sends one
 ``HcallMessage`` per hypercall, carrying that vCPU's raw counters exact at the
-doorbell store, and waits for one reply.  tests/contracts/test_plugin_protocol.py
+marker store, and waits for one reply.  tests/contracts/test_plugin_protocol.py
 checks this file against the header.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from . import abi
+from .. import abi
 
 HCALL_MAGIC = 0x51505650
 REPLY_MAGIC = 0x52505650

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from . import abi
+from .. import abi
 from . import plugin_protocol as proto
 from .guestmem import GuestMemory
 from .model import PmuError, PmuEvent

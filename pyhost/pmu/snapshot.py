@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 
-from . import abi
+from .. import abi
 from .hypercall import PerfBackend
 from .guestmem import GuestMemoryError
 from .model import PmuError, PmuEvent

@@ -7,6 +7,9 @@
   procmaps       /proc/PID/maps lines, parsed once
   symbols        guest kernel, guest user and emulator symbolizers
   resolve        Recording -> session: every sample's space and function
+                 (resolve(); Resolver.guest_symbol names a translation)
   session        session.json: write, read back, render every output
   report         renderers of a session (text, folded, flame graph, ...)
+  pipeline       the command in one call: record -> resolve -> write ->
+                 render (what the CLI calls)
 """

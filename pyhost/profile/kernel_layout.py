@@ -172,7 +172,9 @@ def vmlinux_btf(vmlinux: Path) -> Btf:
     return Btf(sec.data())
 
 
-def system_map_symbol(system_map: str, name: str) -> int:
+def required_symbol(system_map: str, name: str) -> int:
+    """The address of ``name`` in a System.map text; LayoutError if the
+    kernel has no such symbol."""
     address = sysmap.system_map_symbol(system_map, name)
     if address is None:
         raise LayoutError(f"no {name} in System.map")
@@ -182,7 +184,7 @@ def system_map_symbol(system_map: str, name: str) -> int:
 def task_layout(vmlinux: Path, system_map: str, arch: Arch) -> TaskLayout:
     btf = vmlinux_btf(vmlinux)
     way = arch.task_path(btf.member_offset,
-                         lambda name: system_map_symbol(system_map, name))
+                         lambda name: required_symbol(system_map, name))
     return TaskLayout(
         path=way.path, tgid=btf.member_offset("task_struct", "tgid"),
         comm=btf.member_offset("task_struct", "comm"),

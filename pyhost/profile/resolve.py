@@ -93,6 +93,10 @@ class Placement:
 
 @dataclass
 class Resolver:
+    """A recording's samples -> guest code and functions (built by
+    build_resolver; resolve() runs it over a whole recording).  Public:
+    guest() for a code-cache address, guest_symbol() for a translation,
+    place(), process() and host_name()."""
     rmap: rmap_mod.ReverseMap
     kernel: object                     # symbols.SymbolTable
     user: GuestUserSymbols
@@ -155,8 +159,8 @@ class Resolver:
         p = self.place(tr, self.rmap.spaces.sample_space(tid, time_ns))
         key = (id(tr), p.guestpc, p.pid)
         if key not in self._symbol_cache:
-            self._symbol_cache[key] = self._guest_symbol(tr, p.guestpc,
-                                                         p.pid)
+            self._symbol_cache[key] = self.guest_symbol(tr, p.guestpc,
+                                                        p.pid)
         out = dict(self._symbol_cache[key])
         out.update(guestpc=p.guestpc, tb_guestpc=p.guestpc,
                    translated_guestpc=tr.guestpc, placement=p.how,
@@ -164,7 +168,11 @@ class Resolver:
                    tb=(tr.host_start, tr.time_ns))
         return out
 
-    def _guest_symbol(self, tr, guestpc: int, pid: int | None) -> dict:
+    def guest_symbol(self, tr: rmap_mod.Translation, guestpc: int,
+                     pid: int | None) -> dict:
+        """The guest function of translation ``tr`` at ``guestpc``, as
+        process ``pid`` maps its code (None: unknown, or a kernel TB):
+        the dict's space, symbol, dso and sym_start."""
         if tr.kernel:
             sym = self.kernel.lookup(guestpc)
             name = sym.name if sym else f"[guest kernel {guestpc:#x}]"
@@ -387,7 +395,7 @@ def perf_map_entries(r: Resolver) -> list[list]:
     out = []
     for start in sorted(latest):
         tr = latest[start]
-        g = r._guest_symbol(tr, tr.guestpc, None)
+        g = r.guest_symbol(tr, tr.guestpc, None)
         out.append([start, tr.host_end - start,
                     f"{g['space']}:{g['symbol']}"])
     return out

@@ -38,7 +38,7 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from ..image.sysmap import parse_kallsyms as kallsyms_lines
+from ..image.sysmap import parse_kallsyms
 from ..guest_contract import SHARE_MOUNT
 from .procmaps import parse_maps
 
@@ -86,18 +86,19 @@ class SymbolTable:
 KERNEL_TEXT_TYPES = set("tTwW")
 
 
-def parse_kallsyms(text: str, dso: str = "[kernel]") -> list[Symbol]:
+def kernel_text_symbols(text: str, dso: str = "[kernel]") -> list[Symbol]:
     """The text symbols of System.map or /proc/kallsyms lines (parsed by
     image.sysmap); module symbols get the dso "[module]"."""
     return [Symbol(s.name, s.address, 0,
                    f"[{s.module}]" if s.module else dso)
-            for s in kallsyms_lines(text)
+            for s in parse_kallsyms(text)
             if s.type in KERNEL_TEXT_TYPES and s.address]
 
 
 def kernel_symbols(system_map: str, module_kallsyms: str = "") -> SymbolTable:
-    syms = parse_kallsyms(system_map)
-    syms += [s for s in parse_kallsyms(module_kallsyms) if s.dso != "[kernel]"]
+    syms = kernel_text_symbols(system_map)
+    syms += [s for s in kernel_text_symbols(module_kallsyms)
+             if s.dso != "[kernel]"]
     return SymbolTable(syms, limit=64 * 1024)
 
 

@@ -47,7 +47,7 @@ from .matrix import GEOMETRY_KEYS, Cell, Matrix
 
 
 class SweepError(PvperfError):
-    pass
+    """A sweep that cannot start (the Ray package is missing)."""
 
 
 try:

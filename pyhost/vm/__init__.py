@@ -5,5 +5,6 @@
   console   the serial console (pexpect): panic detection, last lines
   channels  private channels to QEMU: socketpairs for QMP and the ports,
             the 0700 run directory for the service's socket, its sweep
+  boot      what the launcher boots: BootImage, BootFiles
   launcher  VM, VMConfig, run_command, run_shell: one guest run, cleaned up
 """

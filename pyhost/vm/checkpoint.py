@@ -50,16 +50,17 @@ import sys
 import time
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, abi
 from .. import arch as arches
 from .. import guest_contract as guest
 from ..digest import sha256_file
 from ..errors import SetupError, VMError
 from ..pmu import plugin_protocol as proto
-from ..pmu import abi, snapshot
+from ..pmu import snapshot
 from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
 from . import qmp
+from .boot import BootFiles
 from .launcher import MIN_MEM_MB, POWEROFF_TIMEOUT, VM, Runstate, \
     VMConfig
 from .qemu import find_qemu, version_line
@@ -95,15 +96,6 @@ MODEL_OPTIONS = ("I1", "D1", "LL", "iTLB", "dTLB", "compat")
 
 class CheckpointError(VMError):
     """A checkpoint that cannot be taken or restored."""
-
-
-class _Boot:
-    """What the launcher needs of an image: its kernel and initramfs."""
-
-    def __init__(self, vmlinux: Path, initramfs: Path):
-        self.vmlinux, self.initramfs = vmlinux, initramfs
-        # image_meta of --json results reads it (absent: no image meta)
-        self.manifest = initramfs.parent / "manifest.json"
 
 
 def qemu_identity(config: VMConfig) -> str:
@@ -356,7 +348,7 @@ def load(directory: Path, timeout: float | None = None,
     for name in (VMSTATE, PLUGIN_STATE, PMU_STATE) + \
             ((OVERLAY,) if OVERLAY in files else ()):
         _check_hash(directory / name, files.get(name), what)
-    image = _Boot(Path(vm["vmlinux"]), Path(vm["initramfs"]))
+    image = BootFiles(Path(vm["vmlinux"]), Path(vm["initramfs"]))
     for key in ("vmlinux", "initramfs"):
         _check_hash(Path(vm[key]), files.get(key), what,
                     hint="the guest image changed since the checkpoint")

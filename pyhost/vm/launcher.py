@@ -43,14 +43,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
+from .. import abi
 from .. import guest_contract as guest
 from ..arch import Arch, host
 from ..errors import GuestPanicError, GuestStatusError, GuestTimeoutError, \
     SetupError, VMError
 from ..paths import PLUGIN_PATH
-from ..pmu import abi
 from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
 from ..pmu.doorbell import Doorbell, check_overflow_irq, uses_doorbell
@@ -58,6 +57,7 @@ from ..pmu.nmi import NmiInjector
 from ..pmu.service import PluginService
 from ..pmu import snapshot
 from . import channels, determinism, qmp
+from .boot import BootImage
 from .console import Console
 from .qemu import check_qemu_for_plugin, find_qemu, \
     qemu_escape, set_pdeathsig
@@ -118,12 +118,6 @@ def require(*states: Runstate):
             return await fn(self, *a, **kw)
         return wrapper
     return deco
-
-
-class BootImage(Protocol):
-    """What the launcher needs of a guest image (image.GuestImage)."""
-    vmlinux: Path
-    initramfs: Path
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Each limit is one number: the guest RAM limit is PVPERF_MAX_RAM_MB in
-pvperf_abi.h, mirrored once by pyhost/pmu/abi.py, used by the plugin
+pvperf_abi.h, mirrored once by pyhost/abi.py, used by the plugin
 through the header, and enforced by the CLI before any slow step."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 import click
 import pytest
 
+from pyhost import abi
 from pyhost.cli import EXIT_USAGE, parse_mem
-from pyhost.pmu import abi
 
 from support import REPO, run_pvperf
 from test_abi import c_int, header_defines
@@ -28,9 +28,9 @@ def test_python_defines_the_ram_limit_once():
             if re.match(r"\s*(\w+_)?(MAX_(\w+_)?(RAM|MEM)|(RAM|MEM)_(\w+_)?MAX)"
                         r"(_\w+)?\s*=", line):
                 defs.append(f"{path.relative_to(REPO)}:{n}")
-    assert defs == ["pyhost/pmu/abi.py:" + str(next(
+    assert defs == ["pyhost/abi.py:" + str(next(
         n for n, line in enumerate(
-            (REPO / "pyhost/pmu/abi.py").read_text().splitlines(), 1)
+            (REPO / "pyhost/abi.py").read_text().splitlines(), 1)
         if line.startswith("MAX_RAM_MB =")))]
 
 

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from pyhost.pmu import abi
+from pyhost import abi
 from pyhost.pmu import plugin_protocol as proto
 
 from support import REPO, header_values

@@ -31,7 +31,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from pyhost.pmu import abi
+    from pyhost import abi
     from pyhost.pmu import plugin_protocol as proto
     from pyhost.pmu.guestmem import GuestMemory
     from pyhost.pmu.hypercall import PerfBackend, RateLimiter

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from support import REPO
-from pyhost.pmu import abi
+from pyhost import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.guestmem import GuestMemory
 from pyhost.pmu.hypercall import PerfBackend

@@ -1,10 +1,11 @@
-"""The shape of pyhost: subsystems in layers whose imports only point down,
-no import circle, no module over ~600 lines (pyhost/__init__.py draws it);
-and the TCG plugin's units, whose includes only point down the table in
+"""The shape of pyhost: modules in layers whose imports only point down,
+no import circle between any two modules (a package's own included), no
+module over ~600 lines (pyhost/__init__.py draws it); and the TCG
+plugin's units, whose includes only point down the table in
 qemu_plugin/README.md ("Units"), which lists every unit once.
 
-    cli -> profile, results -> image -> vm -> pmu, arch -> errors, paths,
-                                                       guest_contract, elf
+    cli -> sweep -> profile, results -> image -> vm -> pmu, arch
+        -> abi, errors, paths, digest, guest_contract, elf
 
 The image builder sits above the VM launcher because its smoke boot uses
 that one launcher; the launcher never imports the image package.
@@ -15,12 +16,14 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from support import REPO
 
 PYHOST = REPO / "pyhost"
-LAYERS = {"errors": 0, "paths": 0, "digest": 0, "guest_contract": 0,
-          "elf": 0, "arch": 1, "pmu": 1, "vm": 2, "image": 3,
-          "profile": 4, "results": 4, "sweep": 5, "cli": 6}
+LAYERS = {"abi": 0, "errors": 0, "paths": 0, "digest": 0,
+          "guest_contract": 0, "elf": 0, "arch": 1, "pmu": 1, "vm": 2,
+          "image": 3, "profile": 4, "results": 4, "sweep": 5, "cli": 6}
 MAX_LINES = 600
 
 
@@ -36,13 +39,18 @@ def modules() -> dict[str, Path]:
 
 
 def imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """The pyhost modules ``name`` imports (a package import also runs
-    the package's __init__, which counts when it is another package)."""
+    """The pyhost modules ``name``'s import statements name, wherever they
+    stand (an import inside a function counts too).  ``from P import x``
+    names the module P.x if there is one, else P itself (x is P's
+    attribute): so an architecture module's ``from . import Arch`` is an
+    edge to its own package's __init__.  Importing P.x also runs the
+    __init__ of each package on the way, which counts too, except for
+    ``name``'s own packages: Python ran those before ``name``."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
+            named = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -50,17 +58,17 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module
-            targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            named = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod
+                     for a in node.names]
         else:
             continue
-        for t in targets:
-            if t in known and not name.startswith(t + "."):
-                out.add(t)          # (not its own package: `from . import`)
-            parts = t.split(".")
-            for i in range(2, len(parts)):
-                parent = ".".join(parts[:i])
-                if parent in known and not name.startswith(parent + "."):
-                    out.add(parent)
+        for target in named:
+            parts = target.split(".")
+            for i in range(1, len(parts) + 1):
+                run = ".".join(parts[:i])
+                if run in known and (run == target
+                                     or not name.startswith(run + ".")):
+                    out.add(run)
     out.discard(name)
     return out
 
@@ -111,6 +119,25 @@ def assert_acyclic(g: dict[str, set[str]]) -> None:
 
 def test_no_import_circle():
     assert_acyclic(graph())
+
+
+def test_a_package_and_its_own_modules_are_edges_too(tmp_path):
+    """The circle an architecture module once made with the registry
+    that imports it: ``from . import Arch`` names the package."""
+    known = {"pyhost", "pyhost.arch", "pyhost.arch.base",
+             "pyhost.arch.x86_64", "pyhost.abi"}
+    leaf = tmp_path / "x86_64.py"
+    leaf.write_text("from . import Arch\nfrom .base import TaskPath\n"
+                    "from .. import abi\n")
+    assert imports("pyhost.arch.x86_64", leaf, known) == {
+        "pyhost.arch", "pyhost.arch.base", "pyhost.abi"}
+    registry = tmp_path / "__init__.py"
+    registry.write_text("def lazy():\n    from . import x86_64\n")
+    g = {"pyhost.arch": imports("pyhost.arch", registry, known),
+         "pyhost.arch.x86_64": {"pyhost.arch"}}
+    assert g["pyhost.arch"] == {"pyhost.arch.x86_64"}
+    with pytest.raises(AssertionError, match="x86_64 -> pyhost.arch"):
+        assert_acyclic(g)
 
 
 PLUGIN = REPO / "qemu_plugin" / "pvperf"     # pvperf.so's units

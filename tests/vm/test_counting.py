@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyhost.pmu import abi
+from pyhost import abi
 
 from support import (PROGRAMS, driver_counters_per_cpu, run_guest_script,
                      run_pvperf, valgrind_irefs)

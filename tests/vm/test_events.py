@@ -13,7 +13,7 @@ import pytest
 from pyhost.pmu.events import (PERF_TYPE_HW_CACHE, PERF_TYPE_RAW,
                                default_events, sysfs_listing)
 from pyhost.pmu.model import Pmu, PmuError
-from pyhost.pmu import abi
+from pyhost import abi
 from pyhost import results
 from pyhost.image.userkernel import DRIVER_DIR, driver_sources
 

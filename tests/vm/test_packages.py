@@ -96,7 +96,7 @@ def test_other_apt_errors_keep_apt_words():
 
 @pytest.fixture
 def recipes(tmp_path, monkeypatch):
-    """images/default of this repository, a temporary cache."""
+    """images/x86_64 of this repository, a temporary cache."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     return tmp_path
 

@@ -27,7 +27,7 @@ import subprocess
 
 import pytest
 
-from pyhost.pmu import abi
+from pyhost import abi
 
 from support import PROGRAMS, run_pvperf
 

@@ -32,7 +32,7 @@ import hcfuzz
 from support import (PROGRAMS, REPO, RssSampler, guest_kernel_image,
                       perf_count, pvperf_cmd, run_pvperf, sections,
                       valgrind_irefs)
-from pyhost.pmu import abi
+from pyhost import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.hypercall import RateLimiter
 

@@ -73,11 +73,28 @@ def test_options_after_the_command_belong_to_the_command(tmp_path):
     (["run", "--", "tool", "--debug"], False),
     (["run", "tool", "--debug"], False),
     (["run", "--smp", "1", "--", "tool", "--debug"], False),
-    (["--", "--debug"], False),
 ])
-def test_debug_is_pvperfs_only_before_the_subcommand(argv, debug):
-    from pyhost.cli import debug_requested
-    assert debug_requested(argv) is debug
+def test_debug_is_pvperfs_only_before_the_subcommand(argv, debug,
+                                                      monkeypatch, caplog):
+    """click's parse alone says whose --debug it is: a traceback is
+    logged only for pvperf's own."""
+    from pyhost import cli as cli_mod
+
+    def failing_make_config(*a, **kw):
+        raise PvperfError("starting QEMU", "no such file", "install qemu")
+    monkeypatch.setattr(cli_mod, "make_config", failing_make_config)
+    with pytest.raises(SystemExit) as exit_info:
+        cli_mod.main(argv)
+    assert exit_info.value.code == 125
+    assert bool([r for r in caplog.records if r.exc_info]) is debug
+
+
+def test_a_debug_after_double_dash_is_no_option_of_pvperfs(capsys):
+    from pyhost import cli as cli_mod
+    with pytest.raises(SystemExit) as exit_info:
+        cli_mod.main(["--", "--debug"])
+    assert exit_info.value.code == 64
+    assert "No such command '--debug'" in capsys.readouterr().err
 
 
 def test_a_commands_debug_does_not_turn_on_pvperfs(monkeypatch, caplog,

@@ -347,7 +347,7 @@ def test_system_map_from_kallsyms():
 def fake_inputs(tmp_path, monkeypatch):
     """gather_inputs() against a temporary recipe and fake host tools."""
     recipes = tmp_path / "images"
-    d = recipes / "default"
+    d = recipes / "x86_64"          # the host's, which "default" names
     d.mkdir(parents=True)
     (d / "recipe.json").write_text(json.dumps({
         "kernel": {"package": "linux-image-amd64"},
@@ -444,18 +444,18 @@ def test_default_recipe_loads():
 
 def test_init_powers_off_and_opens_perf():
     """The names /init shares with pyhost: tests/unit/test_guest_contract.py."""
-    init = (REPO / "images" / "default" / "init").read_text()
+    init = (REPO / "images" / "x86_64" / "init").read_text()
     for word in ("poweroff -f", "perf_event_paranoid", "kptr_restrict"):
         assert word in init, word
 
 
 def test_init_parses_with_busybox():
-    bb = store.image_dir("default") / "root" / "bin" / "busybox"
+    bb = store.image_dir("x86_64") / "root" / "bin" / "busybox"
     if not bb.exists():
         pytest.skip(f"no built image with busybox at {bb} "
                     "(run pvperf image build)")
     subprocess.run([str(bb), "sh", "-n",
-                    str(REPO / "images" / "default" / "init")], check=True)
+                    str(REPO / "images" / "x86_64" / "init")], check=True)
 
 
 @pytest.mark.skipif(os.environ.get("PVPERF_IMAGE_BOOT_TEST") != "1",
@@ -473,7 +473,7 @@ def test_driver_only_update_reuses_image(fake_inputs):
     """A changed driver swaps the .ko in the cached tree and rewrites the
     cpio, without unpacking or booting anything; stale build dirs go."""
     inputs = image_inputs.gather_inputs("default", None)
-    final = store.image_dir("default")
+    final = store.image_dir("x86_64")
     (final / "root" / "bin").mkdir(parents=True)
     (final / "root" / "init").write_text("#!/bin/sh\n")
     os.symlink("busybox", final / "root" / "bin" / "sh")
@@ -483,7 +483,7 @@ def test_driver_only_update_reuses_image(fake_inputs):
     (final / "manifest.json").write_text(json.dumps({
         "kernel_version": "6.1.0-test", "input_hash": inputs.hash,
         "base_hash": inputs.base_hash}))
-    stale = final.parent / ".build-default-stale"
+    stale = final.parent / ".build-x86_64-stale"
     stale.mkdir()
     assert build.image_status("default", driver_ko=None) is not None
 

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from pyhost.pmu import abi
+from pyhost import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.guestmem import GuestMemory, GuestMemoryError
 from pyhost.pmu.hypercall import PerfBackend, RateLimiter
@@ -117,7 +117,7 @@ def test_events_writes_the_listing_or_refuses():
     assert call(be2, buf2, abi.OP_EVENTS, (RAM - 16, 4096))[0] == -errno.EFAULT
 
 
-def test_user_mode_doorbell_never_reaches_the_backend():
+def test_user_mode_marker_store_never_reaches_the_backend():
     buf, be = setup()
     ret, _ = call(be, buf, abi.OP_PROBE, vaddr=0x401000)
     assert ret == -errno.ENOSYS     # untouched
@@ -236,7 +236,7 @@ def test_the_backend_derives_its_pmu_from_the_run_settings():
 
 
 def test_the_kernel_half_is_the_guest_architectures():
-    """A doorbell below the Arch's kernel half rang from user mode and is
+    """A marker store below the Arch's kernel half ran in user mode and is
     ignored (->ret untouched); arm64's half starts lower than x86's."""
     buf = bytearray(RAM)
     be = PerfBackend(GuestMemory(buf),

@@ -3,7 +3,7 @@ import errno
 
 import pytest
 
-from pyhost.pmu import abi
+from pyhost import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.events import (HW_BRANCH_INSTRUCTIONS, HW_INSTRUCTIONS,
                                PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE,

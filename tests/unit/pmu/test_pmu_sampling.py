@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from pyhost.pmu import abi
+from pyhost import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.events import PERF_TYPE_HARDWARE, HW_INSTRUCTIONS
 from pyhost.pmu.guestmem import GuestMemory
@@ -135,7 +135,8 @@ def test_nmi_injector_is_bound_explicitly():
 
 
 def test_plugin_written_samples_are_mirrored_for_the_next_handover(setup):
-    """Samples the plugin delivered itself (issue 27): the service writes
+    """Samples the plugin delivered itself (it holds the doorbell, so it
+    writes the records it rings for): the service writes
     nothing into the ring, mirrors head, lost and the raised interrupt,
     and the next handover (or its own writes, once the plugin gives the
     ring back) go on from there."""

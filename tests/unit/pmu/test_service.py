@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pyhost.pmu import abi
+from pyhost import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.guestmem import GuestMemory
 from pyhost.pmu.hypercall import PerfBackend
@@ -181,7 +181,8 @@ def _hcall_reply(s: socket.socket, gpa: int):
 @pytest.mark.parametrize("service_writes", [False, True])
 def test_ring_handed_over_with_the_doorbell(tmp_path, monkeypatch,
                                             service_writes):
-    """Issue 27: the connection that holds a vCPU's doorbell is handed its
+    """The plugin delivers the vCPU's samples itself when it rings the
+    interrupt: the connection that holds a vCPU's doorbell is handed its
     sample ring on every hypercall reply, with the head of every record
     it reported before (PVPERF_SERVICE_WRITES=1: never)."""
     from pyhost.pmu.doorbell import Doorbell

@@ -14,7 +14,8 @@ import random
 
 import pytest
 
-from pyhost.pmu import abi, snapshot
+from pyhost import abi
+from pyhost.pmu import snapshot
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.events import HW_BRANCH_INSTRUCTIONS, HW_INSTRUCTIONS, \
     PERF_TYPE_HARDWARE

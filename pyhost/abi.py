@@ -2,7 +2,9 @@
 
 The C header is the definition; tests/contracts/test_abi.py parses it and checks every
 constant and struct layout here against it.  Hypercall and operation numbers
-appear as literals only in the header and in this file.
+appear as literals only in the header and in this file.  It sits at pyhost's
+bottom layer (it imports nothing of pyhost), so that every layer above,
+the architectures' descriptions included, reads the facts from here.
 
 Index spaces (the same names as in the header):
   event id    chosen by the guest, unique per guest, < MAX_EVENT_ID
@@ -81,9 +83,8 @@ SAMPLE_BUF_MIN = 4096
 SAMPLE_BUF_MAX = 1 << 20
 
 # pvperf_abi.h's kernel-half start: the marker store must run here, and guest
-# code here is kernel code (counting).  The architecture's description
-# (pyhost/arch/) holds it for the rest of pyhost; tests/unit/test_arch_seam.py
-# checks that the two agree.
+# code here is kernel code (counting).  Each architecture's module
+# (pyhost/arch/) reads its own into its Arch for the rest of pyhost.
 X86_64_KERNEL_HALF_START = 0xFFFF800000000000
 AARCH64_KERNEL_HALF_START = 0xFFFF000000000000
 
