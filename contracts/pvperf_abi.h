@@ -2,7 +2,7 @@
 /*
  * pvperf_abi.h - the paravirtual perf ABI between a guest kernel and the
  * pvperf host (QEMU TCG plugin + host service).  Defined once, here; the
- * guest driver and the TCG plugin include this file, pyhost/pmu/abi.py mirrors
+ * guest driver and the TCG plugin include this file, pyhost/abi.py mirrors
  * it and tests/contracts/test_abi.py parses this file and compares.
  *
  * It follows the KVM paravirtual perf interface (Zhang Yanmin, v2, 2010):
@@ -13,14 +13,14 @@
  * Transport.  TCG gives a plugin no register access (QEMU 7.2), so a
  * hypercall is not vmcall: the guest kernel fills its per-CPU
  * struct pvperf_hcall in RAM and then executes exactly one marker store,
- *
- *     movl $PVPERF_MARKER_MAGIC, (%rax)      bytes c7 00 50 56 50 46
- *
- * with %rax pointing at that block.  The plugin recognises those bytes at
- * translation time, and the memory callback of the store yields the guest
- * physical address of the block.  The host reads the block once, validates
- * it, acts, writes ->ret, and only then lets the vCPU continue.  The store
- * must run at a kernel-half address: user mode can never issue a hypercall.
+ * the one instruction of its architecture (see "Per guest architecture"
+ * at the end) that writes PVPERF_MARKER_MAGIC into the block's marker
+ * field.  The plugin recognises the instruction at translation time, and
+ * the memory callback of the store yields the guest physical address of
+ * the block.  The host reads the block once, validates it, acts, writes
+ * ->ret, and only then lets the vCPU continue.  The store must run at a
+ * kernel-half address (the architecture's PVPERF_<ARCH>_KERNEL_HALF_START):
+ * user mode can never issue a hypercall.
  *
  * Index spaces (named once; code uses these names):
  *   event id   - chosen by the guest, unique per guest, < PVPERF_MAX_EVENT_ID
@@ -35,19 +35,18 @@
 #define PVPERF_ABI_VERSION		6	/* 2: sampling; 3: sample registers;
 						 * 4: EVENTS; 5: 32 register slots;
 						 * 6: TICK, sample_buf.ticks */
-
-/* The marker store and the value it writes into pvperf_hcall.marker. */
-#define PVPERF_MARKER_MAGIC		0x46505650	/* "PVPF" */
-#define PVPERF_X86_64_MARKER_INSN_LEN	6
-#define PVPERF_X86_64_MARKER_INSN_BYTES	{ 0xc7, 0x00, 0x50, 0x56, 0x50, 0x46 }
-
 /*
- * The arm64 guest's marker store: `stur w16, [x17]` (one little-endian
- * instruction word), with w16 = PVPERF_MARKER_MAGIC and x17 pointing at
- * the caller's struct pvperf_hcall; the same rules as above otherwise.
+ * Renamed in version 6 without a new one (names only: every value and
+ * layout is as it was): the hypercall's store and its magic, once the
+ * "doorbell" (PVPERF_DOORBELL_*, PVPERF_AARCH64_DOORBELL_INSN*,
+ * pvperf_hcall.doorbell), are the marker, since "doorbell" names the
+ * host->guest overflow interrupt (pvperf_proto.h); x86_64's facts, once
+ * unprefixed (PVPERF_DOORBELL_INSN_*, PVPERF_KERNEL_HALF_START,
+ * PVPERF_REG_*), carry PVPERF_X86_64_ as arm64's carry PVPERF_AARCH64_.
  */
-#define PVPERF_AARCH64_MARKER_INSN	0xb8000230
-#define PVPERF_AARCH64_MARKER_INSN_LEN	4
+
+/* The value the marker store writes into pvperf_hcall.marker. */
+#define PVPERF_MARKER_MAGIC		0x46505650	/* "PVPF" */
 
 /* Hypercall number (seed: KVM_PERF_OP) and its operations. */
 #define PVPERF_HC_PERF_OP		3
@@ -124,16 +123,6 @@
  * interrupted the kernel.  Handled by the host without its service.
  */
 #define PVPERF_OP_TICK			0x107
-
-/*
- * The kernel half of the x86_64 address space (4-level paging): the host
- * serves a hypercall only if the marker store ran at or above this address,
- * so user mode can never issue a hypercall; it also splits guest code into
- * kernel and user for counting and profiles.
- */
-#define PVPERF_X86_64_KERNEL_HALF_START	0xffff800000000000ULL
-/* The same on arm64 (VA_BITS = 48, 4K pages): TTBR1_EL1's range. */
-#define PVPERF_AARCH64_KERNEL_HALF_START	0xffff000000000000ULL
 
 /* Execution modes, also the counter split the plugin keeps per vCPU. */
 #define PVPERF_MODE_KERNEL		0
@@ -248,28 +237,11 @@ struct pvperf_guest_perf_param {
  * also records the general-purpose registers as they were just before
  * the instruction at ip ran, so that ip and regs describe one machine
  * state (what an unwinder needs), and sets PVPERF_SAMPLE_REGS in flags.
- * Each architecture has its own order in the same slots (ABI v5: 32 of
- * them, enough for arm64's general registers; slots an architecture does
- * not use are 0):
- *   x86_64: gdb's order, rax rbx rcx rdx rsi rdi rbp rsp r8..r15 (0..15).
- *           eflags is not recorded: TCG computes the flags lazily.
- *   arm64:  x0..x30 (0..30), sp (31): perf's arm64 register numbers
- *           (PERF_REG_ARM64_X0..SP); the pc is ip, pstate is not recorded.
+ * Each architecture has its own order in the same slots (its
+ * PVPERF_<ARCH>_REG_*, at the end; ABI v5: 32 of them, enough for arm64's
+ * general registers; slots an architecture does not use are 0).
  */
 #define PVPERF_SAMPLE_REGS		(1U << 0)
-#define PVPERF_X86_64_REG_AX			0
-#define PVPERF_X86_64_REG_BX			1
-#define PVPERF_X86_64_REG_CX			2
-#define PVPERF_X86_64_REG_DX			3
-#define PVPERF_X86_64_REG_SI			4
-#define PVPERF_X86_64_REG_DI			5
-#define PVPERF_X86_64_REG_BP			6
-#define PVPERF_X86_64_REG_SP			7
-#define PVPERF_X86_64_REG_R8			8	/* r8..r15: 8..15 */
-#define PVPERF_AARCH64_REG_X0		0	/* x0..x30: 0..30 */
-#define PVPERF_AARCH64_REG_FP		29	/* x29 */
-#define PVPERF_AARCH64_REG_LR		30	/* x30 */
-#define PVPERF_AARCH64_REG_SP		31
 #define PVPERF_NR_REGS			32
 
 struct pvperf_sample {
@@ -301,6 +273,55 @@ struct pvperf_sample_buf {
 	__u64 __reserved[5];
 	struct pvperf_sample rec[];	/* (size - 64) / 288 of them */
 };
+
+/* ----------------------------------------------------------------------
+ * Per guest architecture: the marker store, the kernel half, the register
+ * slots of a sample.  The kernel half splits guest code into kernel and
+ * user for counting and profiles, and the host serves a hypercall only if
+ * the marker store ran at or above its start.
+ */
+
+/*
+ * x86_64.  The marker store is
+ *
+ *     movl $PVPERF_MARKER_MAGIC, (%rax)      bytes c7 00 50 56 50 46
+ *
+ * with %rax pointing at the caller's struct pvperf_hcall.  The kernel
+ * half is 4-level paging's upper canonical half.  Register slots: gdb's
+ * order, rax rbx rcx rdx rsi rdi rbp rsp r8..r15 (0..15); eflags is not
+ * recorded, since TCG computes the flags lazily.
+ */
+#define PVPERF_X86_64_MARKER_INSN_LEN	6
+#define PVPERF_X86_64_MARKER_INSN_BYTES	{ 0xc7, 0x00, 0x50, 0x56, 0x50, 0x46 }
+#define PVPERF_X86_64_KERNEL_HALF_START	0xffff800000000000ULL
+#define PVPERF_X86_64_REG_AX		0
+#define PVPERF_X86_64_REG_BX		1
+#define PVPERF_X86_64_REG_CX		2
+#define PVPERF_X86_64_REG_DX		3
+#define PVPERF_X86_64_REG_SI		4
+#define PVPERF_X86_64_REG_DI		5
+#define PVPERF_X86_64_REG_BP		6
+#define PVPERF_X86_64_REG_SP		7
+#define PVPERF_X86_64_REG_R8		8	/* r8..r15: 8..15 */
+
+/*
+ * arm64.  The marker store is
+ *
+ *     stur w16, [x17]                        word b8000230
+ *
+ * (one little-endian instruction word), with w16 = PVPERF_MARKER_MAGIC
+ * and x17 pointing at the caller's struct pvperf_hcall.  The kernel half
+ * is TTBR1_EL1's range (VA_BITS = 48, 4K pages).  Register slots: x0..x30
+ * (0..30), sp (31), perf's arm64 register numbers (PERF_REG_ARM64_X0..SP);
+ * the pc is ip, pstate is not recorded.
+ */
+#define PVPERF_AARCH64_MARKER_INSN	0xb8000230
+#define PVPERF_AARCH64_MARKER_INSN_LEN	4
+#define PVPERF_AARCH64_KERNEL_HALF_START	0xffff000000000000ULL
+#define PVPERF_AARCH64_REG_X0		0	/* x0..x30: 0..30 */
+#define PVPERF_AARCH64_REG_FP		29	/* x29 */
+#define PVPERF_AARCH64_REG_LR		30	/* x30 */
+#define PVPERF_AARCH64_REG_SP		31
 
 #define PVPERF_ABI_ASSERT(c, m) _Static_assert(c, m)
 PVPERF_ABI_ASSERT(sizeof(struct pvperf_hcall) == PVPERF_HCALL_ALIGN,

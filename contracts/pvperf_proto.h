@@ -27,7 +27,7 @@
  * every overflow sent before it.
  *
  * Counter snapshots are exact at the hypercall: they include every guest
- * instruction up to and including the doorbell store and nothing after it.
+ * instruction up to and including the marker store and nothing after it.
  */
 #ifndef PVPERF_PROTO_H
 #define PVPERF_PROTO_H
@@ -179,7 +179,7 @@ struct pvperf_proto_hcall {
 	__u32 magic;
 	__u32 vcpu;			/* vcpu index */
 	__u64 block_gpa;		/* gpa of struct pvperf_hcall */
-	__u64 insn_vaddr;		/* where the doorbell store ran */
+	__u64 insn_vaddr;		/* where the marker store ran */
 	__u64 counters[PVPERF_NR_COUNTERS];
 };
 

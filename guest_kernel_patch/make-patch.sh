@@ -11,7 +11,10 @@
 #                 -> DIR/                                  (verbatim)
 #   Kbuild's pvperf- lines for ARCH (the objects)
 #                 -> DIR/Makefile
-#   pvperf_abi.h  -> arch/<karch>/include/asm/pvperf_abi.h  (verbatim)
+#   contracts/pvperf_abi.h
+#                 -> DIR/pvperf_abi.h (verbatim; the sources include it as
+#                    "pvperf_abi.h", which finds it there, and out of tree
+#                    Kbuild's -I finds it in contracts/)
 #   plus a Kconfig entry CONFIG_PVPERF_PMU and the line that builds DIR:
 #
 #   x86_64   DIR = arch/x86/events/pvperf; the entry in
@@ -56,13 +59,12 @@ kconfig_entry() {
 }
 
 # Per architecture: the Kbuild symbol of its object line, where the files
-# go, the patch's subject, and the two hunks on existing files (their
+# go (the ABI header with them), the patch's subject, and the two hunks on existing files (their
 # context is the same, at the same lines, in Linux 6.1.y and 6.12.y).
 case $arch in
 x86_64)
 	kbuild_config=CONFIG_X86_64
 	dir=arch/x86/events/pvperf
-	abi=arch/x86/include/asm/pvperf_abi.h
 	subject='x86/events: pvperf paravirtual PMU for guests under QEMU TCG'
 	kconfig_file=arch/x86/events/Kconfig
 	kconfig_line=52
@@ -91,7 +93,6 @@ obj-$(CONFIG_CPU_SUP_ZHAOXIN)		+= zhaoxin/
 aarch64)
 	kbuild_config=CONFIG_ARM64
 	dir=arch/arm64/pvperf
-	abi=arch/arm64/include/asm/pvperf_abi.h
 	subject='arm64: pvperf paravirtual PMU for guests under QEMU TCG'
 	kconfig_file=drivers/perf/Kconfig
 	kconfig_line=6
@@ -186,7 +187,7 @@ diffs() {
 	for f in $sources; do
 		newfile "$dir/$f" < "$f"
 	done
-	newfile "$abi" < ../contracts/pvperf_abi.h
+	newfile "$dir/pvperf_abi.h" < ../contracts/pvperf_abi.h
 }
 
 # The files the patch creates, for its summary.
@@ -195,7 +196,7 @@ created() {
 	for f in $sources; do
 		echo "$dir/$f"
 	done
-	echo "$abi"
+	echo "$dir/pvperf_abi.h"
 }
 
 body=$(diffs; echo x)

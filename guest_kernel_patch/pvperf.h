@@ -15,9 +15,9 @@
  *   pvperf_doorbell.c  the overflow interrupt as an MSI-X vector of QEMU's
  *                    ivshmem-doorbell device, when the host gives one
  *   pvperf_arch.h    what the guest architecture provides, implemented by
- *                    one file per architecture (pvperf_x86_64.c)
+ *                    one file per architecture (pvperf_<arch>.c)
  *
- * None of them names an architecture: registers, the doorbell, the
+ * None of them names an architecture: registers, the marker store, the
  * overflow interrupt and the page-fault hook are behind pvperf_arch.h.
  */
 #ifndef PVPERF_H
@@ -27,7 +27,7 @@
 #include <linux/perf_event.h>
 #include <linux/types.h>
 
-#include <asm/pvperf_abi.h>
+#include "pvperf_abi.h"
 
 /*
  * Counters each CPU may have started at once.  The host counts in software

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * pvperf_aarch64.c - the arm64 side of the pvperf driver (pvperf_arch.h):
- * the doorbell store, struct pt_regs of a sample, the overflow interrupt
+ * the marker store, struct pt_regs of a sample, the overflow interrupt
  * (none but the doorbell device's) and the page-fault hook through the
  * software page-fault event.
  */
@@ -18,11 +18,11 @@
 #include "pvperf_arch.h"
 
 /* ----------------------------------------------------------------------
- * The doorbell
+ * The marker store
  */
 
 /*
- * The only place that executes the doorbell store: noinline keeps it one
+ * The only place that executes the marker store: noinline keeps it one
  * instruction in the module text and puts a return right after it, so no
  * two hypercalls share a translation block.  The store must be exactly
  * "stur w16, [x17]" (PVPERF_AARCH64_MARKER_INSN), the word the TCG plugin
@@ -30,7 +30,7 @@
  * the mnemonic and both registers are spelled out.  The "memory" clobber
  * keeps the compiler from moving accesses to the block across it.
  */
-noinline void pvperf_arch_doorbell(void *block)
+noinline void pvperf_arch_marker(void *block)
 {
 	register u32 magic asm("w16") = PVPERF_MARKER_MAGIC;
 	register void *blk asm("x17") = block;

@@ -4,11 +4,11 @@
  *
  * The driver's generic files reach the architecture only through these
  * functions.  Each architecture implements all of them in one file named
- * after it (pvperf_x86_64.c), which Kbuild picks by the kernel's CONFIG_
+ * after it (pvperf_<arch>.c), which Kbuild picks by the kernel's CONFIG_
  * symbol.  That file calls nothing in the generic files: what it must call
  * back (the overflow interrupt's handler, the page-fault report) it is
  * handed at registration.  So it holds no generic logic, and the hypercall
- * test module (hctest/) links it for the doorbell alone.
+ * test module (hctest/) links it for the marker store alone.
  */
 #ifndef PVPERF_ARCH_H
 #define PVPERF_ARCH_H
@@ -16,17 +16,18 @@
 #include <linux/ptrace.h>
 #include <linux/types.h>
 
-#include <asm/pvperf_abi.h>
+#include "pvperf_abi.h"
 
 /*
- * Ring the doorbell of the hypercall block at @block: the instruction the
- * TCG plugin recognises at translation time (PVPERF_X86_64_MARKER_INSN_BYTES),
- * a store into the block.  The vCPU continues only once the host has
- * written ->ret.  The caller fills the block before, reads ->ret after and
- * keeps IRQs off around it.  @block may be anywhere (the fuzz test
- * misplaces it on purpose; the host refuses such a block).
+ * Execute the marker store into the hypercall block at @block: the
+ * instruction the TCG plugin recognises at translation time (the
+ * architecture's PVPERF_<ARCH>_MARKER_INSN* in pvperf_abi.h).  The vCPU
+ * continues only once the host has written ->ret.  The caller fills the
+ * block before, reads ->ret after and keeps IRQs off around it.  @block
+ * may be anywhere (the fuzz test misplaces it on purpose; the host refuses
+ * such a block).
  */
-void pvperf_arch_doorbell(void *block);
+void pvperf_arch_marker(void *block);
 
 /*
  * Complete @regs, the registers a sample @rec is reported with.  On entry

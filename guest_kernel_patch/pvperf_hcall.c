@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * pvperf_hcall.c - the hypercall transport: one block per CPU and context,
- * filled here, handed to the architecture's doorbell (pvperf_arch.h).
+ * filled here, handed to the architecture's marker store (pvperf_arch.h).
  */
 
 #define pr_fmt(fmt) "pvperf: " fmt
@@ -37,8 +37,8 @@ static DEFINE_PER_CPU(struct pvperf_hcall *, pvperf_hcall_blocks);
 
 /*
  * Issue one hypercall on the current CPU and return the host's ->ret.
- * Without a host the doorbell is just a store and ->ret stays -ENOSYS.
- * The doorbell is out of line, so the compiler has written the block
+ * Without a host the marker store is just a store and ->ret stays -ENOSYS.
+ * The marker store is out of line, so the compiler has written the block
  * before it and reads ->ret, which the host writes before the vCPU
  * continues, after it.
  */
@@ -57,7 +57,7 @@ s64 pvperf_hypercall(u32 op, u64 arg0, u64 arg1, u64 arg2)
 	hc->args[1] = arg1;
 	hc->args[2] = arg2;
 	hc->ret = -ENOSYS;	/* the ABI's "no host" value */
-	pvperf_arch_doorbell(hc);
+	pvperf_arch_marker(hc);
 	ret = READ_ONCE(hc->ret);
 	local_irq_restore(flags);
 	return ret;

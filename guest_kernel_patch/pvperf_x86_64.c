@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * pvperf_x86_64.c - the x86_64 side of the pvperf driver (pvperf_arch.h):
- * the doorbell store, struct pt_regs of a sample, the overflow interrupt
+ * the marker store, struct pt_regs of a sample, the overflow interrupt
  * as an NMI, and the page-fault tracepoints.
  */
 
@@ -21,11 +21,11 @@
 #include "pvperf_arch.h"
 
 /* ----------------------------------------------------------------------
- * The doorbell
+ * The marker store
  */
 
 /*
- * The only place that executes the doorbell store: noinline keeps it one
+ * The only place that executes the marker store: noinline keeps it one
  * instruction in the module text, which tests/vm/test_driver_build.py checks,
  * and puts a return right after it, so no two hypercalls share a
  * translation block.  The store must be exactly "movl
@@ -33,7 +33,7 @@
  * plugin matches; the "memory" clobber keeps the compiler from moving
  * accesses to the block across it.
  */
-noinline void pvperf_arch_doorbell(void *block)
+noinline void pvperf_arch_marker(void *block)
 {
 	asm volatile("movl %[magic], (%[block])"
 		     : /* no outputs: the host writes the block's ->ret */

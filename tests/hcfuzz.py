@@ -7,12 +7,12 @@ call); tests/vm/test_robustness.py checks the two generators against each
 other on the host (gcc) and compares the module's per-kind histograms of
 ->ret, and a hash of every (kind, ret), with ``predict()``.
 
-``predict()`` is written from the ABI (guest_kernel_patch/README.md, the
-op table; pyhost/hypercall.py's docstring) and not from the backend's code:
-each call has at most one defect, so its errno does not depend on the order
-in which the host checks things.  The only state is the set of tracked
-event ids that are open and running, all on one vCPU (the module pins
-itself with migrate_disable()).
+``predict()`` is written from the ABI (contracts/pvperf_abi.h, each
+operation's comment; pyhost/pmu/hypercall.py's docstring) and not from the
+backend's code: each call has at most one defect, so its errno does not
+depend on the order in which the host checks things.  The only state is
+the set of tracked event ids that are open and running, all on one vCPU
+(the module pins itself with migrate_disable()).
 """
 from __future__ import annotations
 

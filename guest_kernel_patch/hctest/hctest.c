@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * hctest.c - pvperf_hctest.ko, raw pvperf hypercalls from inside the guest:
- * latency, and fuzzing (hctest_fuzz.c).  A test module, never part of the
- * image: the tests copy it into the share and insmod it from /mnt/host.
+ * latency, and fuzzing (hctest_fuzz.c), both through hctest_hcall.c.  A
+ * test module, never part of the image: the tests copy it into the share
+ * and insmod it from /mnt/host.
  *
  *   insmod pvperf_hctest.ko mode=latency count=N
  *	N PROBEs, each timed with ktime_get_ns() with IRQs off, then one line
@@ -33,11 +34,11 @@
  * init_module().)  Bad parameters give -EINVAL.
  *
  * It has its own hypercall block (kmalloc(64): naturally aligned), issues
- * the doorbell with the driver's own architecture code (pvperf_arch.h,
- * linked in) with IRQs off, and does not need pvperf.ko (only a host: without one every ret stays
- * -ENOSYS).  It does not touch the driver's events: the fuzz uses event
- * ids far above the driver's (see hct_gen.h) and should run while no
- * perf event is open.
+ * the marker store with the driver's own architecture code (pvperf_arch.h,
+ * linked in; hctest_hcall.c) with IRQs off, and does not need pvperf.ko
+ * (only a host: without one every ret stays -ENOSYS).  It does not touch
+ * the driver's events: the fuzz uses event ids far above the driver's (see
+ * hct_gen.h) and should run while no perf event is open.
  *
  * The canary.  Every guest address the fuzz hands the host lies in one
  * 4-page buffer filled with a pattern whose every byte is >= 0x80 (so any
@@ -67,9 +68,8 @@
 #include <linux/sort.h>
 #include <linux/string.h>
 
-#include <asm/pvperf_abi.h>
+#include "pvperf_abi.h"
 #include "hctest.h"
-#include "pvperf_arch.h"
 
 static char *mode = "latency";
 module_param(mode, charp, 0);
@@ -86,68 +86,6 @@ MODULE_PARM_DESC(ram_mb, "fuzz: the guest's RAM in MiB (pvperf run --mem)");
 
 #define HCT_MAX_COUNT		1000000u
 #define HCT_WARMUP		100u
-
-/* ----------------------------------------------------------------------
- * The doorbell
- */
-
-/*
- * Fill the block at @blk (any address; the fuzz misplaces it on purpose)
- * and ring the driver's doorbell (pvperf_arch.h: out of line, so no two
- * hypercalls share a translation block, which the plugin requires);
- * return ->ret as the host left it.  The block is filled with memcpy()
- * because it may be unaligned.
- */
-s64 hct_hypercall(void *blk, u32 nr, u32 op, const u64 *args, s64 preset)
-{
-	struct pvperf_hcall img = {
-		.nr = nr, .op = op, .ret = preset,
-		.args = { args[0], args[1], args[2] },
-	};
-	unsigned long flags;
-	s64 ret;
-
-	local_irq_save(flags);
-	memcpy(blk, &img, sizeof(img));
-	pvperf_arch_doorbell(blk);
-	memcpy(&ret, blk + offsetof(struct pvperf_hcall, ret), sizeof(ret));
-	local_irq_restore(flags);
-	return ret;
-}
-
-/* What the block must hold after a call: what we wrote, the magic, @ret. */
-bool hct_block_intact(const void *blk, u32 nr, u32 op, const u64 *args,
-		      s64 ret)
-{
-	struct pvperf_hcall want = {
-		.marker = PVPERF_MARKER_MAGIC, .nr = nr, .op = op,
-		.ret = ret, .args = { args[0], args[1], args[2] },
-	};
-
-	if (!memcmp(blk, &want, sizeof(want)))
-		return true;
-	/* The first few, byte for byte: what changed, and where. */
-	pr_warn_ratelimited("block %px not as left: nr %u op %u ret %lld\n",
-			    blk, nr, op, ret);
-	print_hex_dump(KERN_WARNING, "pvperf_hctest: have ", DUMP_PREFIX_OFFSET,
-		       16, 8, blk, sizeof(want), false);
-	print_hex_dump(KERN_WARNING, "pvperf_hctest: want ", DUMP_PREFIX_OFFSET,
-		       16, 8, &want, sizeof(want), false);
-	return false;
-}
-
-struct pvperf_hcall *hct_block_alloc(void)
-{
-	struct pvperf_hcall *hc = kzalloc(sizeof(*hc), GFP_KERNEL);
-
-	if (hc && !IS_ALIGNED((unsigned long)hc, sizeof(*hc))) {
-		pr_err("kmalloc(%zu) is not %zu-aligned\n", sizeof(*hc),
-		       sizeof(*hc));
-		kfree(hc);
-		return NULL;
-	}
-	return hc;
-}
 
 /* ----------------------------------------------------------------------
  * mode=latency

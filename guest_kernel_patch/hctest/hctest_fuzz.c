@@ -17,7 +17,7 @@
 #include <linux/slab.h>
 #include <linux/string.h>
 
-#include <asm/pvperf_abi.h>
+#include "pvperf_abi.h"
 #include "hct_gen.h"
 #include "hctest.h"
 

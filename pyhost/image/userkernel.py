@@ -278,10 +278,9 @@ def build_driver(build_dir: Path, release: str) -> Path:
         return ko
     src = out / "src"
     shutil.rmtree(src, ignore_errors=True)
-    (src / "include" / "asm").mkdir(parents=True)
+    src.mkdir(parents=True)
     for name in driver_sources():
         shutil.copy(DRIVER_DIR / name, src / name)
-    shutil.copy(ABI_HEADER, src / "include" / "asm" / "pvperf_abi.h")
     # modules_prepare: a tree built with `make vmlinux` lacks what
     # external modules link with (scripts/module.lds); quick when done.
     # Such a tree of 6.2 or later has no Module.symvers either (only
@@ -291,8 +290,8 @@ def build_driver(build_dir: Path, release: str) -> Path:
                if not (build_dir / "Module.symvers").is_file()
                and (build_dir / "vmlinux.symvers").is_file() else [])
     for target in (["modules_prepare"],
-                   [f"M={src}", "CONFIG_DEBUG_INFO_BTF_MODULES=", *exports,
-                    "modules"]):
+                   [f"M={src}", f"PVPERF_CONTRACTS={ABI_HEADER.parent}",
+                    "CONFIG_DEBUG_INFO_BTF_MODULES=", *exports, "modules"]):
         r = subprocess.run(["make", "-C", str(build_dir), *target],
                            capture_output=True, text=True)
         if r.returncode != 0:

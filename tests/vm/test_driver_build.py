@@ -1,8 +1,9 @@
 """The guest driver (guest_kernel_patch/): the module builds clean against
 the Debian headers of both guest kernels (6.1, and 6.12 for the
-linux-6.12 image), carries the right metadata and exactly one doorbell,
-and the in-tree patches (x86_64's and arm64's) are generated from the same
-source, apply to linux-source-6.1 and linux-source-6.12 and compile.
+linux-6.12 image), carries the right metadata and exactly one marker
+store (the hypercall's instruction), and the in-tree patches (x86_64's
+and arm64's) are generated from the same source, apply to
+linux-source-6.1 and linux-source-6.12 and compile.
 
 The first run downloads the headers (14 MB, 16 MB for 6.12) and the
 linux-source packages (140 and 153 MB, unpacked once into
@@ -36,24 +37,24 @@ PATCH = GKP / "0001-x86-events-pvperf-paravirtual-PMU.patch"
 @dataclass(frozen=True)
 class InTree:
     """An architecture's in-tree patch (make-patch.sh ARCH): where it puts
-    the driver and the ABI header, and the Kbuild line of its own file."""
+    the driver (and the ABI header with it), and the Kbuild line of its own
+    file."""
     patch: Path
     dir: str
-    include: str                # holds asm/pvperf_abi.h
     kbuild_line: str
     arch_file: str
 
 
 IN_TREE = {
-    "x86_64": InTree(PATCH, "arch/x86/events/pvperf", "arch/x86/include",
+    "x86_64": InTree(PATCH, "arch/x86/events/pvperf",
                      "pvperf-$(CONFIG_X86_64)\t+= pvperf_x86_64.o",
                      "pvperf_x86_64.c"),
     "aarch64": InTree(GKP / "0001-arm64-pvperf-paravirtual-PMU.patch",
-                      "arch/arm64/pvperf", "arch/arm64/include",
+                      "arch/arm64/pvperf",
                       "pvperf-$(CONFIG_ARM64)\t+= pvperf_aarch64.o",
                       "pvperf_aarch64.c"),
 }
-DOORBELL = "c7 00 50 56 50 46"
+MARKER = "c7 00 50 56 50 46"     # x86_64's marker store
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pvperf"
 
 
@@ -141,28 +142,28 @@ def objdump_functions(ko: Path, objdump: str = "objdump") -> dict[str, str]:
     return funcs
 
 
-def assert_one_doorbell(ko: Path) -> None:
-    """Every hypercall goes through pvperf_arch_doorbell(): one doorbell
-    store, `movl $0x46505650,(%rax)`, in .text, and none anywhere else."""
+def assert_one_marker(ko: Path) -> None:
+    """Every hypercall goes through pvperf_arch_marker(): one marker store,
+    `movl $0x46505650,(%rax)`, in .text, and none anywhere else."""
     funcs = objdump_functions(ko)
-    where = {f: body.count(DOORBELL) for f, body in funcs.items()
-             if DOORBELL in body}
-    assert where == {"pvperf_arch_doorbell": 1}
-    line = next(l for l in funcs["pvperf_arch_doorbell"].splitlines()
-                if DOORBELL in l)
+    where = {f: body.count(MARKER) for f, body in funcs.items()
+             if MARKER in body}
+    assert where == {"pvperf_arch_marker": 1}
+    line = next(l for l in funcs["pvperf_arch_marker"].splitlines()
+                if MARKER in l)
     assert re.search(r"movl\s+\$0x46505650,\(%rax\)", line), line
     text = run(["objdump", "-d", "-j", ".text", ko]).stdout
-    assert text.count(DOORBELL) == 1, "the doorbell is not in .text"
+    assert text.count(MARKER) == 1, "the marker store is not in .text"
 
 
-def test_doorbell_once_in_the_arch_doorbell(build):
-    assert_one_doorbell(KO)
+def test_marker_store_once_in_the_arch_marker(build):
+    assert_one_marker(KO)
 
 
 def test_612_module_builds_clean_for_the_images_kernel(build):
     """make IMAGE=linux-6.12 builds linux-6.12/pvperf.ko against the
     headers of that image's kernel (6.12 from its recipe's release),
-    without warnings, with its one doorbell; the 6.1 build stays."""
+    without warnings, with its one marker store; the 6.1 build stays."""
     r = build.build612
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning:" not in r.stdout + r.stderr
@@ -170,7 +171,7 @@ def test_612_module_builds_clean_for_the_images_kernel(build):
     release = modinfo(ko)["vermagic"].split()[0]
     assert release.startswith("6.12.") and \
         release == fetch_kbuild("--kver", image=IMAGE_612)
-    assert_one_doorbell(ko)
+    assert_one_marker(ko)
     assert modinfo(KO)["vermagic"].startswith("6.1.")
 
 
@@ -179,9 +180,9 @@ def test_612_module_builds_clean_for_the_images_kernel(build):
                         "*_Packages*")),
                     reason="no arm64 cross compiler or arm64 package lists "
                     "(pvperf image build --arch aarch64 fetches them)")
-def test_arm64_module_builds_and_rings_stur_once(build):
+def test_arm64_module_builds_with_one_stur_marker(build):
     """make KARCH=arm64 cross-builds arm64/pvperf.ko without warnings, its
-    one doorbell `stur w16, [x17]` (b8000230) in pvperf_arch_doorbell."""
+    one marker store `stur w16, [x17]` (b8000230) in pvperf_arch_marker."""
     r = run(["make", "-C", GKP, "KARCH=arm64", "W=1"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning:" not in r.stdout + r.stderr
@@ -189,21 +190,22 @@ def test_arm64_module_builds_and_rings_stur_once(build):
     funcs = objdump_functions(ko, "aarch64-linux-gnu-objdump")
     where = {f: body.count("\tb8000230 \t") for f, body in funcs.items()
              if "\tb8000230 \t" in body}
-    assert where == {"pvperf_arch_doorbell": 1}
+    assert where == {"pvperf_arch_marker": 1}
     assert re.search(r"stur\s+w16, \[x17\]",
-                     funcs["pvperf_arch_doorbell"]), funcs
+                     funcs["pvperf_arch_marker"]), funcs
 
 
-def test_hctest_rings_the_drivers_doorbell(kdir):
+def test_hctest_uses_the_drivers_marker_store(kdir):
     """The hypercall test module links the driver's architecture file and
-    issues the doorbell through the same function, not a copy of its own."""
+    issues the marker store through the same function, not a copy of its
+    own."""
     r = run(["make", "-C", GKP, "hctest", "W=1"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning:" not in r.stdout + r.stderr
     funcs = objdump_functions(HCTEST_KO)
-    where = {f: body.count(DOORBELL) for f, body in funcs.items()
-             if DOORBELL in body}
-    assert where == {"pvperf_arch_doorbell": 1}
+    where = {f: body.count(MARKER) for f, body in funcs.items()
+             if MARKER in body}
+    assert where == {"pvperf_arch_marker": 1}
     for path in (GKP / "hctest").glob("*.c"):
         if not ARCH_FILE.fullmatch(path.name) and \
                 not path.name.endswith(".mod.c"):
@@ -265,7 +267,7 @@ def test_patch_carries_the_module_source_verbatim(arch):
         if ARCH_FILE.fullmatch(name) and name != it.arch_file:
             continue
         assert files.pop(f"{it.dir}/{name}") == (GKP / name).read_text(), name
-    assert files.pop(f"{it.include}/asm/pvperf_abi.h") == \
+    assert files.pop(f"{it.dir}/pvperf_abi.h") == \
         (REPO / "contracts" / "pvperf_abi.h").read_text()
     makefile = files.pop(f"{it.dir}/Makefile")
     assert "obj-$(CONFIG_PVPERF_PMU)" in makefile
@@ -295,6 +297,17 @@ def test_kbuild_names_every_driver_source():
     assert "pvperf_arch.h" in sources
 
 
+def test_abi_header_is_read_from_contracts():
+    """The driver and hctest include "pvperf_abi.h" from contracts/
+    (Kbuild's include path): no copy or link of it in guest_kernel_patch/
+    (the builds' own copies, arm64/ and linux-*/, aside)."""
+    tracked = run(["git", "-C", GKP, "ls-files"]).stdout.split()
+    assert tracked and not [f for f in tracked
+                            if f.endswith("pvperf_abi.h")], tracked
+    for kbuild in (GKP / "Kbuild", GKP / "hctest" / "Kbuild"):
+        assert "-I$(PVPERF_CONTRACTS)" in kbuild.read_text(), kbuild
+
+
 def strip_c_comments(text: str) -> str:
     """C source without comments and string literals (messages may say
     anything)."""
@@ -308,10 +321,10 @@ ARCH_ONLY = [
     r"__x86_64__", r"__aarch64__", r"__riscv", r"\bCONFIG_(X86|ARM64|RISCV)",
     r"\bx86", r"\bX86_", r"\barm64", r"\baarch64",
     r"\basm\b(?!/)", r"__asm__",                  # instructions
-    r"\bPVPERF_REG_\w+",                          # the ABI's register order
+    r"\bPVPERF_(X86_64|AARCH64|RISCV64)_\w+",     # the ABI's per-arch facts
     r"\bNMI_\w+", r"\w*nmi_handler", r"(?i)\bapic\w*",  # x86's NMI path
     r"\bpage_fault_(user|kernel)\b",               # x86's fault tracepoints
-    r"#include\s*<asm/(?!pvperf_abi\.h>)",         # arch headers
+    r"#include\s*<asm/",                          # arch headers
 ]
 
 
@@ -347,7 +360,7 @@ def test_arch_file_implements_the_seam_and_nothing_generic():
     and uses none of the generic files (so hctest can link it alone)."""
     seam = (GKP / "pvperf_arch.h").read_text()
     declared = set(re.findall(r"^\w[\w ]*\b(pvperf_arch_\w+)\(", seam, re.M))
-    assert declared >= {"pvperf_arch_doorbell", "pvperf_arch_sample_regs",
+    assert declared >= {"pvperf_arch_marker", "pvperf_arch_sample_regs",
                         "pvperf_arch_overflow_irq_register",
                         "pvperf_arch_fault_hook_register"}
     arch_files = [n for n in driver_sources() if ARCH_FILE.fullmatch(n)]
@@ -389,8 +402,8 @@ def kdir_arm64() -> Path:
 @pytest.mark.parametrize("arch,headers", [
     ("x86_64", "kdir"), ("x86_64", "kdir612"), ("aarch64", "kdir_arm64")])
 def test_patched_files_compile_in_tree_layout(request, arch, headers):
-    """Build the patch's files as a module with the in-tree include layout
-    (<asm/pvperf_abi.h> from arch/<karch>/include) and its own Makefile,
+    """Build the patch's files as a module with the in-tree layout (the
+    ABI header beside the sources, no include path) and its own Makefile,
     against the headers of 6.1 and 6.12 (x86_64) and of arm64's 6.1
     (cross-compiled)."""
     it = IN_TREE[arch]
@@ -404,9 +417,7 @@ def test_patched_files_compile_in_tree_layout(request, arch, headers):
         src = work / it.dir
         # The in-tree Makefile, plus what the arch Makefile would provide.
         (src / "Kbuild").write_text(
-            "CONFIG_PVPERF_PMU := m\n"
-            f"ccflags-y := -I{work / it.include}\n"
-            + (src / "Makefile").read_text())
+            "CONFIG_PVPERF_PMU := m\n" + (src / "Makefile").read_text())
         cross = (["ARCH=arm64", "CROSS_COMPILE=aarch64-linux-gnu-"]
                  if arch == "aarch64" else [])
         # No module BTF (as the Makefile): 6.12's needs pahole and the
@@ -422,8 +433,8 @@ def test_patched_files_compile_in_tree_layout(request, arch, headers):
 
 @pytest.mark.vm
 def test_without_host_prints_one_line_and_does_not_register(build):
-    """No plugin: the doorbell is a plain store, PROBE reads -ENOSYS, the
-    driver says so and refuses to load; nothing WARNs, no "cpu" PMU."""
+    """No plugin: the marker store is a plain store, PROBE reads -ENOSYS,
+    the driver says so and refuses to load; nothing WARNs, no "cpu" PMU."""
     r = run_pvperf(["run", "--no-pmu", "--", "sh", "-c",
                     "insmod /lib/modules/pvperf/pvperf.ko; echo insmod=$?; "
                     "dmesg; echo __DEVICES__; ls -1 /sys/bus/event_source/devices"])

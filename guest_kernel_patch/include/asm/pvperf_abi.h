@@ -1,1 +1,0 @@
-../../../contracts/pvperf_abi.h
