@@ -37,11 +37,13 @@ from ..image import build as image_build
 from ..image import recipe as image_recipe
 from ..image import aptdir as image_aptdir
 from ..image import packages as image_packages
+from ..image import stage
 from ..image.inputs import DEFAULT_DRIVER
 from ..paths import DRIVER_KO_PATH
 from ..pmu.events import default_events
 from .. import results
 from ..vm import checkpoint as vm_checkpoint
+from ..vm import determinism
 from ..vm.launcher import VMConfig, run_command, run_shell
 from ..vm.qemu import find_qemu
 
@@ -133,7 +135,22 @@ def run_and_record(config: VMConfig, json_out: Path | None,
                    asked: tuple[str, ...] = ()) -> int:
     """Run ``config``; with ``json_out``, write the perf stat counts found
     in the command's stderr (pyhost/results.py), named as ``asked`` (the
-    -e lists given to perf stat) names them."""
+    -e lists given to perf stat) names them.  A deterministic run says at
+    its end when the command changed the share (vm/determinism.py)."""
+    if config.deterministic:
+        before = stage.share_state(config.share)
+        try:
+            return _run_and_record(config, json_out, asked)
+        finally:
+            note = determinism.end_note(before,
+                                        stage.share_state(config.share))
+            if note:
+                click.echo(note, err=True)
+    return _run_and_record(config, json_out, asked)
+
+
+def _run_and_record(config: VMConfig, json_out: Path | None,
+                    asked: tuple[str, ...]) -> int:
     if json_out is None:
         return run_async(run_command(config))
     # Read now: another pvperf may replace the cached image meanwhile.

@@ -266,6 +266,9 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
     if config.staged:
         # In guest RAM: at most a quarter of it (image/stage.py).
         config.initrd_overlay = stage.stage_share(share, (mem << 20) // 4)
+        if deterministic:
+            click.echo(determinism.start_note(share, config.initrd_overlay),
+                       err=True)
     if kernel_build is not None and kernel is None:
         raise click.BadParameter("needs --kernel", param_hint="'--kernel-build'")
     config.image = ensure_image(image_name)

@@ -40,6 +40,21 @@ def share_bytes(share: Path) -> int:
     return total
 
 
+def share_state(share: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime in ns) of every regular file below ``share``, by
+    relative path: what a run's copy-back may change (symlinks not
+    followed)."""
+    state = {}
+    for dirpath, _, filenames in os.walk(share):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if not os.path.islink(path):
+                state[os.path.relpath(path, share)] = (st.st_size,
+                                                       st.st_mtime_ns)
+    return state
+
+
 def stage_share(share: Path, limit: int) -> bytes:
     """The newc archive that puts ``share`` at /mnt/host in the guest;
     refuses more than ``limit`` bytes of files (they live in guest RAM)."""

@@ -52,9 +52,18 @@ removes it:
 Not deterministic: anything the command reads from outside the guest
 while it runs (there is no network; the host's stdin is not forwarded),
 and kernel messages on the serial console when the host reads it late.
+
+Inputs, not leaks: the image, the command line and the share's content.
+The guest unpacks the staged share while it boots, so one more file (a
+``perf stat -o`` the previous run copied back) makes the boot take a few
+microseconds more; the ticks then fall elsewhere in the command and its
+kernel-inclusive counts move by a few instructions (user-space counts
+do not).  The run names what it staged at its start (start_note) and
+says at its end when the command changed the share (end_note).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -99,3 +108,25 @@ def check(smp: int) -> None:
                       f"--smp {smp}: QEMU runs icount single-threaded and "
                       "the plugin counts one vCPU there",
                       "use --smp 1 (the default)")
+
+
+def start_note(share: Path, overlay: bytes) -> str:
+    """The line a deterministic run prints first: the staged share, by the
+    digest of its archive (every entry's name, mode, mtime and content)."""
+    digest = hashlib.sha256(overlay).hexdigest()[:16]
+    return (f"pvperf: deterministic run: share {share} staged "
+            f"({len(overlay)} bytes, sha256 {digest}); counts with a kernel "
+            "part repeat for the same share, command and image")
+
+
+def end_note(before: dict, after: dict) -> str | None:
+    """What a deterministic run prints last when the command changed the
+    share (``before``/``after``: image.stage.share_state), else None."""
+    changed = sorted(p for p in after if after[p] != before.get(p))
+    if not changed:
+        return None
+    names = ", ".join(changed[:3]) + (", ..." if len(changed) > 3 else "")
+    return (f"pvperf: deterministic run: {len(changed)} file(s) copied "
+            f"back into the share ({names}): the next run stages another "
+            "share, and its kernel-inclusive counts may differ by a few "
+            "instructions (write outputs elsewhere, or restore the share)")
