@@ -49,9 +49,9 @@ def program(name: str, where: str) -> str:
 
 def draw_mix(rng: random.Random) -> list[tuple[str, ...]]:
     """Steps (kind, ...): a stat of hotcold first (the valgrind check),
-    three to five drawn steps, the issue's case last."""
+    two to four drawn steps, the issue's case last."""
     steps = [("stat", "hotcold", rng.choice(WHERE[:3]), "stdout")]
-    for _ in range(rng.randint(3, 5)):
+    for _ in range(rng.randint(2, 4)):
         kind = rng.choice(("stat", "stat", "record", "big"))
         name = rng.choice(("hotcold", "qs"))
         if kind == "stat":
@@ -81,7 +81,7 @@ def script(steps) -> str:
                              "2>&1 >/dev/null | grep .")
         elif step[0] == "record":
             _, name, where, event = step
-            period = 10007 if event.endswith(":u") else 100003
+            period = 50021 if event.endswith(":u") else 200003
             lines += [f"perf record -q -o /mnt/host/r{i}.data -e {event} "
                       f"-c {period} {program(name, where)} >/dev/null 2>&1",
                       f"perf script -i /mnt/host/r{i}.data -F ip,sym,period "
