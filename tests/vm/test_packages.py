@@ -235,10 +235,10 @@ def test_resolve_with_apt(tmp_path, monkeypatch):
 PY_IMAGE, DBG_IMAGE = "test-python3", "test-libc6-dbg"
 # memset's `rep stosb` above 2 KiB too (see the module docstring)
 PY_TUNABLES = TUNABLES + ":glibc.cpu.x86_rep_stosb_threshold=0x10000000"
-# Python: one hash seed; no byte code read or written (the image has no
-# .pyc, its packages' postinst did not run, but a guest run writes them
-# into the root file system, and the host run must not write into the
-# image's tree): both sides compile the modules they import.
+# Python: one hash seed; no byte code read or written (the image's .pyc
+# carry the initramfs' mtimes, which the host's copy of the tree does not
+# have, and the host run must not write into the image's tree): both
+# sides compile the modules they import.
 PY_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "PYTHONHASHSEED": "0",
           "PYTHONDONTWRITEBYTECODE": "1",
           "PYTHONPYCACHEPREFIX": "/nonexistent/pycache",
