@@ -60,7 +60,7 @@ from .inputs import DEFAULT_DRIVER, Inputs, gather
 from .kernel import kernel_banner
 from .recipe import load_recipe
 from .root import install_driver, populate_root, write_image_json
-from .smoke import guest_run, smoke_boot
+from .smoke import SMOKE_MEM_MB, guest_run, smoke_boot
 from .store import BuildLock, GuestImage, image_dir, image_from_dir, \
     images_dir, install_image, recipe_name
 from .sysmap import system_map_from_kallsyms
@@ -263,9 +263,12 @@ def _configure(out: Path, root: Path, inputs: Inputs,
     if maintainer.has_ldconfig(root):
         report(7, "running the guest's ldconfig (a build-time boot)")
         t0 = time.monotonic()
+        # The root file system is a tmpfs of half the RAM, already about
+        # as full as the cpio is big: room for ldconfig to write.
+        mem_mb = SMOKE_MEM_MB + 2 * (cpio.stat().st_size >> 20)
         status, cache, err = guest_run(out / "vmlinux", cpio,
                                        maintainer.LDCONFIG_COMMAND,
-                                       inputs.arch)
+                                       inputs.arch, mem_mb=mem_mb)
         if status != 0:
             raise ImageError("cannot make the dynamic linker's cache",
                              f"the guest's ldconfig exited with {status}",

@@ -56,13 +56,13 @@ def smoke_command(tools: Iterable[str] = (), arch: Arch | None = None
 
 
 def guest_run(vmlinux: Path, initramfs: Path, command: str,
-              arch: Arch | None = None, timeout: float = SMOKE_TIMEOUT
-              ) -> tuple[int, bytes, str]:
+              arch: Arch | None = None, timeout: float = SMOKE_TIMEOUT,
+              mem_mb: int = SMOKE_MEM_MB) -> tuple[int, bytes, str]:
     """Boot the image once (run mode, no share, no PMU, ``nokaslr``) to
     run ``command``; (exit status, stdout bytes, stderr text)."""
     arch = arch or host()
     config = VMConfig(image=BootFiles(vmlinux, initramfs), guest_action=RUN,
-                      command=command, mem_mb=SMOKE_MEM_MB,
+                      command=command, mem_mb=mem_mb,
                       pmu=False, timeout=timeout, boot_timeout=timeout,
                       kernel_args=("nokaslr",), arch=arch)
     out, err = io.BytesIO(), io.BytesIO()
