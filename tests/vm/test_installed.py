@@ -52,7 +52,7 @@ sec valgrind; {ENV} {CG} {PROGRAM} 2>&1 >/dev/null
 sec written; find / -xdev -name '*.pyc' -newer /tmp/mark
 sec ldtrace; LD_DEBUG=libs python3 -S -c pass 2>&1 | grep -c 'search cache=/etc/ld.so.cache'
 sec ldconfig; ldconfig -C /tmp/ld.cache && cmp /tmp/ld.cache /etc/ld.so.cache && echo same
-sec rmt; readlink /usr/sbin/rmt /etc/alternatives/rmt
+sec rmt; readlink /usr/sbin/rmt; readlink /etc/alternatives/rmt
 sec end
 """
 
@@ -96,6 +96,7 @@ def test_first_python_run_counts_as_the_second(guest):
     first, second = stat_count(s["first"]), stat_count(s["second"])
     assert abs(first - second) / second <= 0.005, (first, second)
     ir = valgrind_ir(s["valgrind"])
+    print(f"instructions:u first {first} second {second}, valgrind Ir {ir}")
     for n in (first, second):
         assert -0.02 <= (n - ir) / ir <= 0.002, (n, ir)
     assert s["written"] == [], s["written"]

@@ -431,10 +431,11 @@ def test_python3_instruction_count_against_valgrind(py_image, py_guest,
     ref = cachegrind_functions([str(py_image["root"] / "usr/bin/python3.11"),
                                 "-c", "pass"], tmp_path / "cg.out")["*"]
     assert -0.02 <= (guest - ref) / ref <= 0.002, (guest, ref)
-    # As a user types it, first in the boot: it also writes the .pyc
-    # files and takes a random hash seed, so only the same magnitude.
+    # As a user types it, first in the boot: it reads the image's .pyc
+    # (maintainer.py) where the measured run compiles every module, and
+    # takes a random hash seed, so fewer, of the same magnitude.
     plain = stat_count(py_guest["stat-plain"])
-    assert 0.8 < plain / guest < 1.5, (plain, guest)
+    assert 0.2 < plain / guest < 1.0, (plain, guest)
 
 
 @pytest.mark.vm
