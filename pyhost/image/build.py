@@ -54,13 +54,13 @@ from .. import arch as arches
 from ..arch import UnbootableKernel
 from ..errors import ImageError
 from ..paths import cache_dir
-from . import apt, aptdir, packages
+from . import apt, aptdir, maintainer, packages
 from .cpio import write_initramfs
 from .inputs import DEFAULT_DRIVER, Inputs, gather
 from .kernel import kernel_banner
 from .recipe import load_recipe
 from .root import install_driver, populate_root, write_image_json
-from .smoke import smoke_boot
+from .smoke import SMOKE_MEM_MB, guest_run, smoke_boot
 from .store import BuildLock, GuestImage, image_dir, image_from_dir, \
     images_dir, install_image, recipe_name
 from .sysmap import system_map_from_kallsyms
@@ -195,8 +195,7 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
     shutil.rmtree(kdir)
     shutil.rmtree(bbdir)
 
-    report(7, "writing initramfs.cpio")
-    write_initramfs(root, out / "initramfs.cpio", inputs.arch)
+    configured = _configure(out, root, inputs, report)
     size = (out / "initramfs.cpio").stat().st_size
 
     report(8, "test-booting the image (System.map from /proc/kallsyms)")
@@ -231,6 +230,7 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
         "system_map": "from /proc/kallsyms of a test boot (nokaslr); "
                       "Debian's package ships a placeholder",
         "test_boot_seconds": smoke_seconds,
+        "maintainer_scripts": configured,
         "build_time": _dt.datetime.now(_dt.timezone.utc).isoformat(
             timespec="seconds"),
     }
@@ -239,6 +239,46 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
     report(9, f"installing image into {final} "
               f"(initramfs {size / 1e6:.1f} MB, kernel {kver})")
     return install_image(out, final, recipe.name)
+
+
+def _configure(out: Path, root: Path, inputs: Inputs,
+               report: Callable[[int, str], None]) -> dict:
+    """The packages' maintainer scripts' effects (maintainer.py) and
+    initramfs.cpio: .pyc files on the host; then, when the image has
+    ldconfig, the cpio is booted once to run it and written again with
+    its ld.so.cache.  Returns what was done and what it took, for the
+    manifest."""
+    t0 = time.monotonic()
+    compiled = maintainer.byte_compile(root)
+    done: dict = {"pyc": [c.as_json() for c in compiled],
+                  "pyc_seconds": round(time.monotonic() - t0, 2)}
+    for c in compiled:
+        report(6, f"byte-compiled {c.files} modules of python{c.version} "
+                  f"with {c.python}" if c.python else
+                  f"python{c.version}'s modules not byte-compiled: "
+                  f"{c.why_not}")
+    report(7, "writing initramfs.cpio")
+    cpio = out / "initramfs.cpio"
+    write_initramfs(root, cpio, inputs.arch)
+    if maintainer.has_ldconfig(root):
+        report(7, "running the guest's ldconfig (a build-time boot)")
+        t0 = time.monotonic()
+        # The root file system is a tmpfs of half the RAM, already about
+        # as full as the cpio is big: room for ldconfig to write.
+        mem_mb = SMOKE_MEM_MB + 2 * (cpio.stat().st_size >> 20)
+        status, cache, err = guest_run(out / "vmlinux", cpio,
+                                       maintainer.LDCONFIG_COMMAND,
+                                       inputs.arch, mem_mb=mem_mb)
+        if status != 0:
+            raise ImageError("cannot make the dynamic linker's cache",
+                             f"the guest's ldconfig exited with {status}",
+                             "report a bug", details=err[-3000:])
+        maintainer.install_ld_cache(root, cache)
+        write_initramfs(root, cpio, inputs.arch)
+        done["ldconfig_seconds"] = round(time.monotonic() - t0, 2)
+        report(7, f"ld.so.cache: {len(cache)} bytes "
+                  f"({done['ldconfig_seconds']} s)")
+    return done
 
 
 def _check_link_address(system_map: str,

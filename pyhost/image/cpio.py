@@ -18,6 +18,9 @@ from ..arch import Arch
 _NEWC_MAGIC = b"070701"
 _NEWC_HEADER = 110
 _TRAILER = "TRAILER!!!"
+#: Every entry's mtime: what the guest's stat() says of each file (a .pyc
+#: header records its source's; maintainer.py).
+ARCHIVE_MTIME = 0
 
 
 def _pad4(n: int) -> int:
@@ -33,7 +36,7 @@ class CpioWriter:
     number, so the kernel never treats two entries as hard links.
     """
 
-    def __init__(self, out: BinaryIO, mtime: int = 0):
+    def __init__(self, out: BinaryIO, mtime: int = ARCHIVE_MTIME):
         self._out = out
         self._mtime = mtime
         self._ino = 0

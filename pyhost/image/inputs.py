@@ -39,7 +39,7 @@ from ..arch import Arch
 from ..digest import sha256_file
 from ..errors import ImageError
 from ..paths import driver_ko_paths
-from . import apt, aptdir, host, packages
+from . import apt, aptdir, host, maintainer, packages
 from .aptdir import AptContext
 from .host import Tool
 from .kernel import read_modinfo
@@ -184,7 +184,11 @@ def gather_inputs(name: str, driver_ko) -> Inputs:
     else:
         tools, userland = _deb_userland(recipe, versions, ctx)
         perf, libs, host_files = Path(recipe.perf_binary), [], {}
-    debs = packages.resolve(recipe.packages, ctx)
+    # An installed Debian has its Essential packages (ldconfig: the
+    # libraries' trigger runs it; maintainer.py).
+    debs = packages.resolve(recipe.packages + [
+        p for p in maintainer.ESSENTIAL if recipe.packages
+        and p not in recipe.packages], ctx)
     driver_bytes = None
     if driver_ko is not None:
         driver_ko = Path(driver_ko).resolve()

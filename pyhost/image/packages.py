@@ -13,8 +13,8 @@ size and SHA-256 apt lists before it is used.
 
 Unpacking is ``dpkg-deb -x`` of every .deb into the guest root.  Nothing
 runs inside the guest tree: maintainer scripts do not run (no dpkg
-database, no update-alternatives links, no byte-compiled .pyc), and the
-documentation trees (DROPPED_TREES) are left out.
+database; maintainer.py does what they would have done and a program can
+tell), and the documentation trees (DROPPED_TREES) are left out.
 """
 from __future__ import annotations
 

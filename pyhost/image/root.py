@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 from .. import guest_contract as guest
 from ..errors import ImageError
 from ..guest_contract import in_root
-from . import foreign, packages
+from . import foreign, maintainer, packages
 from .host import run
 from .inputs import Inputs
 from .modules import ModuleDB, modname, read_module, uncompressed
@@ -113,6 +113,11 @@ def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
     if debs:
         report(6, f"unpacking {len(debs)} Debian packages")
         packages.unpack(list(debs), root)
+        alts = [a for deb in debs
+                for a in maintainer.parse_alternatives(maintainer.postinst(deb))]
+        done = maintainer.install_alternatives(root, alts)
+        if done:
+            report(6, f"alternatives: {', '.join(done)}")
 
     # busybox and its applets
     names = ", ".join(["perf"] + [os.path.basename(t.spec.guest)

@@ -55,16 +55,14 @@ def smoke_command(tools: Iterable[str] = (), arch: Arch | None = None
             + " && cat /proc/kallsyms && perf --version >&2")
 
 
-def smoke_boot(vmlinux: Path, initramfs: Path,
-               timeout: float = SMOKE_TIMEOUT,
-               tools: Iterable[str] = (),
-               arch: Arch | None = None) -> tuple[str, str]:
-    """Boot the image once; returns (kallsyms text, perf version line).
-    ``tools``: guest paths of dynamically linked recipe tools whose
-    libraries must all load.  Raises ImageError."""
+def guest_run(vmlinux: Path, initramfs: Path, command: str,
+              arch: Arch | None = None, timeout: float = SMOKE_TIMEOUT,
+              mem_mb: int = SMOKE_MEM_MB) -> tuple[int, bytes, str]:
+    """Boot the image once (run mode, no share, no PMU, ``nokaslr``) to
+    run ``command``; (exit status, stdout bytes, stderr text)."""
     arch = arch or host()
     config = VMConfig(image=BootFiles(vmlinux, initramfs), guest_action=RUN,
-                      command=smoke_command(tools, arch), mem_mb=SMOKE_MEM_MB,
+                      command=command, mem_mb=mem_mb,
                       pmu=False, timeout=timeout, boot_timeout=timeout,
                       kernel_args=("nokaslr",), arch=arch)
     out, err = io.BytesIO(), io.BytesIO()
@@ -73,7 +71,19 @@ def smoke_boot(vmlinux: Path, initramfs: Path,
     except PvperfError as e:
         raise ImageError("the new image did not boot", e.one_line(), HINT,
                          exc=e, details=e.details) from e
-    stderr = err.getvalue().decode(errors="replace")
+    return status, out.getvalue(), err.getvalue().decode(errors="replace")
+
+
+def smoke_boot(vmlinux: Path, initramfs: Path,
+               timeout: float = SMOKE_TIMEOUT,
+               tools: Iterable[str] = (),
+               arch: Arch | None = None) -> tuple[str, str]:
+    """Boot the image once; returns (kallsyms text, perf version line).
+    ``tools``: guest paths of dynamically linked recipe tools whose
+    libraries must all load.  Raises ImageError."""
+    arch = arch or host()
+    status, out, stderr = guest_run(vmlinux, initramfs,
+                                    smoke_command(tools, arch), arch, timeout)
     tagged = [l for l in stderr.splitlines() if l.startswith(SMOKE_TAG)]
     if status != 0 and tagged:
         raise ImageError("the new image fails its test boot",
@@ -84,5 +94,4 @@ def smoke_boot(vmlinux: Path, initramfs: Path,
                          f"the test command exited with {status}", HINT,
                          details="\n".join(stderr.splitlines()[-30:]))
     version = stderr.strip().splitlines()
-    return out.getvalue().decode(errors="replace"), \
-        (version[-1] if version else "")
+    return out.decode(errors="replace"), (version[-1] if version else "")
