@@ -1,4 +1,4 @@
-"""Issue 3, robustness: a guest that misbehaves cannot hurt the host, user
+"""Robustness: a guest that misbehaves cannot hurt the host, user
 mode cannot reach it, and a dead service cannot hang the guest.
 
 * fuzz: guest_kernel_patch/hctest/pvperf_hctest.ko (mode=fuzz) issues
