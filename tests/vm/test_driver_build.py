@@ -1,6 +1,6 @@
 """The guest driver (guest_kernel_patch/): the module builds clean against
 the Debian headers of both guest kernels (6.1, and 6.12 for the
-linux-6.12 image), carries the right metadata and exactly one doorbell,
+linux-6.12 image), carries the right metadata and exactly one marker store,
 and the in-tree patches (x86_64's and arm64's) are generated from the same
 source, apply to linux-source-6.1 and linux-source-6.12 and compile.
 
@@ -53,7 +53,10 @@ IN_TREE = {
                       "pvperf-$(CONFIG_ARM64)\t+= pvperf_aarch64.o",
                       "pvperf_aarch64.c"),
 }
-DOORBELL = "c7 00 50 56 50 46"
+# The marker store (`movl $PVPERF_MARKER_MAGIC,(%rax)`), and the one
+# driver function that issues it (the driver names it).
+MARKER = "c7 00 50 56 50 46"
+ARCH_MARKER = "pvperf_arch_doorbell"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pvperf"
 
 
@@ -141,28 +144,28 @@ def objdump_functions(ko: Path, objdump: str = "objdump") -> dict[str, str]:
     return funcs
 
 
-def assert_one_doorbell(ko: Path) -> None:
-    """Every hypercall goes through pvperf_arch_doorbell(): one doorbell
+def assert_one_marker(ko: Path) -> None:
+    """Every hypercall goes through ARCH_MARKER: one marker
     store, `movl $0x46505650,(%rax)`, in .text, and none anywhere else."""
     funcs = objdump_functions(ko)
-    where = {f: body.count(DOORBELL) for f, body in funcs.items()
-             if DOORBELL in body}
-    assert where == {"pvperf_arch_doorbell": 1}
-    line = next(l for l in funcs["pvperf_arch_doorbell"].splitlines()
-                if DOORBELL in l)
+    where = {f: body.count(MARKER) for f, body in funcs.items()
+             if MARKER in body}
+    assert where == {ARCH_MARKER: 1}
+    line = next(l for l in funcs[ARCH_MARKER].splitlines()
+                if MARKER in l)
     assert re.search(r"movl\s+\$0x46505650,\(%rax\)", line), line
     text = run(["objdump", "-d", "-j", ".text", ko]).stdout
-    assert text.count(DOORBELL) == 1, "the doorbell is not in .text"
+    assert text.count(MARKER) == 1, "the marker store is not in .text"
 
 
-def test_doorbell_once_in_the_arch_doorbell(build):
-    assert_one_doorbell(KO)
+def test_marker_store_once_in_the_arch_file(build):
+    assert_one_marker(KO)
 
 
 def test_612_module_builds_clean_for_the_images_kernel(build):
     """make IMAGE=linux-6.12 builds linux-6.12/pvperf.ko against the
     headers of that image's kernel (6.12 from its recipe's release),
-    without warnings, with its one doorbell; the 6.1 build stays."""
+    without warnings, with its one marker store; the 6.1 build stays."""
     r = build.build612
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning:" not in r.stdout + r.stderr
@@ -170,7 +173,7 @@ def test_612_module_builds_clean_for_the_images_kernel(build):
     release = modinfo(ko)["vermagic"].split()[0]
     assert release.startswith("6.12.") and \
         release == fetch_kbuild("--kver", image=IMAGE_612)
-    assert_one_doorbell(ko)
+    assert_one_marker(ko)
     assert modinfo(KO)["vermagic"].startswith("6.1.")
 
 
@@ -179,9 +182,9 @@ def test_612_module_builds_clean_for_the_images_kernel(build):
                         "*_Packages*")),
                     reason="no arm64 cross compiler or arm64 package lists "
                     "(pvperf image build --arch aarch64 fetches them)")
-def test_arm64_module_builds_and_rings_stur_once(build):
+def test_arm64_module_builds_with_one_stur_marker(build):
     """make KARCH=arm64 cross-builds arm64/pvperf.ko without warnings, its
-    one doorbell `stur w16, [x17]` (b8000230) in pvperf_arch_doorbell."""
+    one marker store `stur w16, [x17]` (b8000230) in ARCH_MARKER."""
     r = run(["make", "-C", GKP, "KARCH=arm64", "W=1"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning:" not in r.stdout + r.stderr
@@ -189,21 +192,21 @@ def test_arm64_module_builds_and_rings_stur_once(build):
     funcs = objdump_functions(ko, "aarch64-linux-gnu-objdump")
     where = {f: body.count("\tb8000230 \t") for f, body in funcs.items()
              if "\tb8000230 \t" in body}
-    assert where == {"pvperf_arch_doorbell": 1}
+    assert where == {ARCH_MARKER: 1}
     assert re.search(r"stur\s+w16, \[x17\]",
-                     funcs["pvperf_arch_doorbell"]), funcs
+                     funcs[ARCH_MARKER]), funcs
 
 
-def test_hctest_rings_the_drivers_doorbell(kdir):
+def test_hctest_issues_the_drivers_marker(kdir):
     """The hypercall test module links the driver's architecture file and
-    issues the doorbell through the same function, not a copy of its own."""
+    issues the marker store through the same function, not a copy of its own."""
     r = run(["make", "-C", GKP, "hctest", "W=1"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning:" not in r.stdout + r.stderr
     funcs = objdump_functions(HCTEST_KO)
-    where = {f: body.count(DOORBELL) for f, body in funcs.items()
-             if DOORBELL in body}
-    assert where == {"pvperf_arch_doorbell": 1}
+    where = {f: body.count(MARKER) for f, body in funcs.items()
+             if MARKER in body}
+    assert where == {ARCH_MARKER: 1}
     for path in (GKP / "hctest").glob("*.c"):
         if not ARCH_FILE.fullmatch(path.name) and \
                 not path.name.endswith(".mod.c"):
@@ -347,7 +350,7 @@ def test_arch_file_implements_the_seam_and_nothing_generic():
     and uses none of the generic files (so hctest can link it alone)."""
     seam = (GKP / "pvperf_arch.h").read_text()
     declared = set(re.findall(r"^\w[\w ]*\b(pvperf_arch_\w+)\(", seam, re.M))
-    assert declared >= {"pvperf_arch_doorbell", "pvperf_arch_sample_regs",
+    assert declared >= {ARCH_MARKER, "pvperf_arch_sample_regs",
                         "pvperf_arch_overflow_irq_register",
                         "pvperf_arch_fault_hook_register"}
     arch_files = [n for n in driver_sources() if ARCH_FILE.fullmatch(n)]
@@ -422,7 +425,7 @@ def test_patched_files_compile_in_tree_layout(request, arch, headers):
 
 @pytest.mark.vm
 def test_without_host_prints_one_line_and_does_not_register(build):
-    """No plugin: the doorbell is a plain store, PROBE reads -ENOSYS, the
+    """No plugin: the marker is a plain store, PROBE reads -ENOSYS, the
     driver says so and refuses to load; nothing WARNs, no "cpu" PMU."""
     r = run_pvperf(["run", "--no-pmu", "--", "sh", "-c",
                     "insmod /lib/modules/pvperf/pvperf.ko; echo insmod=$?; "
