@@ -3,8 +3,9 @@
 Unit checks of the matrix (expansion, ids, one-line refusals), then real
 sweeps.  References are independent of pvperf: valgrind's Ir of each
 freestanding program (instructions:u is exact at every smp) and
-cachegrind's D1mr for the --cachegrind-compat cells; and, as the issue
-asks, a cell's counts equal a single `pvperf stat --json` run of it.
+cachegrind's D1mr for the --cachegrind-compat cells; and a cell's counts
+equal a single `pvperf stat --json` run of it (a sweep adds no count of
+its own).
 """
 from __future__ import annotations
 
