@@ -25,7 +25,7 @@ import pytest
 
 from support import NO_THROTTLE, Guest, leftovers, on, run_guest_script, \
     run_pvperf
-from sampling_refs import callgrind_file_shares, \
+from sampling_refs import annotate_lines, callgrind_file_shares, \
     callgrind_instruction_counts, callgrind_shares, check_top, \
     function_range, parse_regs, report_shares, symbols
 from test_callgraph import chain_shares
@@ -157,22 +157,22 @@ sec end
 
 @pytest.fixture(scope="module")
 def guest(request):
-    """The sections of one boot of a support.Guest (its arch's script)."""
+    """The sections of one boot of a support.Guest (its arch's script);
+    on arm64, callgrind's output files of the boot stay in the programs'
+    directory until the module's tests have read them."""
     g = request.param
     if g.arch == "aarch64":
         image = g.a.image("test-aarch64-valgrind", "valgrind")
         g.a.build()
         try:
-            s = run_guest_script(arm64_script(), g.smp, 1200, tuple(image))
+            yield run_guest_script(arm64_script(), g.smp, 1200, tuple(image))
         finally:
             for f in A64.glob(".cg-*.out"):
                 f.unlink()
     else:
         # 900 s for the script, plus the safety nets of the two perf top
         # runs (never reached when perf top gets its samples).
-        s = run_guest_script(SCRIPT, g.smp, timeout=900 + 2 * TOP_SAFETY_S)
-    s["smp"] = g.smp
-    return s
+        yield run_guest_script(SCRIPT, g.smp, timeout=900 + 2 * TOP_SAFETY_S)
 
 
 @on(*X86, ARM64)
