@@ -21,7 +21,7 @@ Targets: models <= 3x plain on both workloads; contrib / models >= 10;
 cachegrind / models > 1; idle and counting unchanged (bench_counting.py).
 aarch64 guests (--arch aarch64, tests/guest_programs/aarch64/'s builds of
 the same programs): models <= 4x plain; no cachegrind row (the
-host cannot run arm64 valgrind; tests/vm/test_models_aarch64.py runs it
+host cannot run arm64 valgrind; tests/vm/test_models.py runs it
 in the guest).  Each figure is the minimum over its runs (host noise only
 adds time).
 

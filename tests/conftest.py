@@ -8,6 +8,11 @@ the prerequisites are missing, naming the variable that overrides it.
                      boot Debian's 6.12 (the linux-6.12 image) wherever a
                      test boots the default image (6.1): pvperf reads the
                      image from PVPERF_IMAGE, which this sets
+  PVPERF_GUEST_ARCHES=x86_64
+                     run the tests of these guest architectures only
+                     (comma-separated; default: every one of
+                     support.GUEST_ARCHES); a test of an architecture
+                     whose cross compiler is missing skips, naming it
 """
 from __future__ import annotations
 
@@ -38,6 +43,21 @@ def _vm_skip_reason() -> str | None:
     return None
 
 
+def _arch_skip_reason(item) -> str | None:
+    """Why a test of a guest architecture (a support.Guest parameter)
+    cannot run here, or None."""
+    import support
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for value in params.values():
+        if isinstance(value, support.Guest):
+            if value.arch not in support.guest_arches_wanted():
+                return (f"PVPERF_GUEST_ARCHES="
+                        f"{os.environ['PVPERF_GUEST_ARCHES']} leaves "
+                        f"{value.arch} out")
+            return value.a.missing()
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     vm_reason = None
     checked = False
@@ -47,6 +67,8 @@ def pytest_collection_modifyitems(config, items):
                 vm_reason, checked = _vm_skip_reason(), True
             if vm_reason:
                 item.add_marker(pytest.mark.skip(reason=vm_reason))
+            elif reason := _arch_skip_reason(item):
+                item.add_marker(pytest.mark.skip(reason=reason))
         if "slow" in item.keywords and os.environ.get("PVPERF_SLOW") != "1":
             item.add_marker(pytest.mark.skip(
                 reason="long opt-in test: set PVPERF_SLOW=1"))

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -258,6 +260,108 @@ def aarch64_image(name: str | None = None, add: str = "") -> list[str]:
     # an x86_64 image) is only the default of --image, and --arch aarch64
     # with it is refused
     return ["--image", name] if name else [*arch, "--image", "default"]
+
+
+
+# -- guest architectures ---------------------------------------------------
+# The VM tests are written once per feature; a test that runs on several
+# guest architectures takes a Guest (architecture and vCPUs) as the
+# parameter of its module's `guest` fixture.  What differs between
+# architectures lives here: where the programs are built, the binutils
+# that read them, the options that boot the image; a reference that
+# differs (valgrind on the host for x86_64, analytic counts or valgrind
+# inside the guest for arm64) is the module's table keyed by the name.
+# A new architecture adds an entry and its programs
+# (guest_programs/<name>/), not modules.
+
+@dataclass(frozen=True)
+class GuestArch:
+    name: str
+    programs: Path          # its test programs, built by `make TARGET`
+    make_target: str
+    cross: str              # prefix of its gcc and binutils ("" native)
+    run_options: tuple[str, ...]    # what `pvperf run` needs to boot it
+
+    def build(self) -> Path:
+        """Build the test programs; their directory."""
+        subprocess.run(["make", "-s", "-C", str(PROGRAMS), self.make_target],
+                       check=True)
+        return self.programs
+
+    def tool(self, name: str) -> str:
+        """The binutils program that reads this architecture's binaries
+        (nm, objdump)."""
+        return self.cross + name
+
+    def image(self, name: str | None = None, add: str = "") -> list[str]:
+        """The `pvperf run` options that boot this architecture's image
+        with its driver built first (``name``, ``add``: an image derived
+        from it with Debian packages added, built if missing); none for
+        the host's default image, which PVPERF_GUEST_KERNEL may replace
+        (conftest.py)."""
+        if self.name == "aarch64":
+            return aarch64_image(name, add)
+        assert name is None, "derived images are built for arm64 only"
+        return []
+
+    def missing(self) -> str | None:
+        """What the host lacks to build this architecture's programs."""
+        if self.cross and shutil.which(self.cross + "gcc") is None:
+            return (f"{self.cross}gcc missing (scripts/setup.sh installs "
+                    f"it; PVPERF_GUEST_ARCHES=x86_64 leaves {self.name} out)")
+        return None
+
+
+GUEST_ARCHES = {
+    "x86_64": GuestArch("x86_64", PROGRAMS, "all", "", ()),
+    "aarch64": GuestArch("aarch64", PROGRAMS / "aarch64", "aarch64",
+                         "aarch64-linux-gnu-", ("--arch", "aarch64")),
+}
+
+
+@dataclass(frozen=True)
+class Guest:
+    """One guest configuration a module boots: its architecture and its
+    vCPUs.  Hashable, so that pytest groups the tests of one Guest under
+    one module-scoped boot; shown in test ids as `aarch64-smp2`."""
+    arch: str
+    smp: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.arch}-smp{self.smp}"
+
+    @property
+    def a(self) -> GuestArch:
+        return GUEST_ARCHES[self.arch]
+
+
+def on(*guests: Guest, fixture: str = "guest"):
+    """Run a test on each of ``guests``: they parametrize the module's
+    ``fixture`` (indirect), which boots one of them per module."""
+    import pytest
+    return pytest.mark.parametrize(fixture, guests, indirect=True, ids=str)
+
+
+def rerun_on(test, *guests: Guest, fixture: str = "guest"):
+    """Another module's test function, to run on that module's own
+    ``fixture`` with ``guests`` instead of the guests it was written for
+    (test_guest_kernel_612 runs the 6.1 modules' checks on its boot)."""
+    import functools
+
+    @functools.wraps(test)
+    def again(*args, **kwargs):
+        return test(*args, **kwargs)
+    again.pytestmark = [m for m in getattr(test, "pytestmark", [])
+                        if not (m.name == "parametrize"
+                                and m.args[0] == fixture)]
+    return on(*guests, fixture=fixture)(again)
+
+
+def guest_arches_wanted() -> set[str]:
+    """PVPERF_GUEST_ARCHES (comma-separated; default all): the guest
+    architectures whose tests run."""
+    wanted = os.environ.get("PVPERF_GUEST_ARCHES")
+    return set(wanted.split(",")) if wanted else set(GUEST_ARCHES)
 
 
 # The models against cachegrind (tests/vm/test_models*.py): geometries

@@ -30,7 +30,7 @@ N = 100000                  # 86 M user instructions (gcc)
 N_FP = 3000000              # 83 M (clang unrolls the loops)
 PERIOD = 20011
 FUNCTIONS = ("main", "work_a", "work_b", "work_c")
-TOLERANCE = 2.0             # percentage points (the bound)
+TOLERANCE = 2.0             # percentage points of callgrind's shares
 
 # `report NAME`: perf report --children of $D/NAME.data, its exit status
 # and the lines naming the call tree's functions (section NAME-report).

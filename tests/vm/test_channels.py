@@ -1,8 +1,10 @@
-"""Issue 15: pvperf's channels are private to the user who runs it.
+"""pvperf's channels are private to the user who runs it: another user on
+the same host must not read a guest's output or drive its PMU.
 
 QMP, the virtio-serial ports (control, stdout, stderr), the
-plugin<->service socket and (issue 27) the overflow interrupt's doorbell
-(its ivshmem socketpair, eventfds and shared memory): another local user (here `nobody`, via
+plugin<->service socket and the overflow interrupt's doorbell (its
+ivshmem socketpair, eventfds and shared memory, a channel too since the
+interrupt moved off the service's socket): another local user (here `nobody`, via
 tests/foreign_client.py) is refused on every one while a command runs,
 and a foreign client racing start-up neither gets in nor disturbs the run,
 whose count is still exact (valgrind's Ir is the reference).  The run

@@ -1,19 +1,25 @@
 """Checkpoints: `pvperf run --checkpoint DIR
 --checkpoint-on-output TEXT` saves a guest in the middle of `perf stat`
-and `perf record`, `pvperf restore DIR` resumes it, and the counts and
-samples that come out span both runs exactly.  The checkpoint waits for
-the guest to say that both events count and the sampling one has
-overflowed, never for a number of seconds: how far a guest gets in a
-second depends on the host.
+(and, on x86_64, `perf record`), `pvperf restore DIR` resumes it, and
+the counts and samples that come out span both runs exactly.  The
+checkpoint waits for the guest to say that its events count (and the
+sampling one has overflowed), never for a number of seconds: how far a
+guest gets in a second depends on the host.
 
-References are independent of pvperf: the loop's instruction count is
-valgrind's at a small N (as many digits) plus the loop's two
-instructions per extra iteration (loop.c); hotcold's per-function shares are callgrind's (its
-shares do not depend on N: a constant per iteration).
+On every guest architecture (the architecture is part of the checkpoint:
+an arm64 guest's RAM starts at 0x40000000, its QEMU is
+qemu-system-aarch64) the loop's instruction count across the checkpoint
+equals its reference, so nothing was lost or counted twice: valgrind's
+count at a small N (as many digits) plus the loop's two instructions per
+extra iteration on x86_64 (loop.c), the analytic 2N + 8d + 23 on arm64
+(test_counting.py).  On x86_64 hotcold is recorded across it too, its
+per-function shares against callgrind's (its shares do not depend on N:
+a constant per iteration).
 
 Corrupted and mismatched checkpoints are refused in one line, before
 QEMU starts (no QEMU output, no leftovers); and the plugin refuses a bad
-state file on its own too (it must, whoever hands it one).
+state file on its own too (it must, whoever hands it one).  These take
+an x86_64 checkpoint: the refusals are the host's, before any guest runs.
 """
 from __future__ import annotations
 
@@ -22,15 +28,21 @@ import io
 import json
 import shutil
 import subprocess
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
-from support import PROGRAMS, REPO, leftovers, perf_count, run_pvperf, \
+from support import Guest, REPO, leftovers, on, perf_count, run_pvperf, \
     sections, valgrind_irefs
 from pyhost.cli import EXIT_USAGE
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.vm.checkpoint import OnOutput
-from test_sampling import callgrind_shares, report_shares
+from test_counting import arm64_loop_counts
+from sampling_refs import callgrind_shares, report_shares
+
+X86 = (Guest("x86_64", 1), Guest("x86_64", 2))
+ALL = (*X86, Guest("aarch64", 1))
 
 # Every test that takes the checkpoint fixture boots guests; the trigger
 # and option tests at the end do not.
@@ -65,28 +77,63 @@ echo "=== record"; cat /tmp/rec.txt
 perf report -i /tmp/hc.data --stdio --sort sym 2>&1 | grep '%'
 echo "=== end"
 """
+# arm64: the loop alone, 2 G instructions (seconds under TCG); the
+# trigger is the guest saying it runs (its task has the loop's name).
+N_LOOP_ARM64 = 1_000_000_000
+MARK_ARM64 = "pvperf-test: the loop counts"
+SCRIPT_ARM64 = f"""
+perf stat -x, -e instructions:u -o /tmp/stat.txt ./loop {N_LOOP_ARM64} &
+until grep -qsx loop /proc/[0-9]*/comm; do sleep 0.1; done
+echo "{MARK_ARM64}"
+wait
+echo "=== stat"; cat /tmp/stat.txt
+echo "=== end"
+"""
+SCRIPTS = {"x86_64": (SCRIPT, MARK), "aarch64": (SCRIPT_ARM64, MARK_ARM64)}
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["smp1", "smp2"])
-def checkpoint(request, tmp_path_factory):
-    """(checkpoint directory, the taking run, the restoring run)."""
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
-    d = tmp_path_factory.mktemp(f"ck{request.param}") / "ck"
-    taken = run_pvperf(["run", "--smp", str(request.param), "--share",
-                        str(PROGRAMS), "--checkpoint", str(d),
-                        "--checkpoint-on-output", MARK, "--",
-                        "sh", "-c", SCRIPT], timeout=600)
+def loop_reference(arch: str) -> int:
+    """The loop's instructions:u across the checkpoint."""
+    if arch == "aarch64":
+        return arm64_loop_counts(N_LOOP_ARM64)[0]
+    # As many digits (zero-padded): parsing the argument costs per digit.
+    programs = Guest(arch).a.programs
+    small = str(1000).zfill(len(str(N_LOOP)))
+    return valgrind_irefs([str(programs / "loop"), small]) + \
+        2 * (N_LOOP - int(small))
+
+
+class Checkpoint(NamedTuple):
+    dir: Path
+    taken: subprocess.CompletedProcess
+    restored: subprocess.CompletedProcess
+    guest: Guest
+
+
+@pytest.fixture(scope="module")
+def checkpoint(request, tmp_path_factory) -> Checkpoint:
+    """A checkpoint of a support.Guest, taken and restored."""
+    guest = request.param
+    programs = guest.a.build()
+    script, mark = SCRIPTS[guest.arch]
+    d = tmp_path_factory.mktemp(f"ck-{guest}") / "ck"
+    taken = run_pvperf(["run", *guest.a.run_options, "--smp",
+                        str(guest.smp), "--share", str(programs),
+                        "--checkpoint", str(d), "--checkpoint-on-output",
+                        mark, "--", "sh", "-c", script], timeout=600)
     assert taken.returncode == 0, taken.stdout[-2000:] + taken.stderr
+    assert "=== stat" not in taken.stdout      # stopped mid-loop
     restored = run_pvperf(["restore", str(d)], timeout=900)
     assert restored.returncode == 0, restored.stdout[-2000:] + restored.stderr
-    return d, taken, restored
+    return Checkpoint(d, taken, restored, guest)
 
 
 @vm
+@on(*X86, fixture="checkpoint")
 def test_checkpoint_taken_mid_command(checkpoint):
     """The taking run stops with the checkpoint, both perf events open
     and counting (the sampling one already sampled), nothing printed."""
-    d, taken, _ = checkpoint
+    d, taken = checkpoint.dir, checkpoint.taken
     assert "checkpoint of the guest" in taken.stderr, taken.stderr
     assert MARK in taken.stdout and "=== stat" not in taken.stdout
     manifest = json.loads((d / "manifest.json").read_text())
@@ -102,23 +149,26 @@ def test_checkpoint_taken_mid_command(checkpoint):
 
 
 @vm
-def test_count_across_checkpoint_equals_valgrind(checkpoint):
-    _, _, restored = checkpoint
+@on(*ALL, fixture="checkpoint")
+def test_count_across_checkpoint_is_exact(checkpoint):
+    restored = checkpoint.restored
     s = sections(restored.stdout)
     assert "end" in s, restored.stdout[-2000:] + restored.stderr
-    # As many digits (zero-padded): parsing the argument costs per digit.
-    small = str(1000).zfill(len(str(N_LOOP)))
-    want = valgrind_irefs([str(PROGRAMS / "loop"), small]) + \
-        2 * (N_LOOP - int(small))
+    # One perf stat ran, across both QEMUs: one line for the event.
+    assert sum(ln.count(",instructions:u,") for ln in s["stat"]) == 1, \
+        s["stat"]
+    want = loop_reference(checkpoint.guest.arch)
     assert int(perf_count(s["stat"], "instructions:u")) == want, s["stat"]
 
 
 @vm
+@on(*X86, fixture="checkpoint")
 def test_sampling_across_checkpoint_matches_callgrind(checkpoint):
-    _, _, restored = checkpoint
+    restored = checkpoint.restored
     s = sections(restored.stdout)
     got = report_shares(s["record"])
-    want = callgrind_shares([str(PROGRAMS / "hotcold"), "20000"])
+    want = callgrind_shares([str(Guest("x86_64").a.programs / "hotcold"),
+                             "20000"])
     for fn in ("hot", "cold"):
         assert abs(got.get(fn, 0.0) - want[fn]) <= 1.0, (fn, got, want)
     samples = sum(1 for _ in s["record"])
@@ -126,6 +176,7 @@ def test_sampling_across_checkpoint_matches_callgrind(checkpoint):
 
 
 @vm
+@on(*ALL, fixture="checkpoint")
 def test_no_leftovers_after_restore(checkpoint):
     assert leftovers() == []
 
@@ -134,7 +185,7 @@ def test_no_leftovers_after_restore(checkpoint):
 
 def _copy(checkpoint, tmp_path):
     d = tmp_path / "ck"
-    shutil.copytree(checkpoint[0], d)
+    shutil.copytree(checkpoint.dir, d)
     return d
 
 
@@ -157,6 +208,7 @@ def _rehash(d, name: str) -> None:
 
 
 @vm
+@on(*X86, fixture="checkpoint")
 @pytest.mark.parametrize("name", ["vmstate", "plugin.state", "pmu.json"])
 def test_corrupted_file_refused(checkpoint, tmp_path, name):
     d = _copy(checkpoint, tmp_path)
@@ -167,6 +219,7 @@ def test_corrupted_file_refused(checkpoint, tmp_path, name):
 
 
 @vm
+@on(*X86, fixture="checkpoint")
 def test_unfinished_checkpoint_refused(checkpoint, tmp_path):
     d = _copy(checkpoint, tmp_path)
     (d / "manifest.json").unlink()
@@ -174,6 +227,7 @@ def test_unfinished_checkpoint_refused(checkpoint, tmp_path):
 
 
 @vm
+@on(*X86, fixture="checkpoint")
 def test_other_format_version_refused(checkpoint, tmp_path):
     d = _copy(checkpoint, tmp_path)
     m = json.loads((d / "manifest.json").read_text())
@@ -183,6 +237,7 @@ def test_other_format_version_refused(checkpoint, tmp_path):
 
 
 @vm
+@on(*X86, fixture="checkpoint")
 def test_other_qemu_refused(checkpoint, tmp_path):
     d = _copy(checkpoint, tmp_path)
     m = json.loads((d / "manifest.json").read_text())
@@ -192,6 +247,7 @@ def test_other_qemu_refused(checkpoint, tmp_path):
 
 
 @vm
+@on(*X86, fixture="checkpoint")
 def test_bad_plugin_state_refused(checkpoint, tmp_path):
     """A plugin state whose hash matches but whose contents are wrong
     (a slot count of 9) is refused as the plugin would refuse it."""
@@ -205,6 +261,7 @@ def test_bad_plugin_state_refused(checkpoint, tmp_path):
 
 
 @vm
+@on(*X86, fixture="checkpoint")
 @pytest.mark.parametrize("edit,needle", [
     (lambda s: s["events"][0].update(running_on=7), "is not an integer"),
     (lambda s: s["events"][0].update(attr="00"), "bad attr"),
@@ -222,10 +279,11 @@ def test_bad_pmu_state_refused(checkpoint, tmp_path, edit, needle):
 
 
 @vm
+@on(*X86, fixture="checkpoint")
 def test_plugin_refuses_bad_state_itself(checkpoint, tmp_path):
     """Whoever hands the plugin a state file: a bad one stops QEMU at
     install with the reason, before any guest code."""
-    raw = bytearray((checkpoint[0] / "plugin.state").read_bytes())
+    raw = bytearray((checkpoint.dir / "plugin.state").read_bytes())
     raw[4:8] = (7).to_bytes(4, "little")         # version
     bad = tmp_path / "bad.state"
     bad.write_bytes(bytes(raw))

@@ -1,16 +1,30 @@
 """End to end: boot the real default image under qemu-system-x86_64 and run
-commands in it through the `pvperf` CLI, as a user would."""
+commands in it through the `pvperf` CLI, as a user would.
+
+Other guest architectures (the arm64 tests at the end): their image
+(built from Debian's packages for that architecture, the build cached)
+booted under qemu-system-<arch> without the PMU; one boot carries most
+checks, to keep the suite's added time small.  The x86_64 checks above
+are not run on them: each is a boot of its own.
+"""
+import json
+import shutil
 import signal
 import time
+from pathlib import Path
 
 import pexpect
 import pytest
 
-from pyhost.cli import EXIT_FAILURE, EXIT_TIMEOUT, EXIT_USAGE
+from pyhost.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TIMEOUT, \
+    EXIT_USAGE
 
-from support import leftovers, pvperf_cmd, run_pvperf, start_long_run
+from support import Guest, leftovers, on, pvperf_cmd, run_pvperf, \
+    start_long_run
 
 pytestmark = pytest.mark.vm
+
+ARM64 = Guest("aarch64", 1)
 
 
 def test_stdout_stderr_and_exit_status(tmp_path):
@@ -116,3 +130,68 @@ def test_twenty_consecutive_runs(tmp_path):
             failures.append((i, r.returncode, r.stderr[-300:]))
     assert failures == []
     assert _wait_clean() == []
+
+
+# -- other guest architectures ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def image(request):
+    """(a support.Guest, its image's manifest), the image built if
+    missing or out of date."""
+    arch = request.param.a.run_options
+    r = run_pvperf(["image", "build", *arch], timeout=1200)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = run_pvperf(["image", "status", *arch])
+    assert r.returncode == 0 and "up to date" in r.stdout, r.stdout
+    directory = Path(r.stdout.split("(", 1)[1].rstrip(")\n"))
+    return request.param, json.loads((directory / "manifest.json")
+                                     .read_text())
+
+
+@on(ARM64, fixture="image")
+def test_image_is_arm64(image):
+    _, image = image
+    assert image["arch"] == "aarch64"
+    assert image["kernel_version"].endswith("-arm64")
+    assert image["modules"][-1] == "9p"
+    assert image["perf_version"].startswith("perf version 6.1")
+
+
+@on(ARM64, fixture="image")
+def test_run_uname_status_share_and_a_cross_compiled_program(
+        image, tmp_path):
+    guest, _ = image
+    shutil.copy(guest.a.build() / "loop", tmp_path / "loop")
+    (tmp_path / "from_host.txt").write_text("host data\n")
+    r = run_pvperf(["run", *guest.a.run_options, "--no-pmu", "--share",
+                    str(tmp_path), "--",
+                    "sh", "-c", "uname -m; pwd; cat from_host.txt; "
+                    "./loop 100000 5; echo loop=$?; "
+                    "echo guest data > from_guest.txt; echo err >&2; "
+                    "exit 7"])
+    assert (r.returncode, r.stdout, r.stderr) == (
+        7, f"{guest.arch}\n/mnt/host\nhost data\nloop=5\n", "err\n")
+    assert (tmp_path / "from_guest.txt").read_text() == "guest data\n"
+    assert leftovers() == []
+
+
+@on(ARM64, fixture="image")
+def test_sigterm_stops_and_cleans_up(image, tmp_path):
+    guest, _ = image
+    proc = start_long_run(tmp_path, *guest.a.run_options, "--no-pmu",
+                          boot_timeout=120)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == EXIT_INTERRUPTED
+    assert b"interrupted" in err
+    deadline = time.monotonic() + 5
+    while leftovers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leftovers() == []
+
+
+def test_arch_and_image_must_agree():
+    r = run_pvperf(["run", "--arch", "x86_64", "--image", "aarch64",
+                    "--no-pmu", "--", "true"])
+    assert r.returncode == 64
+    assert "is an aarch64 image, not x86_64" in r.stderr

@@ -39,7 +39,7 @@ from support import (PROGRAMS, perf_count, pvperf_cmd, qemu_vcpu_thread,
                      run_guest_script, run_pvperf, sigint_default,
                      sections, thread_ns, wait_for)
 from test_multiprocess import dso_percent
-from test_sampling import report_shares
+from sampling_refs import report_shares
 
 pytestmark = pytest.mark.vm
 

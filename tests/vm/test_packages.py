@@ -338,7 +338,7 @@ def libc_of(root: Path) -> Path:
 
 @pytest.mark.vm
 def test_dwarf_report_of_a_dynamic_program_names_libc_exports():
-    """Issue 14: `perf record --call-graph dwarf` of a dynamically linked
+    """`perf record --call-graph dwarf` of a dynamically linked
     program, then `perf report` and `perf script`, exit 0 in the default
     image; libc's functions are named from libc's exported symbols (its
     .dynsym): qsort_r and __libc_start_main on the callchains."""

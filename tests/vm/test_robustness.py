@@ -1,4 +1,4 @@
-"""Issue 3, robustness: a guest that misbehaves cannot hurt the host, user
+"""Robustness: a guest that misbehaves cannot hurt the host, user
 mode cannot reach it, and a dead service cannot hang the guest.
 
 * fuzz: guest_kernel_patch/hctest/pvperf_hctest.ko (mode=fuzz) issues
@@ -8,7 +8,7 @@ mode cannot reach it, and a dead service cannot hang the guest.
   ->ret and the registered guest_perf_event slots (the module's canary),
   the host's log stays bounded, and perf stat is still exact afterwards
   in the same guest.
-* user mode: tests/guest_programs/userdoorbell rings the exact doorbell on
+* user mode: tests/guest_programs/usermarker issues the exact marker store on
   its own block; ->ret stays -ENOSYS.
 * service death: the service is stopped under a running guest (before and
   during a perf stat); the guest command finishes, perf reports no count.
@@ -328,20 +328,20 @@ def test_fuzz_ten_million(hctest_ko, programs, tmp_path):
 # -- user mode -----------------------------------------------------------------
 
 @pytest.mark.vm
-def test_user_mode_doorbell_never_reaches_the_host(programs):
-    exe = programs / "userdoorbell"
+def test_user_mode_marker_never_reaches_the_host(programs):
+    exe = programs / "usermarker"
     dump = subprocess.run(["objdump", "-d", str(exe)], capture_output=True,
                           text=True, check=True).stdout
-    doorbell = " ".join(f"{b:02x}" for b in abi.X86_64_MARKER_INSN_BYTES)
-    assert dump.count(doorbell) == 1      # the exact instruction, once
+    marker = " ".join(f"{b:02x}" for b in abi.X86_64_MARKER_INSN_BYTES)
+    assert dump.count(marker) == 1        # the exact instruction, once
     r = run_pvperf(["run", "--share", str(programs), "--", "sh", "-c",
-                    "./userdoorbell 1000; echo rc=$?; "
-                    "perf stat -x, -e instructions:u ./userdoorbell 1000 2>&1;"
+                    "./usermarker 1000; echo rc=$?; "
+                    "perf stat -x, -e instructions:u ./usermarker 1000 2>&1;"
                     " echo rc=$?"])
     assert r.returncode == 0, r.stderr
     # Plain, and with counting on (user TBs instrumented for counting).
     assert r.stdout.count("rc=0") == 2, r.stdout
-    # ... and counted exactly, the doorbell store like any other store.
+    # ... and counted exactly, the marker store like any other store.
     assert perf_count(r.stdout.splitlines(), "instructions:u") == \
         str(valgrind_irefs([str(exe), "1000"]))
     assert "user mode" not in r.stderr

@@ -3,8 +3,9 @@
 Unit checks of the matrix (expansion, ids, one-line refusals), then real
 sweeps.  References are independent of pvperf: valgrind's Ir of each
 freestanding program (instructions:u is exact at every smp) and
-cachegrind's D1mr for the --cachegrind-compat cells; and, as the issue
-asks, a cell's counts equal a single `pvperf stat --json` run of it.
+cachegrind's D1mr for the --cachegrind-compat cells; and a cell's counts
+equal a single `pvperf stat --json` run of it (a sweep adds no count of
+its own).
 """
 from __future__ import annotations
 
@@ -483,7 +484,7 @@ def test_the_arch_axis_expands_and_keeps_host_ids(tmp_path):
 def test_a_sweep_over_both_architectures_counts_exactly(tmp_path):
     """One workload on an x86_64 and an arm64 guest: each cell equals its
     independent reference (valgrind's Ir on the host for x86_64; the
-    arm64 loop's analytic 2N + 8d + 23, tests/vm/test_aarch64_counting)."""
+    arm64 loop's analytic 2N + 8d + 23, tests/vm/test_counting.py)."""
     subprocess.run(["make", "-s", "-C", str(PROGRAMS), "loop", "aarch64"],
                    check=True)
     share = tmp_path / "share"

@@ -4,7 +4,7 @@
  * mov, a 3-instruction loop (add, subs, b.ne) run 1600 and 400 times,
  * and ret: hot() retires 1 + 3 * 1600 + 1 = 4802 instructions a call,
  * cold() 1 + 3 * 400 + 1 = 1202, so hot/(hot+cold) = 4802/6004
- * (tests/vm/test_aarch64_profile.py).  Both loops have the same shape,
+ * (tests/vm/test_profile.py).  Both loops have the same shape,
  * so the host time QEMU spends in each is in the same proportion.
  */
 #include "freestanding.h"

@@ -3,7 +3,7 @@
  * libc function: N calls of random_r(3) (exported by libc.so.6, so its
  * .dynsym names it) on a private state.  Every call takes the same path,
  * so two processes of it share their samples in random_r in proportion
- * to their N (tests/vm/test_aarch64_profile.py: two processes of it map
+ * to their N (tests/vm/test_profile.py: two processes of it map
  * libc at two ASLR addresses and must still give one row).
  */
 #include <stdint.h>
