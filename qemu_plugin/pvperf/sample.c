@@ -73,7 +73,7 @@
  * overflow's vCPU waits for that round trip (link.c).
  *
  * Context: everything here runs on the vCPU thread that owns the slots
- * (its callbacks, its doorbell and FAULT handlers); no locks, no
+ * (its callbacks, its marker and FAULT handlers); no locks, no
  * allocation.
  */
 #include <string.h>
