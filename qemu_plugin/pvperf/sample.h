@@ -118,8 +118,10 @@ struct event_at {
  * (struct pvperf_vcpu model_armed), so that their fast paths stay short.
  */
 void sample_model_event(uint64_t bits, bool kernel, struct event_at at);
-/* A model slot's sum (its ctr_mask's counters) now. */
-uint64_t sample_model_slot_sum(unsigned vcpu, uint64_t mask);
+/* How much the model counters in bits may still grow before the nearest
+ * slot armed on one of them overflows (0: due), UINT64_MAX if none is
+ * (emu.c's host-time timer). */
+uint64_t sample_room(unsigned vcpu, uint64_t bits);
 void sample_confirm_all(unsigned vcpu);
 void sample_fault(unsigned vcpu, uint64_t ip);
 void sample_update_room(unsigned vcpu);

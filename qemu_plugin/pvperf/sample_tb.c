@@ -5,6 +5,18 @@
  * conditional callback gets, the callback on the chunk's instruction
  * add (the countdown, core.h), and the capture points for registers.
  * count.c cuts the chunks and calls it for each while sampling.
+ *
+ * Registers (PVPERF_PROTO_REGS slots: callchains, sample registers, user
+ * stacks).  The registers of the overflowing instruction, as they were
+ * just before it ran, go with the sample.  A callback registered with
+ * QEMU_PLUGIN_CB_R_REGS sees the general-purpose registers exact at its
+ * instruction (TCG writes them back before the call).  Which instruction
+ * serves which is the chunk's regs_at (sample.h): with
+ * INSTRUMENT_CAPTURE_ALL each its own; with INSTRUMENT_CAPTURE_FRAME
+ * (frame-pointer callchains need only sp and bp exact) the point after
+ * the last sp/bp writer before it, so straight-line code has no capture
+ * point at all.  sample.c reads them (sample_chunk_exec at the chunk's
+ * start, sample_capture_exec at a later point).
  */
 #include <glib.h>
 
