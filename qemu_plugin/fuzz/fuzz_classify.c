@@ -4,8 +4,8 @@
  * arbitrary bytes cut into a translation block of up to 64 instructions
  * whose lengths the input gives (as QEMU would report them, 0..16).
  * Checked: the flags are consistent (a conditional or indirect branch is
- * a branch, a memory access ends a segment); the doorbell flag exactly on the
- * doorbell encoding in kernel code; the decode cache answers what a
+ * a branch, a memory access ends a segment); the marker flag exactly on the
+ * marker encoding in kernel code; the decode cache answers what a
  * fresh decode did (the TB classified twice gives the same flags).
  */
 #include <assert.h>
@@ -48,13 +48,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	arch_x86_64.classify_tb(insn, n, kernel, again);
 	assert(!memcmp(cls, again, n));
 	for (size_t i = 0; i < n; i++) {
-		bool bell = kernel && arch_x86_64.is_doorbell(insn[i].bytes, insn[i].len);
+		bool marker = kernel && arch_x86_64.is_marker(insn[i].bytes, insn[i].len);
 
 		if (cls[i] & (CLS_COND | CLS_INDIRECT))
 			assert(cls[i] & CLS_BRANCH);
 		if (cls[i] & CLS_MEM)
 			assert(cls[i] & CLS_BOUNDARY);
-		assert(!!(cls[i] & CLS_DOORBELL) == bell);
+		assert(!!(cls[i] & CLS_MARKER) == marker);
 	}
 	return 0;
 }

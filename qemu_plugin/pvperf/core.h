@@ -105,6 +105,16 @@ struct pvperf_score {
 #define PACK_BRANCHES	((1ULL << PACK_SHIFT) - 1)
 #define PACK_FOLD_AT	(1ULL << (PACK_SHIFT + 26))
 
+/* One translated instruction, as the units that instrument a TB see it
+ * (translate.c reads them; count.c keys them). */
+struct tb_insn {
+	uint64_t vaddr;
+	uint64_t key;			/* count.c's code key */
+	struct qemu_plugin_insn *handle;
+	const struct cls_insn *code;	/* its bytes */
+	bool whole;			/* code has all of them */
+};
+
 /* Per-vCPU state that only callbacks touch (never generated code). */
 struct pvperf_vcpu {
 	/* count = score ctr + bias (pvperf_score); fault corrections too. */

@@ -29,7 +29,7 @@
  * and when a second TB disagrees about a tail, that instruction becomes a
  * forced cut for every TB from then on (its tail is then itself alone)
  * and all code is retranslated once (instrument_request_flush).  Chunks end at
- * a TB's end, after a doorbell and at forced cuts, so a loop body costs
+ * a TB's end, after a marker and at forced cuts, so a loop body costs
  * one add per TB (two in the kernel half with branches); tails almost
  * always agree because TBs end at control flow, which is the same in
  * every TB over that code.
@@ -51,7 +51,7 @@
  * line (blake2s) also disagreed: TCG halves max_insns when a TB's host
  * code grows too large, so their ends depend on where they start.
  *
- * Snapshots.  The doorbell store is a memory access and ends a chunk; in
+ * Snapshots.  The marker store is a memory access and ends a chunk; in
  * its memory callback (which QEMU runs after the store) the counters hold
  * exactly the instructions up to and including the store.
  *
@@ -91,8 +91,8 @@
 #include "count.h"
 #include "guest.h"
 #include "instrument.h"
-#include "models.h"
 #include "sample.h"
+#include "sample_tb.h"
 
 /*
  * Translation-side lock.  Protects the tables below.
@@ -197,15 +197,6 @@ static bool tail_code_gone(uint64_t key, uint64_t have)
 		    have >> TAIL_HASH_SHIFT;
 }
 
-/* One translated instruction, as count_tb sees it. */
-struct tb_insn {
-	uint64_t vaddr;
-	uint64_t key;			/* code_key() */
-	struct qemu_plugin_insn *handle;
-	const struct cls_insn *code;	/* its bytes */
-	bool whole;			/* code has all of them */
-};
-
 /*
  * Where a kernel chunk's branch is added: before its first instruction,
  * with the instructions, or, when it only counts (no overflow to find)
@@ -260,86 +251,11 @@ static void emit_adds(struct qemu_plugin_insn *first,
 			score_ctr(ctr_branch(kernel)), n_branches);
 }
 
-/* Capture keys of chunks (sample.h), under tr_lock; 0 is "no capture". */
-static uint64_t next_chunk_uid = 1;
-
-/*
- * Where each instruction's registers are read (sample.h regs_at), and so
- * which instructions get a capture point: every one but the first for
- * CAPTURE_ALL; for CAPTURE_FRAME only those after an instruction that
- * writes sp or bp, since between two such points the frame registers do
- * not change and the last point's serve every instruction up to the next.
- */
-static void place_capture_points(struct sample_chunk *c, const uint8_t *cls,
-				 enum capture_at at)
-{
-	c->regs_at[0] = 0;
-	for (uint32_t i = 1; i < c->n_insns; i++) {
-		bool point = at == CAPTURE_ALL || (cls[i - 1] & CLS_FRAME);
-
-		c->regs_at[i] = point ? i : c->regs_at[i - 1];
-		c->point[i] = (struct capture_point){ c, i };
-	}
-}
-
-/* The chunk's sampling descriptor.  tr_lock held (next_chunk_uid). */
-static struct sample_chunk *describe_chunk(const struct tb_insn *insn,
-					   const uint8_t *cls, uint32_t n,
-					   uint32_t n_branches, bool kernel,
-					   uint64_t tb_vaddr, enum capture_at at)
-{
-	struct sample_chunk *c = arena_alloc(sizeof(*c));
-
-	c->tb_vaddr = tb_vaddr;
-	c->n_insns = n;
-	c->n_branches = n_branches;
-	c->first_fault = n;
-	c->kernel = kernel;
-	c->uid = 0;
-	c->point = NULL;
-	c->regs_at = NULL;
-	if (at != CAPTURE_NONE) {
-		c->uid = next_chunk_uid++;
-		c->point = arena_alloc(n * sizeof(*c->point));
-		c->regs_at = arena_alloc(n * sizeof(*c->regs_at));
-		place_capture_points(c, cls, at);
-	}
-	c->vaddr = arena_alloc(n * sizeof(*c->vaddr));
-	c->branch = arena_alloc(MAX(n_branches, 1) * sizeof(*c->branch));
-	for (uint32_t i = 0, b = 0; i < n; i++) {
-		c->vaddr[i] = insn[i].vaddr;
-		if (cls[i] & CLS_BRANCH)
-			c->branch[b++] = i;
-		if ((cls[i] & CLS_BOUNDARY) && c->first_fault == n)
-			c->first_fault = i;
-	}
-	return c;
-}
-
-/*
- * The chunk's instruction add doubles as the countdown (core.h): call
- * sample.c back when it passes COUNTDOWN_LIMIT; and the capture points.
- * The limit fits a 32-bit immediate, so the host's check is a compare and
- * a branch.
- */
-static void emit_sampling(const struct tb_insn *insn, struct sample_chunk *c)
-{
-	qemu_plugin_register_vcpu_insn_exec_cond_cb(insn[0].handle,
-		sample_chunk_exec, QEMU_PLUGIN_CB_R_REGS, QEMU_PLUGIN_COND_GT,
-		score_ctr(ctr_insn(c->kernel)), COUNTDOWN_LIMIT, c);
-	for (unsigned i = 1; c->point && i < c->n_insns; i++)
-		if (c->regs_at[i] == i)
-			qemu_plugin_register_vcpu_insn_exec_cond_cb(insn[i].handle,
-				sample_capture_exec, QEMU_PLUGIN_CB_R_REGS,
-				QEMU_PLUGIN_COND_EQ, score_capture(),
-				capture_key(c, i), &c->point[i]);
-}
-
 /* Does a chunk end at insn i?  tr_lock held (forced_cuts). */
 static bool chunk_ends(const struct tb_insn *insn, const uint8_t *cls,
 		       size_t i, size_t n)
 {
-	return i + 1 == n || (cls[i] & CLS_DOORBELL) ||
+	return i + 1 == n || (cls[i] & CLS_MARKER) ||
 	       g_hash_table_contains(forced_cuts, (gpointer)(uintptr_t)insn[i].key);
 }
 
@@ -419,13 +335,13 @@ static void emit_chunks(const struct tb_insn *insn, const uint8_t *cls,
 		at_end = branch_at_end(cls, i, n_branches, kernel);
 		new_cut |= record_tails(insn, cls, first, i, at_end);
 		if (sampling)
-			c = describe_chunk(insn + first, cls + first, n_insns,
-					   n_branches, kernel, insn[0].vaddr,
-					   at);
+			c = sample_describe_chunk(insn + first, cls + first,
+						  n_insns, n_branches, kernel,
+						  insn[0].vaddr, at);
 		emit_adds(insn[first].handle, insn[i].handle, kernel, n_insns,
 			  n_branches, at_end);
 		if (c)
-			emit_sampling(insn + first, c);
+			sample_emit_chunk(insn + first, c);
 		first = i + 1;
 		n_insns = n_branches = 0;
 	}
@@ -434,46 +350,14 @@ static void emit_chunks(const struct tb_insn *insn, const uint8_t *cls,
 		instrument_request_flush();
 }
 
-/* Per-thread scratch for count_tb, grown as needed, never shrunk. */
-static __thread struct tb_insn *scratch;
-static __thread struct cls_insn *scratch_ci;
-static __thread uint8_t *scratch_cls;
-static __thread size_t scratch_cap;
-
-static void scratch_reserve(size_t n)
+/* tb_trans with counting on (translate.c, after classification): the
+ * instructions' code keys, then the chunks. */
+void count_tb(struct tb_insn *insn, const uint8_t *cls, size_t n, bool kernel)
 {
-	if (n <= scratch_cap)
-		return;
-	scratch_cap = MAX(n, 512);	/* TCG_MAX_INSNS */
-	scratch = g_renew(struct tb_insn, scratch, scratch_cap);
-	scratch_ci = g_renew(struct cls_insn, scratch_ci, scratch_cap);
-	scratch_cls = g_renew(uint8_t, scratch_cls, scratch_cap);
-}
-
-/* tb_trans with counting on: classify, then emit the chunks. */
-void count_tb(struct qemu_plugin_tb *tb, size_t n)
-{
-	bool kernel = vaddr_is_kernel(qemu_plugin_tb_vaddr(tb));
-
-	scratch_reserve(n);
-	for (size_t i = 0; i < n; i++) {
-		struct cls_insn *ci = &scratch_ci[i];
-		struct tb_insn *t = &scratch[i];
-
-		t->handle = qemu_plugin_tb_get_insn(tb, i);
-		ci->len = qemu_plugin_insn_data(t->handle, ci->bytes,
-						sizeof(ci->bytes));
-		ci->vaddr = qemu_plugin_insn_vaddr(t->handle);
-		t->key = code_key(guest_insn_gpa(t->handle), ci->vaddr);
-		t->vaddr = ci->vaddr;
-		t->code = ci;
-		t->whole = ci->len == qemu_plugin_insn_size(t->handle);
-	}
-	pv.arch->classify_tb(scratch_ci, n, kernel, scratch_cls);
-	emit_chunks(scratch, scratch_cls, n, kernel);
-	/* After the chunks' adds: the models' callbacks on an instruction
-	 * then run after its counts are added, like any later ones. */
-	models_tb(tb, scratch_cls, n, kernel);
+	for (size_t i = 0; i < n; i++)
+		insn[i].key = code_key(guest_insn_gpa(insn[i].handle),
+				       insn[i].vaddr);
+	emit_chunks(insn, cls, n, kernel);
 }
 
 /*

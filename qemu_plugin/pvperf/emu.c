@@ -239,30 +239,11 @@ static bool timer_mode(void)
 	return instrument_host_time() && !instrument_sampling();
 }
 
-/* How much the model slots on host time may still grow before the
- * nearest overflows (0: due), UINT64_MAX if none is armed. */
-static uint64_t host_time_room(unsigned vcpu)
-{
-	const struct pvperf_vcpu *v = &pv.vcpu[vcpu];
-	uint64_t room = UINT64_MAX;
-
-	for (unsigned i = 0; i < v->n_model_slots; i++) {
-		const struct pvperf_sample_slot *sl = &v->model_slot[i];
-		uint64_t sum;
-
-		if (!(sl->ctr_mask & HOST_NS_BITS) || sl->threshold == UINT64_MAX)
-			continue;
-		sum = sample_model_slot_sum(vcpu, sl->ctr_mask);
-		room = MIN(room, sum < sl->threshold ? sl->threshold - sum : 0);
-	}
-	return room;
-}
-
 /* After a point: the timer for when the nearest host-time slot may be
  * due, if all the time from the last point went to its halves. */
 static void rearm(unsigned vcpu)
 {
-	uint64_t room = timer_mode() ? host_time_room(vcpu) :
+	uint64_t room = timer_mode() ? sample_room(vcpu, HOST_NS_BITS) :
 		       UINT64_MAX;
 
 	host_timer_arm(vcpu, room == UINT64_MAX ? 0 :

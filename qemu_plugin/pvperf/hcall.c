@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * hcall.c - the pvperf hypercall: doorbell detection at translation, the
- * doorbell's memory callback, and what each operation does.
+ * hcall.c - the pvperf hypercall: marker detection at translation, the
+ * marker's memory callback, and what each operation does.
  *
- * A hypercall is the doorbell instruction (pvperf_abi.h; the
+ * A hypercall is the marker instruction (pvperf_abi.h; the
  * architecture recognises it: arch.h), a store at a kernel-half address
  * to the caller's struct pvperf_hcall.  User-half code is never
  * instrumented for it: a user process cannot issue a hypercall.  The
@@ -35,7 +35,7 @@
 #include "sample.h"
 
 /* Memory-callback udata; lives in the TB arena (arena.c). */
-struct pvperf_doorbell {
+struct pvperf_marker {
 	uint64_t insn_vaddr;
 };
 
@@ -138,7 +138,7 @@ static struct pvperf_hcall *block_at(unsigned vcpu, qemu_plugin_meminfo_t info,
 	struct pvperf_hcall *blk;
 
 	if (!hw || qemu_plugin_hwaddr_is_io(hw)) {
-		pvperf_guest_log(vcpu, "doorbell to I/O memory at 0x%" PRIx64 "\n", vaddr);
+		pvperf_guest_log(vcpu, "marker store to I/O memory at 0x%" PRIx64 "\n", vaddr);
 		return NULL;
 	}
 	*gpa = qemu_plugin_hwaddr_phys_addr(hw);
@@ -150,10 +150,10 @@ static struct pvperf_hcall *block_at(unsigned vcpu, qemu_plugin_meminfo_t info,
 	return blk;
 }
 
-static void doorbell_mem(unsigned int vcpu, qemu_plugin_meminfo_t info,
+static void marker_mem(unsigned int vcpu, qemu_plugin_meminfo_t info,
 			 uint64_t vaddr, void *udata)
 {
-	const struct pvperf_doorbell *db = udata;
+	const struct pvperf_marker *db = udata;
 	struct pvperf_hcall *blk;
 	uint64_t gpa;
 
@@ -165,7 +165,7 @@ static void doorbell_mem(unsigned int vcpu, qemu_plugin_meminfo_t info,
 	link_leave();
 }
 
-/* tb_trans: instrument kernel-half doorbell stores, counting on or off. */
+/* tb_trans: instrument kernel-half marker stores, counting on or off. */
 void hcall_tb(struct qemu_plugin_tb *tb, size_t n)
 {
 	if (!pv.ram_path || !vaddr_is_kernel(qemu_plugin_tb_vaddr(tb)))
@@ -174,15 +174,15 @@ void hcall_tb(struct qemu_plugin_tb *tb, size_t n)
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		uint8_t bytes[INSN_MAX_BYTES];
 		size_t len = qemu_plugin_insn_data(insn, bytes, sizeof(bytes));
-		struct pvperf_doorbell *db;
+		struct pvperf_marker *db;
 
 		/* A longer insn returns the first bytes: check its size too. */
-		if (qemu_plugin_insn_size(insn) != pv.arch->doorbell_len ||
-		    !pv.arch->is_doorbell(bytes, len))
+		if (qemu_plugin_insn_size(insn) != pv.arch->marker_len ||
+		    !pv.arch->is_marker(bytes, len))
 			continue;
 		db = arena_alloc(sizeof(*db));
 		db->insn_vaddr = qemu_plugin_insn_vaddr(insn);
-		qemu_plugin_register_vcpu_mem_cb(insn, doorbell_mem,
+		qemu_plugin_register_vcpu_mem_cb(insn, marker_mem,
 						 QEMU_PLUGIN_CB_R_REGS,
 						 QEMU_PLUGIN_MEM_W, db);
 	}

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * hcall.h - the pvperf hypercall: doorbell stores and their dispatch.
+ * hcall.h - the pvperf hypercall: marker stores and their dispatch.
  */
 #ifndef PVPERF_HCALL_H
 #define PVPERF_HCALL_H

@@ -10,7 +10,7 @@
  * plugin, is only the CPU's: kernel or user).
  *
  * desired: what the service asked for last.  Written by any vCPU thread in
- *   a doorbell callback, read in reset_done; atomic.
+ *   a marker callback, read in reset_done; atomic.
  * applied: what tb_trans instruments and the FAULT handler assumes.
  *   Written only in reset_done, inside the exclusive section (no vCPU runs,
  *   no TB is being translated), so every TB in the code cache agrees with
@@ -27,7 +27,7 @@
  * the exclusive section as soon as the current TB ends (every vCPU is
  * kicked out of its TB chain first), so the flush happens before this vCPU
  * runs another TB, and any later hypercall runs in a TB translated with
- * the new setting.  Only the rest of the doorbell's own TB runs with the
+ * the new setting.  Only the rest of the marker's own TB runs with the
  * old instrumentation: the guest must not put two hypercalls in one TB
  * (any branch ends a TB; the driver's hypercall helper returns with ret).
  */
@@ -150,7 +150,7 @@ unsigned reply_instrumentation(uint32_t flags)
 	return what;
 }
 
-/* Doorbell callback (vCPU thread): what the service asked for. */
+/* Marker callback (vCPU thread): what the service asked for. */
 void instrument_request(unsigned what)
 {
 	__atomic_store_n(&desired, what, __ATOMIC_SEQ_CST);

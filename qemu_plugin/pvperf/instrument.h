@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * instrument.h - what the plugin instruments, as a set of INSTRUMENT_*
- * flags: nothing but doorbells, exact instruction counts, branch counts,
+ * flags: nothing but markers, exact instruction counts, branch counts,
  * overflow detection, register capture after the instructions that move the frame
  * (sp, bp) or at every instruction; switched by qemu_plugin_reset.
  */
@@ -14,7 +14,7 @@
 
 /* Each flag adds generated code, so each is on only while it is needed. */
 enum instrumentation {
-	INSTRUMENT_NONE = 0,		/* nothing open: only doorbells */
+	INSTRUMENT_NONE = 0,		/* nothing open: only markers */
 	INSTRUMENT_COUNT = 1 << 0,	/* instruction counts: an inline add */
 	INSTRUMENT_BRANCHES = 1 << 1,	/* + branch counts: another add */
 	INSTRUMENT_SAMPLE = 1 << 2,	/* + a conditional callback per chunk */

@@ -137,7 +137,7 @@ void models_init(unsigned n_vcpus)
 		mv[i].last_dblock = CACHE_EMPTY;
 	}
 	cache_init(&ll, &mcfg.ll);
-	fast_create();
+	fast_create(mv[0].i1.set_mask + 1, mv[0].itlb.set_mask + 1);
 }
 
 void models_vcpu_init(unsigned vcpu)
@@ -207,7 +207,7 @@ static void fetch(unsigned vcpu, struct model_vcpu *m, uint64_t addr,
 	 * no longer be one (see fast_steady). */
 	if (m->n_steady && ((instrument_tlb() && !cache_is_mru(&m->itlb, addr, len)) ||
 			    (instrument_cache() && !cache_is_mru(&m->i1, addr, len))))
-		fast_unsteady(vcpu);
+		fast_unsteady(vcpu, m);
 	if (instrument_tlb()) {
 		if (cache_ref(&m->itlb, addr, len))
 			bump(m, PVPERF_M_ITLB_MISS, kernel, at);
@@ -264,7 +264,7 @@ cold_start(unsigned vcpu, struct model_vcpu *m, uint64_t epoch)
 {
 	uint64_t *fs = fast_of(vcpu);
 
-	fast_unsteady(vcpu);
+	fast_unsteady(vcpu, m);
 	fast_empty_mirrors(fs);
 	m->last_dblock = CACHE_EMPTY;
 	m->epoch = epoch;
@@ -318,7 +318,7 @@ static uint64_t resolve_branch(unsigned vcpu, struct model_vcpu *m,
 		if (miss)
 			bump(m, PVPERF_M_COND_MISS, kernel, at);
 		if (!taken)
-			fast_unsteady(vcpu);
+			fast_unsteady(vcpu, m);
 		else if (m->fast_ok && !delta &&
 			 bpred_taken_is_steady(&m->bp, pc))
 			return pc;
@@ -417,7 +417,7 @@ void models_flush(void)
 		/* an instrumentation switch may bring in a dTLB or I1 that saw none of
 		 * the code since */
 		mv[i].last_dblock = CACHE_EMPTY;
-		fast_unsteady(i);
+		fast_unsteady(i, &mv[i]);
 	}
 }
 

@@ -70,6 +70,7 @@
 struct qemu_plugin_scoreboard *fast_sb;
 size_t fast_size;			/* bytes per vCPU */
 size_t fs_itlb;				/* index of the iTLB mirror */
+static size_t fs_end;			/* one past the last mirror */
 char *fast_base;			/* kept as pv.score_base; atomic */
 
 qemu_plugin_u64 fs_entry(size_t index)
@@ -77,22 +78,19 @@ qemu_plugin_u64 fs_entry(size_t index)
 	return (qemu_plugin_u64){ fast_sb, index * sizeof(uint64_t) };
 }
 
-void fast_create(void)
+void fast_create(size_t i1_sets, size_t itlb_sets)
 {
-	size_t n = FS_I1 + (mv[0].i1.set_mask + 1) + (mv[0].itlb.set_mask + 1);
-
-	fs_itlb = FS_I1 + mv[0].i1.set_mask + 1;
-	fast_size = (n * sizeof(uint64_t) + 63) & ~(size_t)63;
+	fs_itlb = FS_I1 + i1_sets;
+	fs_end = fs_itlb + itlb_sets;
+	fast_size = (fs_end * sizeof(uint64_t) + 63) & ~(size_t)63;
 	fast_sb = qemu_plugin_scoreboard_new(fast_size);
 }
 
 /* The I1 and iTLB mirrors say nothing is most recent: conditions fire. */
 void fast_empty_mirrors(uint64_t *fs)
 {
-	size_t n = fs_itlb + mv[0].itlb.set_mask + 1 - FS_I1;
-
-	for (size_t i = 0; i < n; i++)
-		fs[FS_I1 + i] = CACHE_EMPTY;
+	for (size_t i = FS_I1; i < fs_end; i++)
+		fs[i] = CACHE_EMPTY;
 }
 
 /*
@@ -101,9 +99,8 @@ void fast_empty_mirrors(uint64_t *fs)
  * loop's branch stored as pending (above) is tagged, so that
  * its block's start runs its callback again.
  */
-void fast_unsteady(unsigned vcpu)
+void fast_unsteady(unsigned vcpu, struct model_vcpu *m)
 {
-	struct model_vcpu *m = &mv[vcpu];
 	uint64_t *fs;
 	struct pvperf_score *s;
 
@@ -123,11 +120,11 @@ void fast_unsteady(unsigned vcpu)
 }
 
 /* Every condition fires until slow paths learn the state again. */
-void fast_forget(unsigned vcpu)
+void fast_forget(unsigned vcpu, struct model_vcpu *m)
 {
 	uint64_t *fs = fast_of(vcpu);
 
-	fast_unsteady(vcpu);
+	fast_unsteady(vcpu, m);
 	fast_empty_mirrors(fs);
 	fs[FS_EXPECT] = 0;
 }
@@ -165,7 +162,7 @@ void fast_update_ok(unsigned vcpu, struct model_vcpu *m)
 		  !(m->armed & cond_bits);
 
 	if (!ok && m->fast_ok)
-		fast_forget(vcpu);
+		fast_forget(vcpu, m);
 	m->fast_ok = ok;
 }
 

@@ -181,11 +181,12 @@ static inline void bump(struct model_vcpu *m, unsigned ctr, bool kernel,
 
 /* models_fast.c */
 qemu_plugin_u64 fs_entry(size_t index);
-void fast_create(void);
+/* Install: the scoreboard for I1 and iTLB mirrors of these many sets. */
+void fast_create(size_t i1_sets, size_t itlb_sets);
 void fast_vcpu_init(unsigned vcpu);
 void fast_empty_mirrors(uint64_t *fs);
-void fast_unsteady(unsigned vcpu);
-void fast_forget(unsigned vcpu);
+void fast_unsteady(unsigned vcpu, struct model_vcpu *m);
+void fast_forget(unsigned vcpu, struct model_vcpu *m);
 void fast_steady(uint64_t *fs, struct model_vcpu *m, uint64_t pc);
 void fast_update_ok(unsigned vcpu, struct model_vcpu *m);
 void branch_unsteady_exec(unsigned vcpu, void *udata);

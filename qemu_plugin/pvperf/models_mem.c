@@ -228,5 +228,5 @@ void aspace_exec(unsigned vcpu, void *udata)
 	cache_reset(&mv[vcpu].dtlb);
 	mv[vcpu].last_dblock = CACHE_EMPTY;
 	fast_empty_mirrors(fast_of(vcpu));
-	fast_unsteady(vcpu);
+	fast_unsteady(vcpu, &mv[vcpu]);
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * pvperf.c - the pvperf TCG plugin for QEMU's system emulators of the
- * guest architectures in targets.c (QEMU >= 10.0, plugin API v4): exact per-vCPU retired instruction and branch counts,
+ * guest architectures in ../arch/targets.c (QEMU >= 10.0, plugin API
+ * v4): exact per-vCPU retired instruction and branch counts,
  * overflow at the exact instruction, and the transport of pvperf
  * hypercalls from the guest kernel to the pvperf host service.
  *
@@ -41,21 +42,16 @@
 #include "sample.h"
 #include "state.h"
 #include "targets.h"
+#include "translate.h"
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
 /* ---- callbacks ---- */
 
+/* The translation pipeline: translate.c. */
 static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
-	size_t n = qemu_plugin_tb_n_insns(tb);
-
-	hcall_tb(tb, n);
-	emu_tb(tb, n);
-	if (instrument_counting())
-		count_tb(tb, n);
-	else
-		count_learn_tb(tb, n);
+	translate_tb(tb);
 }
 
 /* Exclusive section (accel/tcg/tb-maint.c do_tb_flush): no TB is left. */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * ring.c - samples delivered by the plugin itself (issue 27).
+ * ring.c - samples delivered by the plugin itself, so that an overflow
+ * reaches the guest without a round trip through the service.
  *
  * Once the service has handed a vCPU's sample ring over (a hypercall's
  * reply, pvperf_proto.h "Plugin-written samples": only when this vCPU's

@@ -2,20 +2,20 @@
 /*
  * sample.c - counter overflow at the exact guest instruction.
  *
- * While any event samples, count.c gives every chunk, after its inline
- * adds, a conditional callback on the same instruction counter: one add
- * per chunk both counts and counts down.  The counter is biased
- * (core.h): each time this file rearms, it rebases each half's counter
- * to COUNTDOWN_LIMIT - room, where room is the number of instructions
- * that half may still run before any armed threshold can be reached (for
- * a branch event too: branches never outnumber instructions), so only a
- * chunk that uses up its half's room calls sample_chunk_exec(), about
- * once per sample.  A slot that counts both halves splits its room
- * between them, in proportion to what each ran lately, so that neither
- * can reach the threshold unseen: a few extra callbacks when the mix
- * changes, never a missed overflow.  A pacer (sample.h: emu.c's host-time
- * checks) caps both rooms too, and the chunk callback that finds its room
- * used up runs its check.
+ * While any event samples, sample_tb.c gives every chunk (count.c cuts
+ * them), after its inline adds, a conditional callback on the same
+ * instruction counter: one add per chunk both counts and counts down.
+ * The counter is biased (core.h): each time this file rearms, it rebases
+ * each half's counter to COUNTDOWN_LIMIT - room, where room is the
+ * number of instructions that half may still run before any armed
+ * threshold can be reached (for a branch event too: branches never
+ * outnumber instructions), so only a chunk that uses up its half's room
+ * calls sample_chunk_exec(), about once per sample.  A slot that counts
+ * both halves splits its room between them, in proportion to what each
+ * ran lately, so that neither can reach the threshold unseen: a few
+ * extra callbacks when the mix changes, never a missed overflow.  A
+ * pacer (sample.h: emu.c's host-time checks) caps both rooms too, and
+ * the chunk callback that finds its room used up runs its check.
  *
  * The callback runs at the chunk's start, after its counts were added.
  * A threshold T reached by the chunk, with the slot's sum S before it,
@@ -25,16 +25,15 @@
  * SET_PERIOD) and the sample leaves as one pvperf_proto_overflow.
  *
  * Runtime addresses.  TBs are PC-relative: a TB translated while one
- * process ran a page of shared code is reused by every process mapping
- * that physical page, at its own virtual address.  QEMU keeps the pc exact
- * at TB entry and updates it within a TB only where a helper needs it,
- * always to an instruction of the same TB, whose first page holds every
- * instruction start.  The page offset of code is the same in every
- * mapping, so the runtime TB is the translated one moved by a multiple of
- * the page size: delta = (pc - tb_vaddr) rounded down to a page.
+ * process ran a page of shared code serves every process mapping that
+ * physical page, at its own virtual address.  QEMU keeps the pc exact at
+ * TB entry and updates it within a TB only to an instruction of the same
+ * TB, whose first page holds every instruction start.  Code keeps its
+ * page offset in every mapping, so the runtime TB is the translated one
+ * moved by delta = (pc - tb_vaddr) rounded down to a page.
  *
  * Faults.  If an instruction of the chunk up to and including the
- * overflowing one may fault (count.c's first_fault), the overflow may not
+ * overflowing one may fault (the chunk's first_fault), the overflow may not
  * have happened; it is held ("pending") until the vCPU shows it retired:
  *   - a later user-mode chunk runs (a faulting user instruction sends the
  *     kernel into its page-fault handler, which reports FAULT before any
@@ -47,34 +46,24 @@
  * threshold, so the re-executed instruction crosses again and is sampled
  * then, once.
  *
- * Registers (PVPERF_PROTO_REGS slots: callchains, sample registers, user
- * stacks).  The registers of the overflowing instruction, as they were
- * just before it ran, go with the sample.  A callback registered with
- * QEMU_PLUGIN_CB_R_REGS sees the general-purpose registers exact at its
- * instruction (TCG writes them back before the call).  Which instruction
- * serves which is the chunk's regs_at (sample.h): with INSTRUMENT_CAPTURE_ALL
- * each its own; with INSTRUMENT_CAPTURE_FRAME (frame-pointer callchains need
- * only sp and bp exact) the point after the last sp/bp writer before it,
- * so straight-line code has no capture point at all.  An overflow served
- * by the chunk's start reads them at once; one served by a later point is
- * "awaiting": the chunk callback sets the vCPU's capture key and that
- * point's callback reads them and goes on as above.  An awaiting overflow
- * whose capture point did not run (an instruction before it faulted) is
- * held without registers, so the FAULT cancels it like any other.
+ * Registers (PVPERF_PROTO_REGS slots): which capture point serves which
+ * instruction, sample_tb.c.  An overflow served by the chunk's start
+ * reads them at once; one served by a later point is "awaiting": the
+ * chunk callback sets the vCPU's capture key and that point's callback
+ * reads them and goes on as above.  An awaiting overflow whose capture
+ * point did not run (an instruction before it faulted) is held without
+ * registers, so the FAULT cancels it like any other.
  *
- * Delivery.  Once the service has handed this vCPU's sample ring over
- * (hypercall replies; only with the vCPU's doorbell eventfd), ring.c
- * writes the record into guest RAM and raises the interrupt right here,
- * and the overflow message only tells the service (PVPERF_PROTO_WRITTEN);
- * for callchain events (PVPERF_PROTO_SYNC) the vCPU waits until QEMU has
- * raised the interrupt, never for the service (but for flow control's
- * every 64th, link.c).  Without a ring the service writes the record and
- * raises the interrupt (QMP's NMI in deterministic runs), and a SYNC
- * overflow's vCPU waits for that round trip (link.c).
+ * Delivery: with this vCPU's sample ring handed over (and its doorbell
+ * eventfd), ring.c writes the record and raises the interrupt here, the
+ * overflow message only tells the service (PVPERF_PROTO_WRITTEN), and a
+ * SYNC (callchain) overflow waits for QEMU to raise it, never for the
+ * service (but flow control's every 64th, link.c).  Without a ring the
+ * service writes the record and raises the interrupt, and a SYNC
+ * overflow waits for that round trip (link.c).
  *
  * Context: everything here runs on the vCPU thread that owns the slots
- * (its callbacks, its doorbell and FAULT handlers); no locks, no
- * allocation.
+ * (its callbacks, its marker and FAULT handlers); no locks or allocation.
  */
 #include <string.h>
 
@@ -138,13 +127,12 @@ static unsigned slot_halves(uint64_t mask)
 static uint64_t slot_room(const struct pvperf_sample_slot *sl,
 			  const uint64_t *count)
 {
-	const uint64_t insn_mask = CTR_INSN_BITS;
 	uint64_t sum = slot_sum(count, sl->ctr_mask);
 	uint64_t left = sl->threshold > sum ? sl->threshold - sum : 0;
 
 	/* Instructions and branches in one slot: its sum grows by up to
 	 * twice the instructions. */
-	if ((sl->ctr_mask & insn_mask) && (sl->ctr_mask & ~insn_mask))
+	if ((sl->ctr_mask & CTR_INSN_BITS) && (sl->ctr_mask & ~CTR_INSN_BITS))
 		left /= 2;
 	return left ? left - 1 : 0;
 }
@@ -253,8 +241,7 @@ void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
 	unsigned n = 0;
 
-	v->n_model_slots = 0;
-	v->model_armed = 0;
+	v->n_model_slots = v->model_armed = 0;
 	v->model_armed_cycles = false;
 	for (unsigned i = 0; i < reply->n_slots && i < PVPERF_PROTO_MAX_SLOTS; i++) {
 		const struct pvperf_proto_slot *ps = &reply->slot[i];
@@ -539,7 +526,7 @@ void sample_capture_exec(unsigned int vcpu, void *udata)
 
 /* A model slot's sum: its model counters, and for cycles the instruction
  * counters too. */
-uint64_t sample_model_slot_sum(unsigned vcpu, uint64_t mask)
+static uint64_t model_slot_sum(unsigned vcpu, uint64_t mask)
 {
 	uint64_t sum = 0, insn[PVPERF_NR_INLINE_COUNTERS];
 
@@ -550,6 +537,24 @@ uint64_t sample_model_slot_sum(unsigned vcpu, uint64_t mask)
 	for (mask >>= PVPERF_NR_INLINE_COUNTERS; mask; mask &= mask - 1)
 		sum += model_counter(vcpu, __builtin_ctzll(mask));
 	return sum;
+}
+
+uint64_t sample_room(unsigned vcpu, uint64_t bits)
+{
+	const struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	uint64_t room = UINT64_MAX;
+
+	for (unsigned i = 0; i < v->n_model_slots; i++) {
+		const struct pvperf_sample_slot *sl = &v->model_slot[i];
+
+		uint64_t sum;
+
+		if (!(sl->ctr_mask & bits) || sl->threshold == UINT64_MAX)
+			continue;
+		sum = model_slot_sum(vcpu, sl->ctr_mask);
+		room = MIN(room, sum < sl->threshold ? sl->threshold - sum : 0);
+	}
+	return room;
 }
 
 /*
@@ -572,7 +577,7 @@ sample_model_event(uint64_t bits, bool kernel, struct event_at at)
 		struct pvperf_pending p;
 
 		if (!(sl->ctr_mask & bits) ||
-		    sample_model_slot_sum(at.vcpu, sl->ctr_mask) < sl->threshold)
+		    model_slot_sum(at.vcpu, sl->ctr_mask) < sl->threshold)
 			continue;
 		p = (struct pvperf_pending){
 			.ip = at.ip,

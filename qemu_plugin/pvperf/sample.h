@@ -22,10 +22,10 @@
 #define ROOM_MAX	(1ULL << 30)
 
 /*
- * What the conditional callback of a chunk needs (udata, in count.c's
- * arena): the chunk's instructions at translation time (the process that
- * translated it; runtime addresses come from the pc), which of them are
- * branches, and the first one that may fault.
+ * What the conditional callback of a chunk needs (udata, in the TB
+ * arena, sample_tb.c): the chunk's instructions at translation time (the
+ * process that translated it; runtime addresses come from the pc), which
+ * of them are branches, and the first one that may fault.
  */
 struct sample_chunk {
 	uint64_t tb_vaddr;	/* the TB's first instruction */
@@ -46,7 +46,7 @@ struct sample_chunk {
 /*
  * Capture points: instructions (never a chunk's first) with a conditional
  * callback that runs, before the instruction, iff the vCPU's scoreboard
- * `capture` equals its key (count.c places them).  The chunk's own
+ * `capture` equals its key (sample_tb.c places them).  The chunk's own
  * callback sets that key when an overflow that needs registers falls on
  * an instruction served by a later point; it reads them itself otherwise.
  */
@@ -118,8 +118,10 @@ struct event_at {
  * (struct pvperf_vcpu model_armed), so that their fast paths stay short.
  */
 void sample_model_event(uint64_t bits, bool kernel, struct event_at at);
-/* A model slot's sum (its ctr_mask's counters) now. */
-uint64_t sample_model_slot_sum(unsigned vcpu, uint64_t mask);
+/* How much the model counters in bits may still grow before the nearest
+ * slot armed on one of them overflows (0: due), UINT64_MAX if none is
+ * (emu.c's host-time timer). */
+uint64_t sample_room(unsigned vcpu, uint64_t bits);
 void sample_confirm_all(unsigned vcpu);
 void sample_fault(unsigned vcpu, uint64_t ip);
 void sample_update_room(unsigned vcpu);

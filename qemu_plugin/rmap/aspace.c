@@ -3,13 +3,20 @@
  * aspace.c - pvperf-rmap.so's timeline of address spaces: the page-table
  * base each vCPU translates under, and a callback on every kernel
  * instruction that writes it (the architecture's decoder finds them,
- * arch.h), which records the new base and, with task=, the task it
+ * ../arch/arch.h), which records the new base and, with task=, the task it
  * belongs to.  Contexts as in rmap.c: translation on vCPU threads, the
  * callback on the executing vCPU thread without a lock.
  */
 #include <string.h>
 
-#include "rmap.h"
+#include "aspace.h"
+#include "out.h"
+
+/* One page-table base write in guest kernel code: the callback's udata. */
+struct aspace_site {
+	uint64_t guestpc;
+	unsigned gpr;
+};
 
 static __thread GByteArray *scratch;	/* register and memory reads */
 
@@ -200,14 +207,15 @@ void find_registers(void)
 			if (!strcmp(d->name, rm.arch->gpr_names[k]))
 				rm.gpr[k] = d->handle;
 		}
-		if (!strcmp(d->name, rm.arch->aspace_reg))
+		if (!strcmp(d->name, rm.arch->reg_names[REG_PAGE_TABLE]))
 			rm.aspace = d->handle;
 		else if (!strcmp(d->name, rm.arch->task_reg))
 			rm.task_reg = d->handle;
 	}
 	if (!rm.aspace || !rm.task_reg || !all_gprs_found())
 		rmap_log("register list lacks %s, %s or a general register: "
-			 "no address-space timeline\n", rm.arch->aspace_reg,
+			 "no address-space timeline\n",
+			 rm.arch->reg_names[REG_PAGE_TABLE],
 			 rm.arch->task_reg);
 	else
 		g_atomic_int_set(&rm.have_regs, 1);

@@ -74,91 +74,13 @@
 
 #include <qemu-plugin.h>
 
-#include "rmap.h"
+#include "aspace.h"
+#include "out.h"
+#include "targets.h"
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
-#define OBUF_FLUSH	(64 * 1024)
-
-struct rmap_state rm = { .fd = -1 };
-
 static __thread GByteArray *tb_rec;	/* the TB record being built */
-
-void rmap_log(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fputs("pvperf-rmap: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-}
-
-uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
-void count(uint64_t *counter)
-{
-	__atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
-}
-
-GByteArray *thread_buf(GByteArray **buf)
-{
-	if (!*buf)
-		*buf = g_byte_array_new();
-	return *buf;
-}
-
-/* ---- output ---- */
-
-/* Any thread, no lock: one write(2) per call on an O_APPEND descriptor,
- * so a whole record lands in one piece between other threads' records
- * (a partial write only happens on a full disk). */
-void write_all(const void *buf, size_t n)
-{
-	const uint8_t *p = buf;
-
-	while (n) {
-		ssize_t w = write(rm.fd, p, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			count(&rm.n_write_errors);
-			return;
-		}
-		p += w;
-		n -= w;
-	}
-}
-
-/* rm.lock */
-void obuf_drain(void)
-{
-	write_all(rm.obuf->data, rm.obuf->len);
-	g_byte_array_set_size(rm.obuf, 0);
-}
-
-/* rm.lock */
-void obuf_append(const void *rec, size_t size)
-{
-	if (rm.closing)
-		return;
-	g_byte_array_append(rm.obuf, rec, size);
-	if (rm.obuf->len >= OBUF_FLUSH)
-		obuf_drain();
-}
-
-struct rmap_rec_header rec_header(uint16_t type, size_t size)
-{
-	return (struct rmap_rec_header){ .type = type, .size = size,
-					 .monotonic_ns = now_ns() };
-}
 
 /* ---- translation ---- */
 
@@ -193,7 +115,7 @@ static void build_tb_record(struct qemu_plugin_tb *tb, size_t n,
 	r->tid = gettid();
 	r->n_insns = n;
 	r->n_bytes = n_bytes;
-	r->flags = r->guestpc >= rm.arch->kernel_half_start ? RMAP_TB_KERNEL : 0;
+	r->flags = r->guestpc >= rm.arch->kernel_start ? RMAP_TB_KERNEL : 0;
 	if (translation_page_table(&r->page_table_base))
 		r->flags |= RMAP_TB_BASE_VALID;
 	for (size_t i = 0; i < n; i++) {
@@ -373,26 +295,6 @@ static int parse_option(const char *arg)
 	return ok ? 0 : -1;
 }
 
-static const struct rmap_arch *find_arch(const char *target)
-{
-	for (const struct rmap_arch *const *a = rmap_arches; *a; a++) {
-		if (!strcmp((*a)->target, target))
-			return *a;
-	}
-	return NULL;
-}
-
-/* "a, b" for the refusal message (install time; leaks once). */
-static const char *known_arches(void)
-{
-	GString *s = g_string_new(NULL);
-
-	for (const struct rmap_arch *const *a = rmap_arches; *a; a++)
-		g_string_append_printf(s, "%s%s", a == rmap_arches ? "" : ", ",
-				       (*a)->target);
-	return g_string_free(s, FALSE);
-}
-
 static int open_output(void)
 {
 	struct rmap_file_header fh = {
@@ -418,9 +320,9 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 					   const qemu_info_t *info,
 					   int argc, char **argv)
 {
-	if (!info->system_emulation || !(rm.arch = find_arch(info->target_name))) {
+	if (!info->system_emulation || !(rm.arch = arch_of_target(info->target_name))) {
 		rmap_log("cannot run on target %s: needs system emulation of %s\n",
-			 info->target_name, known_arches());
+			 info->target_name, known_targets());
 		return -1;
 	}
 	for (int i = 0; i < argc; i++) {

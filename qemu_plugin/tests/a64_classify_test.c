@@ -9,7 +9,7 @@
  * and compared with its expected class, and, as a check independent of
  * the expectations written by hand, its branch and memory classes with
  * what objdump's mnemonic says.  Then the taken targets of conditional
- * branches, the doorbell in user code, and the page walk.
+ * branches, the marker in user code, and the page walk.
  *
  *   make -C qemu_plugin check
  *   tests/a64_classify_test LISTING EXPECT   (objdump -d, objcopy -j .expect)
@@ -167,14 +167,14 @@ static int check_listing(const char *listing, const char *expect_path)
 	return fails;
 }
 
-/* User code cannot ring: the same store is no doorbell there. */
-static int check_user_doorbell(void)
+/* User code cannot ring: the same store is no marker there. */
+static int check_user_marker(void)
 {
 	uint8_t cls = classify(PVPERF_AARCH64_MARKER_INSN, false);
 
 	if (cls == (CLS_MEM | CLS_BOUNDARY))
 		return 0;
-	printf("FAIL doorbell in user code: cls 0x%x\n", cls);
+	printf("FAIL marker in user code: cls 0x%x\n", cls);
 	return 1;
 }
 
@@ -286,7 +286,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	fails += check_listing(argv[1], argv[2]);
-	fails += check_user_doorbell();
+	fails += check_user_marker();
 	fails += check_targets();
 	fails += check_walk();
 	if (fails) {

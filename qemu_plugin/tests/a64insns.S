@@ -10,7 +10,7 @@
 	.equ B, 1		/* CLS_BRANCH */
 	.equ M, 2		/* CLS_MEM */
 	.equ X, 4		/* CLS_BOUNDARY */
-	.equ D, 8		/* CLS_DOORBELL */
+	.equ D, 8		/* CLS_MARKER */
 	.equ F, 16		/* CLS_FRAME */
 	.equ C, 32		/* CLS_COND */
 	.equ I, 64		/* CLS_INDIRECT */
@@ -151,6 +151,6 @@ here:
 	insn X|F, eret
 	insn X|F, udf #0
 
-	/* the doorbell (pvperf_abi.h): a store, a doorbell in the kernel */
+	/* the marker (pvperf_abi.h): a store, a marker in the kernel */
 	insn M|X|D, stur w16, [x17]
 	insn M|X, stur w16, [x18]

@@ -25,7 +25,7 @@ void pvperf_abi_consts(void)
 	DEFINE(PVPERF_MODE_KERNEL, PVPERF_MODE_KERNEL);
 	DEFINE(PVPERF_MODE_USER, PVPERF_MODE_USER);
 	DEFINE(HCALL_SIZE, sizeof(struct pvperf_hcall));
-	DEFINE(HCALL_DOORBELL, offsetof(struct pvperf_hcall, doorbell));
+	DEFINE(HCALL_MARKER, offsetof(struct pvperf_hcall, marker));
 	DEFINE(HCALL_NR, offsetof(struct pvperf_hcall, nr));
 	DEFINE(HCALL_OP, offsetof(struct pvperf_hcall, op));
 	DEFINE(HCALL_ARG0, offsetof(struct pvperf_hcall, args[0]));

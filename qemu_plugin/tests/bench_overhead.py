@@ -6,7 +6,7 @@ Runs pvbench.bin (pvtest.S -DBENCH: a kernel-half loop of loads, stores,
 ALU, a call and a ret per iteration, ~4.4e9 instructions) in:
 
   plain          qemu-system-x86_64, no plugin
-  count=off      plugin loaded, nothing open (doorbell scan only)
+  count=off      plugin loaded, nothing open (marker scan only)
   count=on       plugin counting, one vCPU (inline adds)
   count=on smp2  plugin counting, two vCPUs (exec callbacks; the second
                  vCPU stays in wait-for-SIPI, so only the callback path

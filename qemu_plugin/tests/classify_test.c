@@ -21,7 +21,7 @@ extern const struct arch arch_x86_64;
 #define B CLS_BRANCH
 #define M CLS_MEM
 #define X CLS_BOUNDARY
-#define D CLS_DOORBELL
+#define D CLS_MARKER
 #define F CLS_FRAME
 #define C CLS_COND
 #define I CLS_INDIRECT
@@ -42,7 +42,7 @@ static const struct expect cases[] = {
 	{ "pop %rbp",		{ 0x5d }, 1, M | X | F },
 	{ "xor %ebp,%ebp",	{ 0x31, 0xed }, 2, F },
 	{ "mov (%rsi),%rbx",	{ 0x48, 0x8b, 0x1e }, 3, M | X },
-	{ "doorbell",		{ 0xc7, 0x00, 0x50, 0x56, 0x50, 0x46 }, 6, M | X | D },
+	{ "marker",  		{ 0xc7, 0x00, 0x50, 0x56, 0x50, 0x46 }, 6, M | X | D },
 	{ "push %rbx",		{ 0x53 }, 1, M | X | F },
 	{ "pop %rbx",		{ 0x5b }, 1, M | X | F },
 	{ "pushfq",		{ 0x9c }, 1, M | X | F },

@@ -5,11 +5,11 @@
  * so that `qemu-system-x86_64 -kernel pvtest.bin` starts it in 32-bit
  * protected mode; it sets up long mode with the same 1 GiB identity-mapped
  * at 0 (user-accessible) and at KBASE (kernel only), runs its kernel code
- * from the kernel half (so doorbells are live) and its user code from the
+ * from the kernel half (so markers are live) and its user code from the
  * low half, in ring 3.
  *
  * Every hypercall is the HCALL macro: fill this CPU's block (%r15), ring
- * the doorbell, read ->ret.  Marks are PVPERF_OP_READ hypercalls with
+ * the marker, read ->ret.  Marks are PVPERF_OP_READ hypercalls with
  * args[0] = mark number; the test service records the counter snapshot of
  * each and tests/plugin/test_plugin.py checks the differences between marks
  * against counts of the instructions in between, taken from the ELF with
@@ -19,7 +19,7 @@
  *        a page end: QEMU 7.2's phantom insn); mark 3; iretq to ring 3:
  *        loop C, P page faults on stores, a fault on `call *(%rdi)`, a
  *        fault on the stack push of a call, an instruction-fetch fault,
- *        a user-mode doorbell (must be ignored), int $0x80 -> mark 4;
+ *        a user-mode marker (must be ignored), int $0x80 -> mark 4;
  *        [wait for the AP]; mark 5 (service turns counting off); loop D;
  *        mark 6 (on again); mark 7; loop E; mark 8; exit via isa-debug-exit
  *        with a code made from the PROBE and mark-1 return values.
@@ -84,7 +84,7 @@
 	.set kbase_hi, KBASE >> 32
 
 /* One hypercall on this CPU's block (%r15); \post labels the insn after
- * the doorbell; ->ret ends up in %rax. */
+ * the marker; ->ret ends up in %rax. */
 .macro HCALL op, a0, a1, post
 	movl	$PVPERF_HC_PERF_OP, HCALL_NR(%r15)
 	movl	$\op, HCALL_OP(%r15)
@@ -576,7 +576,7 @@ r_loopF_end:
 	movq	$(FAULT_BASE + (N_P + 2) * 4096), %rax
 	call	*%rax				/* page N_P+2: fetch faults */
 	movl	$user_block, %eax
-	movl	$PVPERF_MARKER_MAGIC, (%rax)	/* user doorbell: ignored */
+	movl	$PVPERF_MARKER_MAGIC, (%rax)	/* user marker: ignored */
 	int	$0x80
 r_user_end:
 user_fn:

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * rmap_arch_test.c - unit test of pvperf-rmap.so's architecture files
- * (rmap/<arch>.c through rmap/arch.h), natively (no QEMU).
+ * rmap_arch_test.c - unit test of each architecture's page-table write
+ * (arch/<arch>.c through arch/arch.h, the table both products link),
+ * natively (no QEMU).
  *
  * For each architecture, a cross-assembled file of instructions
  * (rmap_<arch>.S) and binutils' objdump listing of it: every instruction
  * is given to the architecture's aspace_write_gpr, and its answer must be
  * what objdump says, independently of the decoder: the register named
  * by gpr_names[] for an instruction that writes the page-table base
- * register from a general register, -1 for every other.
+ * register from a general register, -1 for every other.  And classify_tb
+ * (kernel code) marks CLS_ASPACE on every instruction it names.
  *
  *   make -C qemu_plugin check
  *   tests/rmap_arch_test TARGET LISTING   (objdump -d --insn-width=16)
@@ -18,7 +20,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../rmap/arch.h"
+#include "arch.h"
+#include "targets.h"
 
 /* How objdump spells a write of the page-table base: the mnemonic, the
  * destination, and whether the source comes first (AT&T) or second. */
@@ -31,15 +34,6 @@ static const struct spelling spellings[] = {
 	{ "x86_64", "mov", "%cr3", "%", true },
 	{ "aarch64", "msr", "ttbr0_el1", "", false },
 };
-
-static const struct rmap_arch *find_arch(const char *target)
-{
-	for (const struct rmap_arch *const *a = rmap_arches; *a; a++) {
-		if (!strcmp((*a)->target, target))
-			return *a;
-	}
-	return NULL;
-}
 
 /* The source register objdump names if `mnemonic operands` writes the
  * base register (NULL otherwise); "" for no register (xzr). */
@@ -81,7 +75,7 @@ static size_t line_bytes(const char *hex, uint8_t *out)
 
 /* 0 if the decoder agrees with objdump on the line's instruction;
  * *writes counts the instructions that write the base. */
-static int check_line(const struct rmap_arch *arch,
+static int check_line(const struct arch *arch,
 		      const struct spelling *sp, char **f, int *writes)
 {
 	uint8_t code[16];
@@ -92,8 +86,17 @@ static int check_line(const struct rmap_arch *arch,
 					buf, sizeof(buf));
 	int got = arch->aspace_write_gpr(code, len);
 	const char *got_name = got < 0 ? NULL : arch->gpr_names[got];
+	struct cls_insn in = { .len = len, .vaddr = arch->kernel_start };
+	uint8_t cls = 0;
 
+	memcpy(in.bytes, code, len);
+	arch->classify_tb(&in, 1, true, &cls);
 	*writes += want != NULL;
+	if (got >= 0 && !(cls & CLS_ASPACE)) {
+		fprintf(stderr, "%s: %s %s: not CLS_ASPACE (cls 0x%x)\n",
+			arch->target, insn[0], insn[1] ? insn[1] : "", cls);
+		return 1;
+	}
 	if ((!want || !*want) ? got < 0 : (got >= 0 && !strcmp(got_name, want)))
 		return 0;
 	fprintf(stderr, "%s: %s %s: decoder %d (%s), objdump %s\n",
@@ -104,7 +107,7 @@ static int check_line(const struct rmap_arch *arch,
 
 int main(int argc, char **argv)
 {
-	const struct rmap_arch *arch = argc == 3 ? find_arch(argv[1]) : NULL;
+	const struct arch *arch = argc == 3 ? arch_of_target(argv[1]) : NULL;
 	const struct spelling *sp = NULL;
 	g_autofree char *text = NULL;
 	g_auto(GStrv) lines = NULL;

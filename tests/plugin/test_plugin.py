@@ -3,8 +3,8 @@
 
 The guest is qemu_plugin/tests/pvtest.S, a freestanding multiboot kernel
 that enters long mode, runs its kernel code in the kernel half and its user
-code in ring 3, and rings the pvperf doorbell itself.  A fake service
-(pvharness.FakeService) answers the hypercalls and records each counter
+code in ring 3, and issues pvperf hypercalls (marker stores) itself.  A
+fake service (pvharness.FakeService) answers the hypercalls and records each counter
 snapshot; expected counts come from objdump on the guest ELF, so they are
 independent of QEMU, the plugin and capstone.
 
@@ -164,7 +164,7 @@ def test_smp1_and_smp2_agree(guest):
 
 
 @pytest.mark.parametrize("smp", [1, 2])
-def test_doorbell_reaches_service_with_gpa(guest, smp):
+def test_marker_reaches_service_with_gpa(guest, smp):
     k = h.consts()
     res, records = run_with_service(guest, smp, "off")
     assert res.exit_code == 1
@@ -183,7 +183,7 @@ def test_doorbell_reaches_service_with_gpa(guest, smp):
     assert len(records) == 9 + (2 if smp == 2 else 0)
 
 
-def test_user_doorbell_is_ignored(guest):
+def test_user_marker_is_ignored(guest):
     k = h.consts()
     res, records = run_with_service(guest, 1, "off")
     assert all(r.gpa != guest.n("user_block") for r in records)
@@ -238,7 +238,7 @@ def test_without_plugin_hypercalls_are_plain_stores():
     assert res.exit_code == exit_value(4, 4)
 
 
-def test_without_ram_doorbells_are_ignored_but_counting_works():
+def test_without_ram_markers_are_ignored_but_counting_works():
     h.build()
     res = h.run_guest(h.TESTS_DIR / "pvtest.bin",
                       plugin_opts=["count=on", "verbose=on"])
@@ -274,7 +274,7 @@ def test_bad_options_refuse_to_load(opt, needle):
     ("qemu-system-arm", "arm"),
 ])
 def test_other_targets_refuse_to_load_naming_the_target(qemu, target):
-    """Only a target with an architecture file (qemu_plugin/pvperf/targets.c)
+    """Only a target with an architecture file (qemu_plugin/arch/targets.c)
     loads; any other refuses in one line that names it."""
     if not shutil.which(qemu):
         pytest.skip(f"{qemu} not installed")
@@ -290,7 +290,7 @@ def test_other_targets_refuse_to_load_naming_the_target(qemu, target):
 
 
 def test_aarch64_target_loads():
-    """arm64 has an architecture file (qemu_plugin/pvperf/aarch64.c): the
+    """arm64 has an architecture file (qemu_plugin/arch/aarch64.c): the
     plugin installs; the machine-less QEMU then quits from its monitor."""
     if not shutil.which("qemu-system-aarch64"):
         pytest.skip("qemu-system-aarch64 not installed")

@@ -1,8 +1,9 @@
 """The shape of pyhost: modules in layers whose imports only point down,
 no import circle between any two modules (a package's own included), no
 module over ~600 lines (pyhost/__init__.py draws it); and the TCG
-plugin's units, whose includes only point down the table in
-qemu_plugin/README.md ("Units"), which lists every unit once.
+plugin's units, whose includes make no circle, with the guest
+architectures in one place (qemu_plugin/arch/).  The plugins' units by
+symbols and the README's table of them: test_link_layering.py.
 
     cli -> sweep -> profile, results -> image -> vm -> pmu, arch
         -> abi, errors, paths, digest, guest_contract, elf
@@ -141,12 +142,15 @@ def test_a_package_and_its_own_modules_are_edges_too(tmp_path):
 
 
 PLUGIN = REPO / "qemu_plugin" / "pvperf"     # pvperf.so's units
-README = REPO / "qemu_plugin" / "README.md"
+ARCH = REPO / "qemu_plugin" / "arch"         # the guest architectures
+RMAP = REPO / "qemu_plugin" / "rmap"         # pvperf-rmap.so's units
 
 
 def plugin_graph() -> dict[str, set[str]]:
     """Unit -> units it uses: x.c or x.h including "y.h" uses y (if y.c
-    exists).  No exemption: the shared state is a unit of its own (core)."""
+    exists).  No exemption: the shared state is a unit of its own (core).
+    (The units table of qemu_plugin/README.md, and the same by symbols:
+    test_link_layering.py.)"""
     units = {p.stem for p in PLUGIN.glob("*.c")}
     g = {}
     for u in units:
@@ -156,13 +160,6 @@ def plugin_graph() -> dict[str, set[str]]:
         g[u] = {m for m in re.findall(r'^#include "(\w+)\.h"', text, re.M)
                 if m in units and m != u}
     return g
-
-
-def readme_units() -> list[str]:
-    """The units of qemu_plugin/README.md's "Units" table, in its order."""
-    text = README.read_text()
-    section = text.split("\n## Units\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^\| `(\w+)\.c` \|", section, re.M)
 
 
 def test_plugin_units_include_no_circle():
@@ -178,65 +175,41 @@ def test_plugin_core_is_below_every_unit_and_the_top_has_no_header():
     assert [u for u, deps in g.items() if "pvperf" in deps] == []
 
 
-def test_readme_lists_every_plugin_unit_once():
-    listed = readme_units()
-    assert len(listed) == len(set(listed)), listed
-    assert set(listed) == {p.stem for p in PLUGIN.glob("*.c")}
-
-
-def test_plugin_units_only_use_units_below_them_in_the_readme():
-    order = {u: i for i, u in enumerate(readme_units())}
-    up = [f"{u} -> {d}" for u, deps in plugin_graph().items()
-          for d in deps if order[d] <= order[u]]
-    assert up == []
-
-
 # Names of an architecture, its registers or its decoder: only the files
-# of an architecture (x86_64.c, ...) and the table that lists them
-# (targets.c) may hold them.  The same holds in rmap/, the reverse-map
-# recorder, whose architecture files fill rmap/arch.h.
+# of an architecture (arch/x86_64.c, ...) and the table that lists them
+# (arch/targets.c) may hold them; both products (pvperf/, rmap/) reach
+# the guest through arch/arch.h.
 ARCH_WORDS = re.compile(
     r"x86|X86|aarch64|arm64|AArch64|capstone|"
     r"\b(?:[re](?:ax|bx|cx|dx|si|di|sp|bp|ip)|r\d+[dwb]?|eflags|[cC][rR][0-4])\b|"
     r"\bMODE_(?:64|32|16)\b|#(?:GP|DE|UD|PF)\b")
-ARCH_FILES = {"targets.c"}
 
 
 def arch_names() -> set[str]:
-    """The architectures targets.c lists (&arch_NAME entries)."""
-    text = (PLUGIN / "targets.c").read_text()
+    """The architectures arch/targets.c lists (&arch_NAME entries)."""
+    text = (ARCH / "targets.c").read_text()
     return set(re.findall(r"&arch_(\w+),", text))
 
 
+def test_one_architecture_table_each_file_named_after_its_architecture():
+    assert {"x86_64", "aarch64"} <= arch_names()
+    assert {p.stem for p in ARCH.glob("*.c")} == arch_names() | {"targets"}
+    for product in (PLUGIN, RMAP):
+        assert not {p.stem for p in product.glob("*.[ch]")} & (
+            arch_names() | {"targets", "arch"}), product
+
+
 def test_shared_plugin_code_names_no_architecture():
-    assert "x86_64" in arch_names()
-    allowed = ARCH_FILES | {f"{a}.c" for a in arch_names()}
+    allowed = {"targets.c"} | {f"{a}.c" for a in arch_names()}
     found = []
-    for path in sorted(PLUGIN.glob("*.[ch]")):
-        if path.name in allowed:
+    for path in sorted([*PLUGIN.glob("*.[ch]"), *RMAP.glob("*.[ch]"),
+                        *ARCH.glob("*.[ch]")]):
+        if path.parent == ARCH and path.name in allowed:
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if ARCH_WORDS.search(line):
-                found.append(f"{path.name}:{n}: {line.strip()}")
-    assert found == []
-
-
-RMAP = PLUGIN.parent / "rmap"
-
-
-def test_shared_rmap_code_names_no_architecture():
-    arches = set(re.findall(r"&rmap_arch_(\w+),",
-                            (RMAP / "targets.c").read_text()))
-    assert {"x86_64", "aarch64"} <= arches
-    assert arches == {p.stem for p in RMAP.glob("*.c")} - {
-        "rmap", "aspace", "targets"}
-    found = []
-    for path in sorted(RMAP.glob("*.[ch]")):
-        if path.stem in arches | {"targets"}:
-            continue
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if ARCH_WORDS.search(line):
-                found.append(f"{path.name}:{n}: {line.strip()}")
+                found.append(f"{path.relative_to(ARCH.parent)}:{n}: "
+                             f"{line.strip()}")
     assert found == []
 
 

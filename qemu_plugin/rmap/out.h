@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * rmap.h - what the units of pvperf-rmap.so share: its state (rm) and the
- * output and logging helpers of rmap.c.  aspace.c keeps the timeline of
- * address spaces; arch.h and the architecture files describe the guest.
+ * out.h - what the units of pvperf-rmap.so share, below both rmap.c
+ * (the plugin: options, translation, flushes) and aspace.c (the
+ * timeline of address spaces): the state, rm, and the output and
+ * logging helpers of out.c.  The guest's architecture: ../arch/arch.h.
  */
-#ifndef PVPERF_RMAP_H
-#define PVPERF_RMAP_H
+#ifndef PVPERF_RMAP_OUT_H
+#define PVPERF_RMAP_OUT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -36,27 +37,21 @@ struct task_layout {
 	uint64_t linear;
 };
 
-/* One page-table base write in guest kernel code: the callback's udata. */
-struct aspace_site {
-	uint64_t guestpc;
-	unsigned gpr;
-};
-
 struct rmap_state {
 	int fd;
 	const char *out_path;
 	bool verbose;
 	unsigned max_vcpus;
-	const struct rmap_arch *arch;	/* set at install */
+	const struct arch *arch;	/* set at install */
 	struct task_layout task;
 	/* Register handles: set once, at the first vcpu_init (every vCPU
 	 * has the same gdb register list); read without the lock after. */
-	struct qemu_plugin_register *gpr[RMAP_MAX_GPRS], *aspace, *task_reg;
+	struct qemu_plugin_register *gpr[ARCH_MAX_GPRS], *aspace, *task_reg;
 	gint have_regs;			/* atomic: handles are set */
 	/* Everything below but the atomics: rm.lock. */
 	GMutex lock;
 	GByteArray *obuf;
-	GHashTable *sites;		/* guestpc -> struct aspace_site */
+	GHashTable *sites;		/* guestpc -> aspace.c's sites */
 	bool closing;
 	uint64_t n_tbs, n_tb_no_base, n_flushes, n_vcpus;
 	uint64_t trans_ns;		/* time spent in tb_trans */
@@ -65,6 +60,8 @@ struct rmap_state {
 };
 
 extern struct rmap_state rm;
+
+#define OBUF_FLUSH	(64 * 1024)	/* TB records buffered before a write */
 
 void rmap_log(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
 uint64_t now_ns(void);
@@ -75,10 +72,4 @@ void obuf_drain(void);
 void obuf_append(const void *rec, size_t size);
 struct rmap_rec_header rec_header(uint16_t type, size_t size);
 
-/* aspace.c */
-bool translation_page_table(uint64_t *base);
-void hook_aspace_write(struct qemu_plugin_insn *insn, const uint8_t *code,
-		    size_t len);
-void find_registers(void);
-
-#endif /* PVPERF_RMAP_H */
+#endif /* PVPERF_RMAP_OUT_H */

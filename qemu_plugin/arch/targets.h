@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * targets.h - the guest architectures the plugin knows (arch.h), by
- * QEMU's target name.
+ * targets.h - the guest architectures the plugins know (arch.h), by
+ * QEMU's target name: the one lookup of both products.
  */
 #ifndef PVPERF_TARGETS_H
 #define PVPERF_TARGETS_H

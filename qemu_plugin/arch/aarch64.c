@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * aarch64.c - the arm64 guest (arch.h): instruction classes, registers,
- * the doorbell and the page walk, on QEMU's virt machine.
+ * the marker, the page walk and the page-table write, on QEMU's virt
+ * machine (Linux with 4K pages and 48-bit virtual addresses).
  *
  * Instruction classes come from the 32-bit encoding alone (Arm ARM, "A64
  * instruction set encoding": op0 = bits 28:25, then each class's own
@@ -48,15 +49,39 @@
  * Rt/Rt2 29 or 30, any writeback to a base of sp or x29, bl and blr, and
  * every system or exception instruction (they switch stacks).
  *
- * The doorbell.  A hypercall is the store `stur w16, [x17]`
+ * The marker.  A hypercall is the store `stur w16, [x17]`
  * (PVPERF_AARCH64_MARKER_INSN) at a kernel-half address, w16 holding
  * PVPERF_MARKER_MAGIC and x17 pointing at the caller's struct
  * pvperf_hcall (pvperf_abi.h).
  *
  * Registers: QEMU's (gdb's) names; the sample's are x0-x30 and sp, in
- * perf's arm64 order.  The address space is TTBR0_EL1, the
- * user page-table base Linux writes at a context switch (CLS_ASPACE: msr
- * ttbr0_el1; the kernel's own tables, in TTBR1_EL1, do not change).
+ * perf's arm64 order.
+ *
+ * The address space: user addresses translate through TTBR0_EL1, the
+ * kernel half (bit 55 set) through TTBR1_EL1, whose table never changes.
+ * Linux 6.1 switches a CPU to another mm in cpu_do_switch_mm
+ * (arch/arm64/mm/context.c): the new ASID into TTBR1_EL1 (TCR_EL1.A1 is
+ * set, so the ASID lives there), then `msr ttbr0_el1, xN` with the mm's
+ * table | CnP (CLS_ASPACE, aspace_write_gpr).  With CnP,
+ * check_and_switch_context first parks TTBR0_EL1 on reserved_pg_dir
+ * (cpu_set_reserved_ttbr0, the same instruction), and idmap and EFI
+ * switches write it too; those are address spaces of no task.  So the
+ * page-table base (BADDR, bits 12..47 with 4K-aligned tables: the ASID
+ * in 63..48 only with SW TTBR0 PAN, CnP in bit 0) names a user address
+ * space, as CR3 does on x86_64; an ASID may be reused by another mm
+ * after a rollover, a live mm's table may not.  QEMU 10.0 exposes
+ * TTBR0_EL1 and SP_EL0 to plugins through its system register gdb XML
+ * (org.qemu.gdb.arm.sys.regs, by those names): checked on neoverse-n1
+ * and max (images/aarch64/plugin-registers-neoverse-n1.txt).
+ *
+ * The task register (pvperf-rmap.so's task= path) is SP_EL0: at EL1
+ * Linux keeps `current` there (get_current()), and at the TTBR0 write of
+ * a context switch that is still the task switched from.  Its rq->curr
+ * is the task switched to: pyhost/arch/aarch64.py gives the path
+ * current->se.cfs_rq->rq->curr (CONFIG_FAIR_GROUP_SCHED: a task's cfs_rq
+ * on its CPU points to that CPU's rq), since Debian's arm64 kernel lists
+ * no data symbols in kallsyms (no CONFIG_KALLSYMS_ALL), hence no
+ * `runqueues` to start from.
  *
  * Guest physical addresses.  virt's RAM starts at 0x40000000 and is one
  * range: the RAM file's offset is the gpa minus ram_base.  A FAULT's page
@@ -103,10 +128,15 @@ static uint8_t branch_register(uint32_t w)
 	}
 }
 
-/* msr ttbr0_el1, xt (op0 3, op1 0, CRn 2, CRm 0, op2 0). */
+/* MSR (register): 1101 0101 0001 o0 op1 CRn CRm op2 Rt; TTBR0_EL1 is
+ * op0 3 (o0 1), op1 0, CRn 2, CRm 0, op2 0. */
+#define MSR_TTBR0_EL1		0xd5182000u
+#define MSR_RT_MASK		0x1fu
+
+/* msr ttbr0_el1, xt: the page-table write. */
 static bool writes_ttbr0(uint32_t w)
 {
-	return (w & 0xffffffe0) == 0xd5182000;
+	return (w & ~MSR_RT_MASK) == MSR_TTBR0_EL1;
 }
 
 static uint8_t system_insn(uint32_t w)
@@ -272,7 +302,7 @@ static uint8_t mem_shape(const uint8_t *bytes, size_t len)
 	return is_gpr_pair(insn_word(bytes)) ? MEM_PAIR : MEM_AS_IS;
 }
 
-static bool is_doorbell(const uint8_t *bytes, size_t len)
+static bool is_marker(const uint8_t *bytes, size_t len)
 {
 	return len == PVPERF_AARCH64_MARKER_INSN_LEN &&
 	       insn_word(bytes) == PVPERF_AARCH64_MARKER_INSN;
@@ -287,8 +317,8 @@ static void classify_tb(const struct cls_insn *insn, size_t n, bool kernel,
 			continue;
 		}
 		cls[i] = classify_word(insn_word(insn[i].bytes));
-		if (kernel && is_doorbell(insn[i].bytes, insn[i].len))
-			cls[i] |= CLS_DOORBELL;
+		if (kernel && is_marker(insn[i].bytes, insn[i].len))
+			cls[i] |= CLS_MARKER;
 	}
 }
 
@@ -360,6 +390,28 @@ _Static_assert(PVPERF_AARCH64_REG_X0 == 0 && PVPERF_AARCH64_REG_SP == 31 &&
 	       PVPERF_NR_REGS >= 32,
 	       "reg_names follows pvperf_sample's register order");
 
+/* The Xt of `msr ttbr0_el1, xt` in code[0..len) (arch.h
+ * aspace_write_gpr), or -1 (also for xzr, no register). */
+static int msr_ttbr0_gpr(const uint8_t *code, size_t len)
+{
+	uint32_t w;
+
+	if (len != A64_INSN_LEN)
+		return -1;
+	w = insn_word(code);
+	if (!writes_ttbr0(w) || (w & MSR_RT_MASK) == 31)
+		return -1;
+	return w & MSR_RT_MASK;
+}
+
+/* x0..x30 in encoding order (Rt 31 is xzr in an msr: no register). */
+static const char *const gpr_names[] = {
+	"x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7",
+	"x8", "x9", "x10", "x11", "x12", "x13", "x14", "x15",
+	"x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23",
+	"x24", "x25", "x26", "x27", "x28", "x29", "x30",
+};
+
 const struct arch arch_aarch64 = {
 	.target = "aarch64",
 	.kernel_start = PVPERF_AARCH64_KERNEL_HALF_START,
@@ -372,10 +424,16 @@ const struct arch arch_aarch64 = {
 		[REG_PC] = "pc", [REG_PAGE_TABLE] = "TTBR0_EL1",
 		[REG_KERNEL_PAGE_TABLE] = "TTBR1_EL1",
 	},
-	.doorbell_len = PVPERF_AARCH64_MARKER_INSN_LEN,
-	.is_doorbell = is_doorbell,
+	.marker_len = PVPERF_AARCH64_MARKER_INSN_LEN,
+	.is_marker = is_marker,
 	.classify_tb = classify_tb,
 	.mem_shape = mem_shape,
 	.cond_target = cond_target,
 	.vaddr_to_gpa = vaddr_to_gpa,
+	.aspace_write_gpr = msr_ttbr0_gpr,
+	.n_gprs = sizeof(gpr_names) / sizeof(gpr_names[0]),
+	.gpr_names = gpr_names,
+	/* BADDR of a 4K-aligned table with 48-bit physical addresses. */
+	.aspace_mask = 0x0000fffffffff000ULL,
+	.task_reg = "SP_EL0",
 };

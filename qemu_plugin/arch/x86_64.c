@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * x86_64.c - the x86_64 guest (arch.h): instruction classes, registers,
- * the doorbell and the page walk.
+ * the marker, the page walk and the page-table write.
  *
  * Instruction classes.  A translation block's instructions are decoded
  * with capstone (4.0.2, Debian 12) to say, per instruction, whether it
@@ -25,12 +25,19 @@
  * does, every instruction is a segment boundary and nothing is a branch
  * (exact instruction counts, branches under-counted: a candid FIXME).
  *
- * The doorbell.  A hypercall is the store `movl $PVPERF_MARKER_MAGIC,
+ * The marker.  A hypercall is the store `movl $PVPERF_MARKER_MAGIC,
  * (%rax)` (exactly PVPERF_X86_64_MARKER_INSN_BYTES) at a kernel-half address,
  * %rax pointing at the caller's struct pvperf_hcall (pvperf_abi.h).
  *
  * Registers: gdb's names, which QEMU's x86 target gives its registers;
  * the page-table root is cr3.
+ *
+ * The page-table write.  A kernel switches address spaces with `mov
+ * %reg,%cr3` (in Linux 6.1: switch_mm_irqs_off, exec, temporary mms and
+ * TLB flushes that reload CR3); decoded by hand from the bytes (one
+ * opcode), so pvperf-rmap.so needs no capstone handle for it.  The
+ * task= path (pvperf-rmap.so) starts at the kernel GS base, this CPU's
+ * per-cpu base (runqueues.curr of this CPU).
  *
  * Guest physical addresses.  On the pc machine the RAM file's offset
  * equals the guest physical address below the 3 GiB hole (2 GiB on q35);
@@ -154,15 +161,38 @@ static bool is_indirect(const cs_insn *ci)
 	       x->op_count == 1 && x->operands[0].type != X86_OP_IMM;
 }
 
-/* mov %reg,%cr3: the kernel switches address spaces (the TLB model
- * flushes). */
-static bool writes_page_table_root(const cs_insn *ci)
+static bool is_legacy_prefix(uint8_t b)
 {
-	const cs_x86 *x = &ci->detail->x86;
+	switch (b) {
+	case 0x26: case 0x2e: case 0x36: case 0x3e: case 0x64: case 0x65:
+	case 0x66: case 0x67: case 0xf2: case 0xf3:
+		return true;
+	}
+	return false;
+}
 
-	return ci->id == X86_INS_MOV && x->op_count == 2 &&
-	       x->operands[0].type == X86_OP_REG &&
-	       x->operands[0].reg == X86_REG_CR3;
+/*
+ * The page-table write (arch.h aspace_write_gpr): the GPR (encoding
+ * number, 0..15) that the instruction in code[0..len) moves into CR3, or
+ * -1: [prefixes] [REX] 0F 22 /r with ModRM.reg == 3 (the mod bits are
+ * ignored: the source is always a register).  REX.R would make it CR11
+ * and LOCK (F0) CR8+reg on AMD.  The TLB model flushes there too.
+ */
+static int mov_to_cr3_gpr(const uint8_t *code, size_t len)
+{
+	size_t i = 0;
+	uint8_t rex = 0, modrm;
+
+	while (i < len && is_legacy_prefix(code[i]))
+		i++;
+	if (i < len && (code[i] & 0xf0) == 0x40)
+		rex = code[i++];
+	if (i + 3 > len || code[i] != 0x0f || code[i + 1] != 0x22)
+		return -1;
+	modrm = code[i + 2];
+	if (((modrm >> 3) & 7) != 3 || (rex & 0x4))
+		return -1;
+	return (modrm & 7) | ((rex & 0x1) << 3);
 }
 
 /* Move the stack pointer implicitly: they access memory without a
@@ -269,7 +299,7 @@ static bool decode(int mode, const struct cls_insn *in, uint8_t *flags)
 		*flags |= CLS_COND;
 	if (is_indirect(ci))
 		*flags |= CLS_INDIRECT;
-	if (writes_page_table_root(ci))
+	if (mov_to_cr3_gpr(in->bytes, in->len) >= 0)
 		*flags |= CLS_ASPACE;
 	if (accesses_memory(ci))
 		*flags |= CLS_MEM;
@@ -382,12 +412,12 @@ static bool cond_target(const uint8_t *bytes, size_t len, uint64_t vaddr,
 	return true;
 }
 
-static bool is_doorbell(const uint8_t *bytes, size_t len)
+static bool is_marker(const uint8_t *bytes, size_t len)
 {
-	static const uint8_t doorbell[PVPERF_X86_64_MARKER_INSN_LEN] =
+	static const uint8_t marker[PVPERF_X86_64_MARKER_INSN_LEN] =
 		PVPERF_X86_64_MARKER_INSN_BYTES;
 
-	return len == sizeof(doorbell) && !memcmp(bytes, doorbell, len);
+	return len == sizeof(marker) && !memcmp(bytes, marker, len);
 }
 
 /*
@@ -399,10 +429,7 @@ static bool is_port_io(const uint8_t *bytes, size_t len)
 {
 	size_t i = 0;
 
-	while (i < len && (bytes[i] == 0x66 || bytes[i] == 0x67 ||
-			   bytes[i] == 0xf0 || bytes[i] == 0xf2 || bytes[i] == 0xf3 ||
-			   bytes[i] == 0x26 || bytes[i] == 0x2e || bytes[i] == 0x36 ||
-			   bytes[i] == 0x3e || bytes[i] == 0x64 || bytes[i] == 0x65))
+	while (i < len && (is_legacy_prefix(bytes[i]) || bytes[i] == 0xf0))
 		i++;
 	if (i < len && (bytes[i] & 0xf0) == 0x40)	/* REX */
 		i++;
@@ -424,8 +451,8 @@ static void classify_tb(const struct cls_insn *insn, size_t n, bool kernel,
 	if (mode > last_mode)
 		memset(cls, CLS_BOUNDARY | CLS_FRAME, n);
 	for (size_t i = 0; kernel && i < n; i++)
-		if (is_doorbell(insn[i].bytes, insn[i].len))
-			cls[i] |= CLS_DOORBELL;
+		if (is_marker(insn[i].bytes, insn[i].len))
+			cls[i] |= CLS_MARKER;
 }
 
 /* ---- the page walk ---- */
@@ -475,6 +502,13 @@ static uint8_t mem_shape(const uint8_t *bytes, size_t len)
 	return MEM_HALVES;
 }
 
+/* GPR names in the gdb register list, in x86 encoding order (ModRM.rm
+ * with REX.B), which is not the gdb order (rax, rbx, rcx, ...). */
+static const char *const gpr_names[] = {
+	"rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
+	"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+};
+
 const struct arch arch_x86_64 = {
 	.target = "x86_64",
 	.kernel_start = PVPERF_X86_64_KERNEL_HALF_START,
@@ -484,11 +518,18 @@ const struct arch arch_x86_64 = {
 		"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
 		[REG_PC] = "rip", [REG_PAGE_TABLE] = "cr3",
 	},
-	.doorbell_len = PVPERF_X86_64_MARKER_INSN_LEN,
-	.is_doorbell = is_doorbell,
+	.marker_len = PVPERF_X86_64_MARKER_INSN_LEN,
+	.is_marker = is_marker,
 	.classify_tb = classify_tb,
 	.mem_shape = mem_shape,
 	.cond_target = cond_target,
 	.vaddr_to_gpa = vaddr_to_gpa,
 	.is_port_io = is_port_io,
+	.aspace_write_gpr = mov_to_cr3_gpr,
+	.n_gprs = G_N_ELEMENTS(gpr_names),
+	.gpr_names = gpr_names,
+	/* CR3 bits 12..51: the top-level table; below are PCID/PWT/PCD,
+	 * above the no-flush bit 63 (and LAM bits in later CPUs). */
+	.aspace_mask = 0x000ffffffffff000ULL,
+	.task_reg = "gs_base",
 };

@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * arch.h - what the plugin needs to know of a guest architecture: one
+ * arch.h - what the plugins need to know of a guest architecture: one
  * ops table (struct arch) that each architecture's file, named after it,
- * fills and targets.c lists.  Shared code reaches an architecture only
- * through it and names none.
+ * fills and targets.c lists.  Both products link this folder: pvperf.so
+ * (instruction classes, registers, the marker, the page walk) and
+ * pvperf-rmap.so (the page-table write, the general registers by their
+ * encoding, where the task= path starts).  Shared code reaches an
+ * architecture only through it and names none.
  *
  * Every hook runs at translation time, at install or in a rare guest
  * request (a FAULT's page walk), never per executed instruction: what a
@@ -31,7 +34,7 @@ enum {
 	CLS_BRANCH	= 1 << 0,	/* a retired branch (PVPERF_CTR_BRANCH_*) */
 	CLS_MEM		= 1 << 1,	/* accesses data memory: may page-fault */
 	CLS_BOUNDARY	= 1 << 2,	/* may fault: it may not retire */
-	CLS_DOORBELL	= 1 << 3,	/* the hypercall store (pvperf_abi.h) */
+	CLS_MARKER	= 1 << 3,	/* the hypercall's marker store (pvperf_abi.h) */
 	CLS_FRAME	= 1 << 4,	/* writes sp or bp (or is undecodable) */
 	CLS_COND	= 1 << 5,	/* a conditional branch: taken or not */
 	CLS_INDIRECT	= 1 << 6,	/* jump or call through a register or
@@ -79,6 +82,9 @@ enum mem_shape { MEM_AS_IS, MEM_HALVES, MEM_PAIR };
 /* Not a gpa: code outside the RAM file (firmware ROM) or unknown. */
 #define GPA_NONE UINT64_MAX
 
+/* General-purpose registers an architecture numbers, at most. */
+#define ARCH_MAX_GPRS	32
+
 struct arch {
 	const char *target;		/* QEMU's info->target_name */
 	/* The first virtual address of the kernel half: code at or above
@@ -89,14 +95,15 @@ struct arch {
 	uint64_t ram_base;
 	/* QEMU's names (qemu_plugin_get_registers) of enum guest_reg. */
 	const char *reg_names[N_GUEST_REGS];
-	/* The doorbell instruction (pvperf_abi.h): its length in bytes, and
-	 * whether bytes[0..len) are it. */
-	size_t doorbell_len;
-	bool (*is_doorbell)(const uint8_t *bytes, size_t len);
+	/* The marker instruction, the hypercall's store (pvperf_abi.h):
+	 * its length in bytes, and whether bytes[0..len) are it. */
+	size_t marker_len;
+	bool (*is_marker)(const uint8_t *bytes, size_t len);
 	/*
 	 * The CLS_* flags of a TB's n instructions into cls[n]; kernel: the
-	 * TB runs in the kernel half.  CLS_DOORBELL only on kernel-half
-	 * doorbells (user code cannot issue a hypercall).
+	 * TB runs in the kernel half.  CLS_MARKER only on kernel-half
+	 * markers (user code cannot issue a hypercall).  CLS_ASPACE where
+	 * aspace_write_gpr finds a page-table write.
 	 */
 	void (*classify_tb)(const struct cls_insn *insn, size_t n, bool kernel,
 			    uint8_t *cls);
@@ -116,6 +123,23 @@ struct arch {
 	 * access that is no memory access); NULL: the architecture has no
 	 * port I/O. */
 	bool (*is_port_io)(const uint8_t *bytes, size_t len);
+	/*
+	 * The page-table write: the general register (an index of
+	 * gpr_names) whose value the instruction in bytes[0..len) writes
+	 * into reg_names[REG_PAGE_TABLE], or -1 (no such write, or of no
+	 * register).  The one decoder of it: classify_tb's CLS_ASPACE and
+	 * pvperf-rmap.so's address-space timeline both ask it.
+	 */
+	int (*aspace_write_gpr)(const uint8_t *bytes, size_t len);
+	/* The general registers in the order their encoding numbers them
+	 * (not that of reg_names): QEMU's names, n_gprs <= ARCH_MAX_GPRS. */
+	unsigned n_gprs;
+	const char *const *gpr_names;
+	/* The table's address bits in REG_PAGE_TABLE's value. */
+	uint64_t aspace_mask;
+	/* QEMU's name of the register the task= path to the task switched
+	 * to starts from (pvperf-rmap.so; pyhost/arch/<arch>.py). */
+	const char *task_reg;
 };
 
 #endif /* PVPERF_ARCH_H */
