@@ -4,18 +4,17 @@ OpenSBI through the `pvperf` CLI, without the PMU (the riscv64 driver and
 plugin table come later).  One boot carries most checks, to keep the
 suite's added time small; the boot-time comparison with x86_64 is opt-in
 (PVPERF_SLOW=1)."""
-import json
 import os
 import signal
 import statistics
 import time
-from pathlib import Path
 
 import pytest
 
 from pyhost.cli import EXIT_INTERRUPTED
 
-from support import leftovers, run_pvperf, start_long_run
+from support import (built_image_manifest, interrupt_and_expect_clean,
+                     leftovers, run_pvperf, start_long_run)
 
 pytestmark = pytest.mark.vm
 
@@ -25,12 +24,7 @@ ARCH = ["--arch", "riscv64"]
 @pytest.fixture(scope="module")
 def image():
     """The riscv64 image's manifest (built if missing or out of date)."""
-    r = run_pvperf(["image", "build", *ARCH], timeout=1200)
-    assert r.returncode == 0, r.stderr[-2000:]
-    r = run_pvperf(["image", "status", *ARCH])
-    assert r.returncode == 0 and "up to date" in r.stdout, r.stdout
-    directory = Path(r.stdout.split("(", 1)[1].rstrip(")\n"))
-    return json.loads((directory / "manifest.json").read_text())
+    return built_image_manifest(ARCH)
 
 
 def test_image_is_trixies_riscv64(image):
@@ -81,14 +75,7 @@ def test_run_uname_status_share_perf_and_no_qemu_pmu(image, tmp_path):
 
 def test_ctrl_c_stops_and_cleans_up(image, tmp_path):
     proc = start_long_run(tmp_path, *ARCH, "--no-pmu", boot_timeout=120)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == EXIT_INTERRUPTED
-    assert b"interrupted" in err
-    deadline = time.monotonic() + 5
-    while leftovers() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert leftovers() == []
+    interrupt_and_expect_clean(proc, signal.SIGINT, EXIT_INTERRUPTED)
 
 
 def test_a_run_with_the_pmu_is_refused_in_one_line(tmp_path):
