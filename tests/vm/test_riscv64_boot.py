@@ -5,16 +5,19 @@ plugin table come later).  One boot carries most checks, to keep the
 suite's added time small; the boot-time comparison with x86_64 is opt-in
 (PVPERF_SLOW=1)."""
 import os
+import shutil
 import signal
 import statistics
+import subprocess
 import time
 
 import pytest
 
 from pyhost.cli import EXIT_INTERRUPTED
 
-from support import (built_image_manifest, interrupt_and_expect_clean,
-                     leftovers, run_pvperf, start_long_run)
+from support import (PROGRAMS, built_image_manifest,
+                     interrupt_and_expect_clean, leftovers, run_pvperf,
+                     start_long_run)
 
 pytestmark = pytest.mark.vm
 
@@ -25,6 +28,14 @@ ARCH = ["--arch", "riscv64"]
 def image():
     """The riscv64 image's manifest (built if missing or out of date)."""
     return built_image_manifest(ARCH)
+
+
+@pytest.fixture(scope="module")
+def loop():
+    """tests/guest_programs/riscv64/loop, cross-compiled."""
+    subprocess.run(["make", "-s", "-C", str(PROGRAMS), "riscv64"],
+                   check=True)
+    return PROGRAMS / "riscv64" / "loop"
 
 
 def test_image_is_trixies_riscv64(image):
@@ -48,10 +59,12 @@ GUEST_SCRIPT = (
     "perf stat -x, -e instructions,cycles true 2>&1 >/dev/null "
     "| cut -d, -f1,3; "
     "dmesg | grep -c 'initcall pmu_sbi_devinit blacklisted'; "
+    "./loop 100000 5; echo loop=$?; "
     "echo guest data > from_guest.txt; echo err >&2; exit 7")
 
 
-def test_run_uname_status_share_perf_and_no_qemu_pmu(image, tmp_path):
+def test_run_uname_status_share_perf_and_no_qemu_pmu(image, loop, tmp_path):
+    shutil.copy(loop, tmp_path / "loop")
     (tmp_path / "from_host.txt").write_text("host data\n")
     r = run_pvperf(["run", *ARCH, "--no-pmu", "--share", str(tmp_path), "--",
                     "sh", "-c", GUEST_SCRIPT], timeout=180)
@@ -68,7 +81,7 @@ def test_run_uname_status_share_perf_and_no_qemu_pmu(image, tmp_path):
     assert "cpu" not in lines[6].split() and "software" in lines[6].split()
     assert lines[7:9] == ["<not supported>,instructions",
                           "<not supported>,cycles"]
-    assert lines[9] == "1"
+    assert lines[9:] == ["1", "loop=5"]
     assert (tmp_path / "from_guest.txt").read_text() == "guest data\n"
     assert leftovers() == []
 
