@@ -323,6 +323,15 @@ struct pvperf_sample_buf {
 #define PVPERF_AARCH64_REG_LR		30	/* x30 */
 #define PVPERF_AARCH64_REG_SP		31
 
+/*
+ * riscv64.  The kernel half is every address with bit 63 set: the kernel
+ * lives in the top half for sv39, sv48 and sv57 alike (user addresses
+ * stop below 1 << 38, 1 << 47, 1 << 56), so one start serves whichever
+ * mode the guest's kernel picks.  The marker store and register slots
+ * come with the riscv64 guest driver.
+ */
+#define PVPERF_RISCV64_KERNEL_HALF_START	0x8000000000000000ULL
+
 #define PVPERF_ABI_ASSERT(c, m) _Static_assert(c, m)
 PVPERF_ABI_ASSERT(sizeof(struct pvperf_hcall) == PVPERF_HCALL_ALIGN,
 		  "pvperf_hcall size");

@@ -52,9 +52,15 @@ declare -A APT=(
     # arm64 test programs; the guest's own packages come from a private
     # apt directory (pyhost/image/aptdir.py), not from here.
     [aarch64]="qemu-system-arm gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu libc6-dev-arm64-cross"
+    # riscv64 guests: QEMU and OpenSBI (virt's default -bios, fw_dynamic)
+    # from bookworm-backports (backports' qemu-system-riscv depends on
+    # opensbi >> 1.5.1, which bookworm's 1.1 is not: the pin below covers
+    # it), the cross compiler for the test programs; the guest's packages
+    # come from trixie (images/riscv64).
+    [riscv64]="qemu-system-riscv opensbi gcc-riscv64-linux-gnu binutils-riscv64-linux-gnu libc6-dev-riscv64-cross"
 )
 declare -A TIER_APT=([main]="python qemu plugin driver image")
-TIER_APT[test]="${TIER_APT[main]} tests fuzz kernel aarch64"
+TIER_APT[test]="${TIER_APT[main]} tests fuzz kernel aarch64 riscv64"
 # pyproject.toml's extras: pytest and its helpers; Ray and pyarrow for
 # `pvperf sweep`.
 declare -A TIER_EXTRAS=([main]="" [test]="[test,sweep]")
@@ -135,9 +141,10 @@ enable_backports() {
             -e 's/^Suites: .*/Suites: bookworm-backports/' |
         write_if_changed /etc/apt/sources.list.d/pvperf-backports.sources && changed=0
     cat <<PREF | write_if_changed /etc/apt/preferences.d/pvperf-qemu && changed=0
-# pvperf: QEMU 10.0 from bookworm-backports, with the two packages whose
-# bookworm versions it cannot use (its BIOS and the braille library).
-Package: qemu-* seabios libbrlapi*
+# pvperf: QEMU 10.0 from bookworm-backports, with the packages whose
+# bookworm versions it cannot use (its BIOS, riscv64's OpenSBI firmware
+# and the braille library).
+Package: qemu-* seabios opensbi libbrlapi*
 Pin: release n=bookworm-backports
 Pin-Priority: 990
 PREF
@@ -293,6 +300,10 @@ if [ "$tier" = test ]; then
     .venv/bin/pvperf image build --arch aarch64
     make -s -C guest_kernel_patch KARCH=arm64
     .venv/bin/pvperf image build --arch aarch64
+    # riscv64 guests: trixie's riscv64 packages through a private apt
+    # directory (no PMU driver for riscv64 yet: --no-pmu runs only).
+    say "image: the riscv64 guest image (the first run fetches trixie's riscv64 lists and ~50 MB of packages)"
+    .venv/bin/pvperf image build --arch riscv64
     say "image: the Linux 6.12 guest image (the first run fetches its kernel, ~106 MB, and perf 6.12 with its libraries' packages, ~48 MB, and test-boots it)"
     .venv/bin/pvperf image build --name linux-6.12
 fi

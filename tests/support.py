@@ -549,3 +549,31 @@ def wait_for(path: Path, proc: subprocess.Popen, what: str) -> None:
     while not path.exists():
         assert proc.poll() is None, f"pvperf ended before {what}"
         time.sleep(0.01)
+
+
+def built_image_manifest(args) -> dict:
+    """Build the image ``args`` name (``--arch A``, ``--name N``) if missing
+    or out of date, check `image status` says so, and return its
+    manifest.json."""
+    import json
+    r = run_pvperf(["image", "build", *args], timeout=1200)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = run_pvperf(["image", "status", *args])
+    assert r.returncode == 0 and "up to date" in r.stdout, r.stdout
+    directory = Path(r.stdout.split("(", 1)[1].rstrip(")\n"))
+    return json.loads((directory / "manifest.json").read_text())
+
+
+def interrupt_and_expect_clean(proc: subprocess.Popen, sig: int,
+                               exit_status: int) -> None:
+    """Send ``sig`` to a running `pvperf run`; it must end with
+    ``exit_status`` saying it was interrupted and leave nothing behind
+    (within 5 s)."""
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == exit_status, err[-2000:]
+    assert b"interrupted" in err
+    deadline = time.monotonic() + 5
+    while leftovers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leftovers() == []

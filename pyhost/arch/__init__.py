@@ -18,14 +18,15 @@ from __future__ import annotations
 import platform
 
 from ..errors import SetupError
-from . import aarch64, x86_64
+from . import aarch64, riscv64, x86_64
 from .base import Arch, BootKernel, TaskPath, TaskPathFn, UnbootableKernel
 
 __all__ = ["ARCHES", "Arch", "BootKernel", "TaskPath", "TaskPathFn",
            "UnbootableKernel", "get", "host"]
 
 
-ARCHES: dict[str, Arch] = {a.name: a for a in (x86_64.ARCH, aarch64.ARCH)}
+ARCHES: dict[str, Arch] = {a.name: a for a in (x86_64.ARCH, aarch64.ARCH,
+                                              riscv64.ARCH)}
 
 
 def get(name: str) -> Arch:

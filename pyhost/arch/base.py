@@ -89,6 +89,12 @@ class Arch:
     # bytes of a lazy-binding PLT stub (after the PLT's header), to name
     # samples in the stubs NAME@plt
     plt_entry: int
+    # the boot image's name in the kernel package's /boot, before
+    # "-<release>"
+    kernel_file: str = "vmlinuz"
+    # what pvperf still lacks to be this architecture's guest PMU (the
+    # plugin's table, the guest driver); "": nothing, runs may use it
+    pmu_missing: str = ""
 
     def is_kernel(self, guestpc: int) -> bool:
         """Is ``guestpc`` in the guest kernel's half of the address space?"""
@@ -106,5 +112,8 @@ class Arch:
         """A capstone disassembler for this architecture's code (capstone
         is imported here: only annotation needs it)."""
         import capstone
-        arch, mode = (getattr(capstone, n) for n in self.capstone)
-        return capstone.Cs(arch, mode)
+        arch_name, modes = self.capstone
+        mode = 0
+        for name in modes.split("|"):      # e.g. a base mode | an extension
+            mode |= getattr(capstone, name)
+        return capstone.Cs(getattr(capstone, arch_name), mode)

@@ -485,12 +485,12 @@ def _save_added(name: str, add: list[str], arch) -> None:
         raise click.BadParameter(
             f"{name} is a recipe in images/; --add makes a new image: "
             "choose another name", param_hint="'--name'")
-    base, base_arch = resolve_image("default", arch)
-    ctx = image_aptdir.for_arch(base_arch)
+    base, _ = resolve_image("default", arch)
+    base_recipe = image_recipe.load_recipe(base)
+    ctx = image_aptdir.for_recipe(base_recipe)
     ctx.ensure_lists(lambda m: click.echo(f"pvperf: image: {m}", err=True))
     try:
-        image_packages.resolve(image_recipe.load_recipe(base).packages + add,
-                               ctx)
+        image_packages.resolve(base_recipe.packages + add, ctx)
     except image_packages.PackageNotFound as e:
         raise click.BadParameter(f"{e.package}: {e.cause}",
                                  param_hint="'--add'")

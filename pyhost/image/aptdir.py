@@ -7,7 +7,14 @@ EMPTY dpkg status, so that nothing of the host's apt state is read or
 written besides its configuration (keys, proxies, preferences).  Its
 sources are the host's own ``deb`` entries (Types: deb only, so that an
 update fetches Packages files and no Sources): the same mirrors and
-suites the host uses, for the guest's architecture.
+suites the host uses, for the guest's architecture.  A recipe that names
+another Debian suite (``suite``: an architecture the host's release does
+not serve, from a newer release) gets the host's entries for its own
+release's suite rewritten to that suite, and nothing else: the point
+releases' -updates/-security/-backports indexes of a young port may be
+mid-sync (apt's size check fails), and one suite resolves consistently.
+An index apt cannot fetch is named in the report; the build goes on only
+if the suite's own index arrived.
 
 The private lists are fetched by the first build (``apt-get update``,
 ~1.5 s, 10 MB) and again whenever the host's lists are newer (the host
@@ -21,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .. import arch as arches
 from ..arch import Arch
 from ..errors import ImageError
 from ..paths import cache_dir
@@ -30,6 +38,7 @@ from .memo import stat_key
 HOST_SOURCE_LIST = Path("/etc/apt/sources.list")
 HOST_SOURCE_PARTS = Path("/etc/apt/sources.list.d")
 HOST_LISTS = Path("/var/lib/apt/lists")
+HOST_OS_RELEASE = Path("/etc/os-release")
 
 
 def deb822_binary_only(text: str) -> str:
@@ -73,10 +82,79 @@ def host_sources() -> dict[str, str]:
     return out
 
 
+def host_codename() -> str:
+    """The host's Debian release name (os-release VERSION_CODENAME)."""
+    try:
+        text = HOST_OS_RELEASE.read_text()
+    except OSError:
+        text = ""
+    m = re.search(r"(?m)^VERSION_CODENAME=\"?([A-Za-z0-9]+)", text)
+    if not m:
+        raise ImageError("cannot derive another suite's apt sources",
+                         f"{HOST_OS_RELEASE} names no VERSION_CODENAME",
+                         "build on Debian, or use a recipe without 'suite'")
+    return m.group(1)
+
+
+def _retarget_deb822(text: str, codename: str, suite: str) -> str:
+    out = []
+    for stanza in re.split(r"\n\s*\n", text.strip()):
+        m = re.search(r"(?im)^Suites:(.*)$", stanza)
+        if m and codename in m.group(1).split():
+            out.append(re.sub(r"(?im)^Suites:.*$", f"Suites: {suite}",
+                              stanza))
+    return "\n\n".join(out) + "\n" if out else ""
+
+
+def _retarget_one_line(text: str, codename: str, suite: str) -> str:
+    out = []
+    for line in text.splitlines():
+        # deb [options] URI SUITE COMPONENT...
+        words = re.sub(r"\[[^]]*\]", lambda m: m.group(0).replace(" ", "\0"),
+                       line).split()
+        if len(words) >= 4 and words[0] == "deb":
+            at = 2 + words[1].startswith("[")
+            if len(words) > at + 1 and words[at] == codename:
+                words[at] = suite
+                out.append(" ".join(words).replace("\0", " ") + "\n")
+    return "".join(out)
+
+
+def retarget(sources: dict[str, str], codename: str, suite: str
+             ) -> dict[str, str]:
+    """The entries of ``sources`` (host_sources()) for the release
+    ``codename`` itself (not its -updates, -security, -backports), with
+    ``suite`` in its place; files left without one are dropped."""
+    out = {}
+    for name, text in sources.items():
+        text = _retarget_deb822(text, codename, suite) \
+            if name.endswith(".sources") else \
+            _retarget_one_line(text, codename, suite)
+        if text:
+            out[name] = text
+    return out
+
+
+def broken_indexes(apt_output: str) -> list[str]:
+    """apt-get update's lines about indexes it could not fetch."""
+    return [l.strip() for l in apt_output.splitlines()
+            if re.match(r"\s*(E|W): (Failed to fetch|Some index files)", l)
+            or "unexpected size" in l or "Mirror sync in progress" in l]
+
+
 @dataclass(frozen=True)
 class AptContext:
     debian_arch: str
     directory: Path | None = None      # None: the host's own apt
+    #: the Debian suite the private sources name (None: the host's)
+    suite: str | None = None
+
+    def sources(self) -> dict[str, str]:
+        """file name -> text of this context's sources."""
+        sources = host_sources()
+        if self.suite is None:
+            return sources
+        return retarget(sources, host_codename(), self.suite)
 
     def options(self) -> list[str]:
         """apt-get / apt-cache options that select this context."""
@@ -109,7 +187,8 @@ class AptContext:
         host's package state."""
         if self.directory is None:
             return []
-        return [self.debian_arch, stat_key(self.directory / "lists"),
+        return [self.debian_arch, *([self.suite] if self.suite else []),
+                stat_key(self.directory / "lists"),
                 stat_key(self.directory / "sources")]
 
     def has_lists(self) -> bool:
@@ -122,10 +201,12 @@ class AptContext:
         if self.directory is None:
             return
         d = self.directory
-        sources = host_sources()
+        sources = self.sources()
         if not sources:
             raise ImageError(f"cannot fetch {self.debian_arch} package lists",
-                             "the host's apt has no deb sources",
+                             "the host's apt has no deb sources"
+                             + (f" for its own release to stand for "
+                                f"{self.suite}" if self.suite else ""),
                              "configure /etc/apt/sources.list.d")
         current = {f.name: f.read_text() for f in (d / "sources").glob("*")} \
             if (d / "sources").is_dir() else {}
@@ -142,17 +223,38 @@ class AptContext:
             f.unlink()
         for name, text in sources.items():
             (d / "sources" / name).write_text(text)
-        report(f"fetching the {self.debian_arch} package lists "
+        what = self.debian_arch + (f" {self.suite}" if self.suite else "")
+        report(f"fetching the {what} package lists "
                f"(private apt directory {d})")
-        run(["apt-get", "update", "-q", *self.options()],
-            f"cannot fetch {self.debian_arch} package lists",
-            "check network access to the Debian mirror and retry")
+        proc = run(["apt-get", "update", "-q", *self.options()],
+                   f"cannot fetch {what} package lists",
+                   "check network access to the Debian mirror and retry",
+                   check=False)
+        if proc.returncode != 0:
+            broken = broken_indexes(proc.stdout + "\n" + proc.stderr)
+            for line in broken:
+                report(f"apt could not fetch an index: {line}")
+            if not self.has_lists():
+                raise ImageError(f"cannot fetch {what} package lists",
+                                 (broken or [f"apt-get update exited with "
+                                             f"{proc.returncode}"])[-1],
+                                 "check network access to the Debian mirror "
+                                 "and retry (a mirror mid-sync serves again "
+                                 "within hours)",
+                                 details=proc.stderr.strip())
         os.utime(lists)
 
 
-def for_arch(arch: Arch) -> AptContext:
-    """The host's apt for the host's architecture, else a private one."""
-    if arch.runs_on_host():
+def for_arch(arch: Arch, suite: str | None = None) -> AptContext:
+    """The host's apt for the host's architecture and release, else a
+    private one (per architecture and suite)."""
+    if arch.runs_on_host() and suite is None:
         return AptContext(arch.debian_arch)
-    return AptContext(arch.debian_arch,
-                      cache_dir() / "apt" / arch.debian_arch)
+    sub = arch.debian_arch + (f"-{suite}" if suite else "")
+    return AptContext(arch.debian_arch, cache_dir() / "apt" / sub, suite)
+
+
+def for_recipe(recipe) -> AptContext:
+    """The apt context of a recipe (image/recipe.py): its architecture's,
+    for its suite."""
+    return for_arch(arches.get(recipe.arch), recipe.suite)

@@ -50,7 +50,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .. import arch as arches
 from ..arch import UnbootableKernel
 from ..errors import ImageError
 from ..paths import cache_dir
@@ -108,7 +107,7 @@ def build_image(name: str = "default", *, driver_ko=DEFAULT_DRIVER,
     images = images_dir()
     with BuildLock(images / f".lock-{name}"):
         report(1, "resolving packages")
-        aptdir.for_arch(arches.get(load_recipe(name).arch)).ensure_lists(
+        aptdir.for_recipe(load_recipe(name)).ensure_lists(
             lambda m: report(1, m))
         inputs = gather(name, driver_ko)
         final = image_dir(name)
@@ -162,6 +161,12 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
     kdir, bbdir = work / "kernel-deb", work / "busybox-deb"
     apt.dpkg_x(kdeb, kdir)
     apt.dpkg_x(bbdeb, bbdir)
+    # a /usr-merged release's kernel package (trixie) ships its modules
+    # in /usr/lib/modules: the image keeps them where /init looks
+    merged = kdir / "usr" / "lib" / "modules"
+    if merged.is_dir() and not (kdir / "lib" / "modules").exists():
+        (kdir / "lib").mkdir(exist_ok=True)
+        merged.rename(kdir / "lib" / "modules")
     vers = sorted(p.name for p in (kdir / "lib" / "modules").iterdir())
     if len(vers) != 1:
         raise ImageError(f"unexpected layout of {kdeb.name}",
@@ -171,7 +176,7 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
 
     out = work / "image"
     out.mkdir()
-    vmlinuz = kdir / "boot" / f"vmlinuz-{kver}"
+    vmlinuz = kdir / "boot" / f"{inputs.arch.kernel_file}-{kver}"
     report(4, f"extracting vmlinux from {vmlinuz.name}")
     try:
         boot = inputs.arch.boot_kernel(vmlinuz.read_bytes())

@@ -52,9 +52,22 @@ def busybox_applets(binary: bytes) -> list[str]:
     return names
 
 
+_MERGED = ("/bin/", "/sbin/", "/lib/", "/lib32/", "/lib64/")
+
+
 def resolve_in_tree(tree: Path, guest: str, depth: int = 0) -> Path | None:
     """The file guest path ``guest`` names inside ``tree``, following
-    symlinks (absolute ones relative to ``tree``); None if absent."""
+    symlinks (absolute ones relative to ``tree``); None if absent.  A
+    /usr-merged release (trixie) ships /lib/X as /usr/lib/X and the
+    /lib -> usr/lib link in a package outside the closure: the /usr
+    twin stands in."""
+    found = _resolve(tree, guest, depth)
+    if found is None and guest.startswith(_MERGED):
+        found = _resolve(tree, "/usr" + guest, depth)
+    return found
+
+
+def _resolve(tree: Path, guest: str, depth: int) -> Path | None:
     if depth > 40:
         return None
     parts = [p for p in guest.split("/") if p]

@@ -172,7 +172,7 @@ def gather_inputs(name: str, driver_ko) -> Inputs:
     DEFAULT_DRIVER (the one built for the image's kernel, if any)."""
     recipe = load_recipe(name)
     guest_arch = arch.get(recipe.arch)
-    ctx = aptdir.for_arch(guest_arch)
+    ctx = aptdir.for_recipe(recipe)
     kpkg, versions = apt.resolve_packages(recipe.kernel_package,
                                           [recipe.busybox_package], ctx,
                                           recipe.kernel_release)

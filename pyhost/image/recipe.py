@@ -59,6 +59,11 @@ class Recipe:
     #: the tools come from their .debs, not from the host's installed
     #: packages (the host keeps its own perf); None: the host's
     perf_release: str | None = None
+    #: the Debian suite every package comes from (recipe key ``suite``,
+    #: e.g. trixie for an architecture the host's release lacks): a
+    #: private apt directory with the host's sources retargeted to it
+    #: (aptdir.py); None: the host's release
+    suite: str | None = None
 
     def userland_from_debs(self) -> bool:
         """Do perf and the tools come from .debs (foreign.py), not from
@@ -212,7 +217,8 @@ def _load_base(name: str) -> Recipe:
             packages=parse_packages(raw.get("packages")),
             arch=raw.get("arch") or arches.host().name,
             kernel_release=parse_release(raw["kernel"].get("release")),
-            perf_release=parse_release(raw["perf"].get("release")))
+            perf_release=parse_release(raw["perf"].get("release")),
+            suite=parse_release(raw.get("suite")))
         arches.get(recipe.arch)
     except (KeyError, TypeError) as e:
         raise ImageError(f"image recipe {f} is incomplete",

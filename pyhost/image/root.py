@@ -125,7 +125,10 @@ def populate_root(root: Path, inputs: Inputs, kdir: Path, kver: str,
     libs = (f"{len(inputs.libraries())} shared libraries" if userland is None
             else "their libraries (DT_NEEDED closure)")
     report(6, f"collecting busybox, {names} and {libs}")
-    bb_src = busybox_dir / "bin" / "busybox"
+    # /usr/bin in a /usr-merged release's package (trixie)
+    bb_src = next((p for p in (busybox_dir / "bin" / "busybox",
+                               busybox_dir / "usr" / "bin" / "busybox")
+                   if p.is_file()), busybox_dir / "bin" / "busybox")
     if not bb_src.is_file():
         raise ImageError("cannot install busybox",
                          f"{recipe.busybox_package} has no /bin/busybox",

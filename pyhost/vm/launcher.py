@@ -90,6 +90,11 @@ def preflight(config: "VMConfig") -> None:
     if config.deterministic:
         determinism.check(config.smp)
     check_overflow_irq(config.arch, config.overflow_irq)
+    if config.pmu and config.arch.pmu_missing:
+        raise SetupError(f"cannot count or sample on "
+                         f"{config.arch.name} guests yet",
+                         config.arch.pmu_missing,
+                         "`pvperf run --no-pmu` runs QEMU and the guest alone")
     qemu = find_qemu(config.qemu, config.arch)
     if config.pmu:
         check_qemu_for_plugin(qemu)

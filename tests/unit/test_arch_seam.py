@@ -19,6 +19,7 @@ ARCH_DIR = REPO / "pyhost" / "arch"
 # Names that belong to one architecture: QEMU binaries and machines,
 # Debian and toolchain names, consoles, loaders, disassembler modes.
 ARCH_WORDS = re.compile(r"x86_64|amd64|qemu-system-x86|ttyS0|aarch64|arm64|"
+                        r"riscv|rv64|opensbi|"
                         r"ld-linux|qboot|clearcpuid|CS_ARCH_|CS_MODE_")
 
 
@@ -39,9 +40,9 @@ def test_each_architecture_is_one_module_and_one_entry():
     # base: the description they fill in; __init__: the registry
     modules = {p.stem for p in ARCH_DIR.glob("*.py")} - {"__init__", "base"}
     assert set(arch.ARCHES) == modules
-    # What an architecture may lack: firmware (virt boots -kernel alone)
-    # and extra kernel arguments.
-    optional = {"firmware", "kernel_args"}
+    # What an architecture may lack: firmware (virt boots -kernel alone),
+    # extra kernel arguments, and anything missing for its PMU.
+    optional = {"firmware", "kernel_args", "pmu_missing"}
     for name, a in arch.ARCHES.items():
         assert a.name == name
         assert all(getattr(a, f.name) not in (None, "", ())

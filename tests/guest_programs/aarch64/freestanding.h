@@ -7,45 +7,15 @@
 #ifndef FREESTANDING_H
 #define FREESTANDING_H
 
-typedef unsigned long u64;
-
-#define SYS_exit 93
-#define SYS_mmap 222
-
-static inline long sys3(long nr, long a, long b, long c)
-{
-	register long x8 asm("x8") = nr;
-	register long x0 asm("x0") = a;
-	register long x1 asm("x1") = b;
-	register long x2 asm("x2") = c;
-
-	asm volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2)
-		     : "memory");
-	return x0;
-}
-
-static inline long sys6(long nr, long a, long b, long c, long d, long e,
-			long f)
-{
-	register long x8 asm("x8") = nr;
-	register long x0 asm("x0") = a;
-	register long x1 asm("x1") = b;
-	register long x2 asm("x2") = c;
-	register long x3 asm("x3") = d;
-	register long x4 asm("x4") = e;
-	register long x5 asm("x5") = f;
-
-	asm volatile("svc #0" : "+r"(x0)
-		     : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
-		     : "memory");
-	return x0;
-}
-
-static inline __attribute__((noreturn)) void sys_exit(long code)
-{
-	for (;;)
-		sys3(SYS_exit, code, 0, 0);
-}
+#define FS_NR "x8"
+#define FS_A0 "x0"
+#define FS_A1 "x1"
+#define FS_A2 "x2"
+#define FS_A3 "x3"
+#define FS_A4 "x4"
+#define FS_A5 "x5"
+#define FS_TRAP "svc #0"
+#include "../freestanding_generic.h"
 
 /* _start: pass the initial stack pointer (argc, argv...) to main_sp();
  * the kernel leaves sp 16-byte aligned on arm64. */
@@ -54,7 +24,5 @@ static inline __attribute__((noreturn)) void sys_exit(long code)
 	    "mov x0, sp\n\t"					\
 	    "bl main_sp\n\t"					\
 	    "udf #0\n");
-
-#include "../freestanding_args.h"
 
 #endif

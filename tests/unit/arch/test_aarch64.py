@@ -6,8 +6,7 @@ import pytest
 
 from pyhost import arch
 from pyhost.arch import aarch64
-from pyhost.image.store import GuestImage, recipe_name
-from pyhost.vm.launcher import VM, VMConfig
+from pyhost.image.store import recipe_name
 
 A64 = arch.get("aarch64")
 
@@ -61,12 +60,8 @@ def test_capstone_names_exist():
         bytes.fromhex("c0035fd6"), 0)] == ["ret"]
 
 
-def test_launcher_boots_virt_without_firmware(tmp_path):
-    image = GuestImage("t", tmp_path / "vmlinux", tmp_path / "initramfs",
-                       tmp_path / "System.map", tmp_path / "root", "6.1.0-t")
-    machine = VM(VMConfig(image=image, pmu=False, arch=A64, qemu="true"))
-    argv = machine.qemu_argv()
-    machine.channels.close()
+def test_launcher_boots_virt_without_firmware(argv_of):
+    argv = argv_of(A64)
     assert "-bios" not in argv
     assert argv[argv.index("-machine") + 1].startswith("virt,accel=tcg,")
     assert argv[argv.index("-cpu") + 1] == "neoverse-n1,pmu=off"

@@ -107,3 +107,59 @@ def test_apt_context_per_architecture(tmp_path, monkeypatch):
     assert "Dir::Etc::SourceList=/dev/null" in opts
     assert ctx.debs_dir() != native.debs_dir()
     assert str(ctx.directory).startswith(str(tmp_path))
+
+
+def test_another_suite_retargets_the_hosts_own_release_only():
+    """A recipe's ``suite`` takes the host's entries for its own release
+    (not -updates, -security, -backports) with the suite in its place."""
+    deb822 = ("Types: deb\nURIs: http://m/debian\nSuites: rel rel-updates\n"
+              "Components: main\nSigned-By: /k.gpg\n\n"
+              "Types: deb\nURIs: http://m/debian-security\n"
+              "Suites: rel-security\nComponents: main\n")
+    one_line = ("deb [signed-by=/k.gpg arch=amd64] http://m/debian rel main\n"
+                "deb http://m/debian rel-backports main\n"
+                "deb http://other/apt cloud-rel main\n")
+    out = aptdir.retarget({"debian.sources": deb822, "host.list": one_line,
+                           "else.list": "deb http://x nodistro main\n"},
+                          "rel", "new")
+    assert out == {
+        "debian.sources": "Types: deb\nURIs: http://m/debian\nSuites: new\n"
+                          "Components: main\nSigned-By: /k.gpg\n",
+        "host.list": "deb [signed-by=/k.gpg arch=amd64] http://m/debian "
+                     "new main\n"}
+
+
+def test_a_broken_index_is_named():
+    """apt-get update's complaint about an index mid-sync (as trixie's
+    riscv64 -updates/-security gave) is what the build reports."""
+    out = ("Get:1 http://m/debian new InRelease\n"
+           "E: Failed to fetch http://m/debian/dists/new-updates/main/"
+           "binary-riscv64/Packages.xz  File has unexpected size (1234 != "
+           "5678). Mirror sync in progress? [IP: 1.2.3.4 80]\n"
+           "E: Some index files failed to download. They have been ignored,"
+           " or old ones used instead.\n")
+    got = aptdir.broken_indexes(out)
+    assert len(got) == 2 and "new-updates" in got[0]
+    assert aptdir.broken_indexes("Hit:1 http://m/debian new InRelease\n") \
+        == []
+
+
+def test_apt_context_per_suite(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    other = next(a for a in arch.ARCHES.values() if not a.runs_on_host())
+    plain, newer = aptdir.for_arch(other), aptdir.for_arch(other, "new")
+    assert plain.directory != newer.directory and newer.suite == "new"
+    assert "new" in newer.memo_key() and "new" not in plain.memo_key()
+    # the host's own architecture from another suite is private too
+    assert aptdir.for_arch(arch.host(), "new").directory is not None
+
+
+def test_a_usr_merged_tree_resolves_lib_through_usr(tmp_path):
+    """trixie's libc6 ships /usr/lib/ld-linux-*.so.1 and leaves the
+    /lib -> usr/lib link to base-files, outside the closure."""
+    loader = tmp_path / "usr" / "lib" / "ld-x.so.1"
+    loader.parent.mkdir(parents=True)
+    loader.write_bytes(b"\x7fELF")
+    assert foreign.resolve_in_tree(tmp_path, "/lib/ld-x.so.1") == loader
+    assert foreign.resolve_in_tree(tmp_path, "/usr/lib/ld-x.so.1") == loader
+    assert foreign.resolve_in_tree(tmp_path, "/opt/ld-x.so.1") is None

@@ -1,0 +1,119 @@
+"""riscv64 guests: the riscv64 image (built from Debian trixie's riscv64
+packages, the build cached) booted under qemu-system-riscv64 -M virt with
+OpenSBI through the `pvperf` CLI, without the PMU (the riscv64 driver and
+plugin table come later).  One boot carries most checks, to keep the
+suite's added time small; the boot-time comparison with x86_64 is opt-in
+(PVPERF_SLOW=1)."""
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import time
+
+import pytest
+
+from pyhost.cli import EXIT_INTERRUPTED
+
+from support import (PROGRAMS, built_image_manifest,
+                     interrupt_and_expect_clean, leftovers, run_pvperf,
+                     start_long_run)
+
+pytestmark = pytest.mark.vm
+
+ARCH = ["--arch", "riscv64"]
+
+
+@pytest.fixture(scope="module")
+def image():
+    """The riscv64 image's manifest (built if missing or out of date)."""
+    return built_image_manifest(ARCH)
+
+
+@pytest.fixture(scope="module")
+def loop():
+    """tests/guest_programs/riscv64/loop, cross-compiled."""
+    subprocess.run(["make", "-s", "-C", str(PROGRAMS), "riscv64"],
+                   check=True)
+    return PROGRAMS / "riscv64" / "loop"
+
+
+def test_image_is_trixies_riscv64(image):
+    assert image["arch"] == "riscv64"
+    assert image["kernel_version"].endswith("+deb13-riscv64")
+    assert image["modules"][-1] == "9p"
+    assert image["perf_version"].startswith("perf version 6.12")
+    assert image["pe"] == "yes" and image["text_offset"] == "0x200000"
+
+
+# The guest's side of one boot: what the machine is, its perf, and which
+# PMUs perf can open.  QEMU's own riscv PMU (cycle/instret read from the
+# host's clock without -icount) stays out: no "cpu" event source, and
+# perf stat's hardware events are <not supported>, while the SBI PMU
+# driver's initcall is what the kernel skipped.
+GUEST_SCRIPT = (
+    "uname -m; pwd; cat from_host.txt; "
+    "grep -m1 '^mmu' /proc/cpuinfo; grep -m1 '^isa' /proc/cpuinfo; "
+    "perf --version; "
+    "ls /sys/bus/event_source/devices | tr '\\n' ' '; echo; "
+    "perf stat -x, -e instructions,cycles true 2>&1 >/dev/null "
+    "| cut -d, -f1,3; "
+    "dmesg | grep -c 'initcall pmu_sbi_devinit blacklisted'; "
+    "./loop 100000 5; echo loop=$?; "
+    "echo guest data > from_guest.txt; echo err >&2; exit 7")
+
+
+def test_run_uname_status_share_perf_and_no_qemu_pmu(image, loop, tmp_path):
+    shutil.copy(loop, tmp_path / "loop")
+    (tmp_path / "from_host.txt").write_text("host data\n")
+    r = run_pvperf(["run", *ARCH, "--no-pmu", "--share", str(tmp_path), "--",
+                    "sh", "-c", GUEST_SCRIPT], timeout=180)
+    print(r.stdout)
+    assert (r.returncode, r.stderr) == (7, "err\n"), r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert lines[:3] == ["riscv64", "/mnt/host", "host data"]
+    assert lines[3].split() == ["mmu", ":", "sv57"]
+    isa = lines[4].split(":")[1].strip().split("_")
+    # RV64GC (+H) without vector; AIA's supervisor CSRs for the IMSIC
+    assert isa[0] == "rv64imafdch"
+    assert "ssaia" in isa and "sscofpmf" not in isa
+    assert lines[5] == "perf version 6.12.117"
+    assert "cpu" not in lines[6].split() and "software" in lines[6].split()
+    assert lines[7:9] == ["<not supported>,instructions",
+                          "<not supported>,cycles"]
+    assert lines[9:] == ["1", "loop=5"]
+    assert (tmp_path / "from_guest.txt").read_text() == "guest data\n"
+    assert leftovers() == []
+
+
+def test_ctrl_c_stops_and_cleans_up(image, tmp_path):
+    proc = start_long_run(tmp_path, *ARCH, "--no-pmu", boot_timeout=120)
+    interrupt_and_expect_clean(proc, signal.SIGINT, EXIT_INTERRUPTED)
+
+
+def test_a_run_with_the_pmu_is_refused_in_one_line(tmp_path):
+    r = run_pvperf(["run", *ARCH, "--share", str(tmp_path), "--", "true"])
+    assert r.returncode == 125 and r.stdout == ""
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("pvperf: cannot count or sample on riscv64 "
+                               "guests yet: ")
+    assert "riscv64 driver" in r.stderr and "--no-pmu" in r.stderr
+    assert leftovers() == []
+
+
+@pytest.mark.skipif(os.environ.get("PVPERF_SLOW") != "1",
+                    reason="six boots; PVPERF_SLOW=1")
+def test_boot_at_most_twice_x86_64s(image):
+    """`pvperf run --no-pmu -- true`, riscv64 and x86_64 interleaved, 3
+    each (this host's timings move by 20-40 % from run to run)."""
+    times: dict[str, list[float]] = {"riscv64": [], "x86_64": []}
+    for _ in range(3):
+        for arch in times:
+            t0 = time.monotonic()
+            r = run_pvperf(["run", "--arch", arch, "--no-pmu", "--", "true"],
+                           timeout=180)
+            times[arch].append(time.monotonic() - t0)
+            assert r.returncode == 0, r.stderr[-2000:]
+    print({a: [round(t, 2) for t in ts] for a, ts in times.items()})
+    assert statistics.median(times["riscv64"]) <= \
+        2 * statistics.median(times["x86_64"])
