@@ -7,11 +7,9 @@ booted under qemu-system-<arch> without the PMU; one boot carries most
 checks, to keep the suite's added time small.  The x86_64 checks above
 are not run on them: each is a boot of its own.
 """
-import json
 import shutil
 import signal
 import time
-from pathlib import Path
 
 import pexpect
 import pytest
@@ -19,8 +17,8 @@ import pytest
 from pyhost.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TIMEOUT, \
     EXIT_USAGE
 
-from support import Guest, leftovers, on, pvperf_cmd, run_pvperf, \
-    start_long_run
+from support import Guest, built_image_manifest, leftovers, on, pvperf_cmd, \
+    run_pvperf, start_long_run
 
 pytestmark = pytest.mark.vm
 
@@ -138,14 +136,7 @@ def test_twenty_consecutive_runs(tmp_path):
 def image(request):
     """(a support.Guest, its image's manifest), the image built if
     missing or out of date."""
-    arch = request.param.a.run_options
-    r = run_pvperf(["image", "build", *arch], timeout=1200)
-    assert r.returncode == 0, r.stderr[-2000:]
-    r = run_pvperf(["image", "status", *arch])
-    assert r.returncode == 0 and "up to date" in r.stdout, r.stdout
-    directory = Path(r.stdout.split("(", 1)[1].rstrip(")\n"))
-    return request.param, json.loads((directory / "manifest.json")
-                                     .read_text())
+    return request.param, built_image_manifest(request.param.a.run_options)
 
 
 @on(ARM64, fixture="image")
