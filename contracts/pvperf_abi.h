@@ -49,6 +49,16 @@
 #define PVPERF_AARCH64_MARKER_INSN	0xb8000230
 #define PVPERF_AARCH64_MARKER_INSN_LEN	4
 
+/*
+ * The riscv64 guest's marker store: `sw a0, 0(a1)` in its 32-bit form (one
+ * little-endian instruction word), with a0 = PVPERF_MARKER_MAGIC and a1
+ * pointing at the caller's struct pvperf_hcall.  An assembler allowed
+ * compressed instructions emits c.sw for it, so kernel code has the word
+ * only where written under `.option norvc`, as the driver writes it.
+ */
+#define PVPERF_RISCV64_MARKER_INSN	0x00a5a023
+#define PVPERF_RISCV64_MARKER_INSN_LEN	4
+
 /* Hypercall number (seed: KVM_PERF_OP) and its operations. */
 #define PVPERF_HC_PERF_OP		3
 #define PVPERF_OP_OPEN			1
@@ -134,6 +144,8 @@
 #define PVPERF_X86_64_KERNEL_HALF_START	0xffff800000000000ULL
 /* The same on arm64 (VA_BITS = 48, 4K pages): TTBR1_EL1's range. */
 #define PVPERF_AARCH64_KERNEL_HALF_START	0xffff000000000000ULL
+/* The same on riscv64: the upper half (bit 63) under Sv39, Sv48 and Sv57. */
+#define PVPERF_RISCV64_KERNEL_HALF_START	0x8000000000000000ULL
 
 /* Execution modes, also the counter split the plugin keeps per vCPU. */
 #define PVPERF_MODE_KERNEL		0
@@ -255,6 +267,8 @@ struct pvperf_guest_perf_param {
  *           eflags is not recorded: TCG computes the flags lazily.
  *   arm64:  x0..x30 (0..30), sp (31): perf's arm64 register numbers
  *           (PERF_REG_ARM64_X0..SP); the pc is ip, pstate is not recorded.
+ *   riscv64: perf's riscv order (PERF_REG_RISCV_PC..T6): slot 0 (pc) is 0,
+ *           the pc is ip; x1..x31 in slots 1..31 (ra 1, sp 2, s0/fp 8).
  */
 #define PVPERF_SAMPLE_REGS		(1U << 0)
 #define PVPERF_X86_64_REG_AX			0
@@ -270,6 +284,10 @@ struct pvperf_guest_perf_param {
 #define PVPERF_AARCH64_REG_FP		29	/* x29 */
 #define PVPERF_AARCH64_REG_LR		30	/* x30 */
 #define PVPERF_AARCH64_REG_SP		31
+#define PVPERF_RISCV64_REG_PC		0	/* 0 in samples: ip */
+#define PVPERF_RISCV64_REG_RA		1	/* x1..x31: 1..31 */
+#define PVPERF_RISCV64_REG_SP		2
+#define PVPERF_RISCV64_REG_FP		8	/* s0 */
 #define PVPERF_NR_REGS			32
 
 struct pvperf_sample {
