@@ -324,13 +324,28 @@ struct pvperf_sample_buf {
 #define PVPERF_AARCH64_REG_SP		31
 
 /*
- * riscv64.  The kernel half is every address with bit 63 set: the kernel
- * lives in the top half for sv39, sv48 and sv57 alike (user addresses
- * stop below 1 << 38, 1 << 47, 1 << 56), so one start serves whichever
- * mode the guest's kernel picks.  The marker store and register slots
- * come with the riscv64 guest driver.
+ * riscv64.  The marker store is
+ *
+ *     sw a0, 0(a1)                           word 00a5a023
+ *
+ * in its 32-bit form (one little-endian instruction word), with a0 =
+ * PVPERF_MARKER_MAGIC and a1 pointing at the caller's struct
+ * pvperf_hcall.  An assembler allowed compressed instructions emits c.sw
+ * for it, so kernel code has this word only where written under
+ * `.option norvc`, as the driver writes it.  The kernel half is every
+ * address with bit 63 set: the kernel lives in the top half for sv39,
+ * sv48 and sv57 alike (user addresses stop below 1 << 38, 1 << 47,
+ * 1 << 56), so one start serves whichever mode the guest's kernel picks.
+ * Register slots: perf's riscv order (PERF_REG_RISCV_PC..T6): slot 0 (pc)
+ * is 0, the pc is ip; x1..x31 in slots 1..31 (ra 1, sp 2, s0/fp 8).
  */
+#define PVPERF_RISCV64_MARKER_INSN	0x00a5a023
+#define PVPERF_RISCV64_MARKER_INSN_LEN	4
 #define PVPERF_RISCV64_KERNEL_HALF_START	0x8000000000000000ULL
+#define PVPERF_RISCV64_REG_PC		0	/* 0 in samples: ip */
+#define PVPERF_RISCV64_REG_RA		1	/* x1..x31: 1..31 */
+#define PVPERF_RISCV64_REG_SP		2
+#define PVPERF_RISCV64_REG_FP		8	/* s0 */
 
 #define PVPERF_ABI_ASSERT(c, m) _Static_assert(c, m)
 PVPERF_ABI_ASSERT(sizeof(struct pvperf_hcall) == PVPERF_HCALL_ALIGN,

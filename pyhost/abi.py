@@ -28,6 +28,10 @@ X86_64_MARKER_INSN_BYTES = bytes([0xC7, 0x00, 0x50, 0x56, 0x50, 0x46])
 # The A64 marker store `stur w16, [x17]`: w16 = MARKER_MAGIC, x17 = the block.
 AARCH64_MARKER_INSN = 0xB8000230
 AARCH64_MARKER_INSN_LEN = 4
+# The RV64 marker store, the 32-bit `sw a0, 0(a1)`: a0 = MARKER_MAGIC,
+# a1 = the block.
+RISCV64_MARKER_INSN = 0x00A5A023
+RISCV64_MARKER_INSN_LEN = 4
 
 HC_PERF_OP = 3
 OP_OPEN = 1
@@ -109,14 +113,16 @@ PARAM = struct.Struct("<QQII")
 PARAM_OFFSET_ID = 16
 
 # struct pvperf_sample: event_id, mode, flags, ip, data_addr, period,
-# regs[NR_REGS] (each architecture's order, pvperf_abi.h: REG_* gdb's
-# x86-64 order, rax rbx rcx rdx rsi rdi rbp rsp r8..r15; AARCH64_REG_*
-# x0..x30 sp)
+# regs[NR_REGS] (each architecture's order, pvperf_abi.h: X86_64_REG_*
+# gdb's x86-64 order, rax rbx rcx rdx rsi rdi rbp rsp r8..r15;
+# AARCH64_REG_* x0..x30 sp; RISCV64_REG_* perf's RISC-V order, pc (0: the
+# ip) x1..x31)
 SAMPLE_REGS = 1 << 0
 NR_REGS = 32
-X86_64_REG_AX, X86_64_REG_BX, X86_64_REG_CX, X86_64_REG_DX, X86_64_REG_SI, X86_64_REG_DI, X86_64_REG_BP, X86_64_REG_SP, X86_64_REG_R8 = \
-    range(9)
+(X86_64_REG_AX, X86_64_REG_BX, X86_64_REG_CX, X86_64_REG_DX, X86_64_REG_SI,
+ X86_64_REG_DI, X86_64_REG_BP, X86_64_REG_SP, X86_64_REG_R8) = range(9)
 AARCH64_REG_X0, AARCH64_REG_FP, AARCH64_REG_LR, AARCH64_REG_SP = 0, 29, 30, 31
+RISCV64_REG_PC, RISCV64_REG_RA, RISCV64_REG_SP, RISCV64_REG_FP = 0, 1, 2, 8
 SAMPLE = struct.Struct(f"<IHHQQQ{NR_REGS}Q")
 SAMPLE_OFFSET_FLAGS = 6
 SAMPLE_OFFSET_IP = 8

@@ -10,10 +10,12 @@
 
 extern const struct arch arch_x86_64;
 extern const struct arch arch_aarch64;
+extern const struct arch arch_riscv64;
 
 static const struct arch *const arches[] = {
 	&arch_x86_64,
 	&arch_aarch64,
+	&arch_riscv64,
 };
 
 #define N_ARCHES (sizeof(arches) / sizeof(arches[0]))
