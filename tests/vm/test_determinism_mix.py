@@ -23,12 +23,11 @@ import os
 import random
 import re
 import shutil
-import subprocess
 
 import pytest
 
-from support import PROGRAMS, aarch64_image, leftovers, run_pvperf, \
-    sections, valgrind_irefs
+from support import GUEST_ARCHES, leftovers, run_pvperf, sections, \
+    valgrind_irefs
 
 pytestmark = pytest.mark.vm
 
@@ -96,17 +95,11 @@ def counts(lines: list[str]) -> dict[str, int]:
             if len(f) > 2 and f[0].isdigit()}
 
 
-ARCHES = {"x86_64": (PROGRAMS, lambda: []),
-          "aarch64": (PROGRAMS / "aarch64", aarch64_image)}
-
-
-@pytest.fixture(scope="module", params=sorted(ARCHES))
+@pytest.fixture(scope="module", params=sorted(GUEST_ARCHES))
 def mix_runs(request, tmp_path_factory):
     arch = request.param
-    progs, image = ARCHES[arch]
-    target = [] if arch == "x86_64" else ["aarch64"]
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS), *target], check=True)
-    opts = image()
+    progs = GUEST_ARCHES[arch].build()
+    opts = GUEST_ARCHES[arch].image()
     steps = draw_mix(random.Random(SEED))
     print(f"\nseed {SEED} ({arch}); steps: {steps}")
     runs = []

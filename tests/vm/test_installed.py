@@ -29,7 +29,7 @@ import re
 import pytest
 
 from pyhost.image import store
-from support import TUNABLES, aarch64_image, run_guest_script, run_pvperf
+from support import GUEST_ARCHES, TUNABLES, run_guest_script
 
 pytestmark = pytest.mark.vm
 
@@ -59,19 +59,10 @@ sec end
 """
 
 
-def image_options(arch: str) -> list[str]:
-    name = f"test-{arch}-installed"
-    if arch == "aarch64":
-        return aarch64_image(name, ADD)
-    r = run_pvperf(["image", "build", "--name", name, "--add", ADD],
-                   timeout=1200)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return ["--image", name]
-
-
-@pytest.fixture(scope="module", params=["x86_64", "aarch64"])
+@pytest.fixture(scope="module", params=sorted(GUEST_ARCHES))
 def guest(request):
-    options = image_options(request.param)
+    options = GUEST_ARCHES[request.param].image(
+        f"test-{request.param}-installed", ADD)
     name = options[options.index("--image") + 1]
     manifest = json.loads((store.image_dir(name) / "manifest.json")
                           .read_text())
