@@ -180,7 +180,7 @@ def test_plugin_core_is_below_every_unit_and_the_top_has_no_header():
 # (arch/targets.c) may hold them; both products (pvperf/, rmap/) reach
 # the guest through arch/arch.h.
 ARCH_WORDS = re.compile(
-    r"x86|X86|aarch64|arm64|AArch64|capstone|"
+    r"x86|X86|aarch64|arm64|AArch64|capstone|riscv|RISCV|rv64|RV64|satp|"
     r"\b(?:[re](?:ax|bx|cx|dx|si|di|sp|bp|ip)|r\d+[dwb]?|eflags|[cC][rR][0-4])\b|"
     r"\bMODE_(?:64|32|16)\b|#(?:GP|DE|UD|PF)\b")
 
