@@ -131,16 +131,11 @@ static int check_mem_shape(const struct listed *e)
 static int check_listing(const char *listing, const char *expect_path)
 {
 	GArray *insns = read_listing(listing);
-	gchar *expect;
-	gsize n_expect;
+	gchar *expect = load_expectations(listing, insns->len, expect_path);
 	int fails = 0;
 
-	if (!g_file_get_contents(expect_path, &expect, &n_expect, NULL) ||
-	    insns->len == 0 || insns->len != n_expect) {
-		printf("FAIL %s: %u instructions, %s: %zu expectations\n",
-		       listing, insns->len, expect_path, (size_t)n_expect);
+	if (!expect)
 		return 1;
-	}
 	for (guint i = 0; i < insns->len; i++) {
 		const struct listed *e = &g_array_index(insns, struct listed, i);
 		uint8_t cls = classify(e->word, true);
@@ -212,16 +207,7 @@ static int check_targets(void)
 /* ---- the page walk, over a small RAM at virt's base ---- */
 
 #define RAM_BASE 0x40000000ULL
-#define RAM_PAGES 8
-static uint64_t fake_ram[RAM_PAGES * 512];
-
-static bool read_fake(uint64_t gpa, uint64_t *val)
-{
-	if (gpa < RAM_BASE || gpa - RAM_BASE + 8 > sizeof(fake_ram))
-		return false;
-	*val = fake_ram[(gpa - RAM_BASE) / 8];
-	return true;
-}
+#include "fake_ram.h"
 
 static void set_desc(int page, uint64_t index, uint64_t desc)
 {

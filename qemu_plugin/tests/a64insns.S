@@ -2,26 +2,11 @@
 /*
  * a64insns.S - A64 instructions and the classes aarch64.c should give
  * them (arch.h CLS_*), for a64_classify_test.c.  Assembled with
- * aarch64-linux-gnu-as; each `insn FLAGS, instruction` emits the
- * instruction into .text and its expected flags, one byte, into .expect,
- * so the two stay in step.  Each instruction is classified alone, as a
- * one-instruction kernel-half TB.
+ * aarch64-linux-gnu-as; each `insn FLAGS, instruction` (insn_classes.inc)
+ * emits the instruction and its expected flags.  Each instruction is
+ * classified alone, as a one-instruction kernel-half TB.
  */
-	.equ B, 1		/* CLS_BRANCH */
-	.equ M, 2		/* CLS_MEM */
-	.equ X, 4		/* CLS_BOUNDARY */
-	.equ D, 8		/* CLS_MARKER */
-	.equ F, 16		/* CLS_FRAME */
-	.equ C, 32		/* CLS_COND */
-	.equ I, 64		/* CLS_INDIRECT */
-	.equ A, 128		/* CLS_ASPACE */
-
-	.macro insn flags:req, text:vararg
-	\text
-	.pushsection .expect, "a"
-	.byte \flags
-	.popsection
-	.endm
+	.include "insn_classes.inc"
 
 	.text
 here:

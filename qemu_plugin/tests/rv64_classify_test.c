@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "target_check.h"
 
 extern const struct arch arch_riscv64;
 
@@ -234,16 +235,12 @@ static int check_against_objdump(const struct listed *e, uint8_t cls)
 static int check_listing(const char *listing, const char *expect_path)
 {
 	g_autoptr(GArray) insns = read_listing(listing);
-	g_autofree gchar *expect = NULL;
-	gsize n_expect;
+	g_autofree gchar *expect = load_expectations(listing, insns->len,
+						     expect_path);
 	int fails = 0;
 
-	if (!g_file_get_contents(expect_path, &expect, &n_expect, NULL) ||
-	    insns->len == 0 || insns->len != n_expect) {
-		printf("FAIL %s: %u instructions, %s: %zu expectations\n",
-		       listing, insns->len, expect_path, (size_t)n_expect);
+	if (!expect)
 		return 1;
-	}
 	for (guint i = 0; i < insns->len; i++) {
 		struct listed *e = &g_array_index(insns, struct listed, i);
 		uint8_t cls, want = (uint8_t)expect[i];
@@ -317,16 +314,7 @@ static int check_user_marker(void)
 /* ---- the page walks, over a small RAM at virt's base ---- */
 
 #define RAM_BASE 0x80000000ULL
-#define RAM_PAGES 8
-static uint64_t fake_ram[RAM_PAGES * 512];
-
-static bool read_fake(uint64_t gpa, uint64_t *val)
-{
-	if (gpa < RAM_BASE || gpa - RAM_BASE + 8 > sizeof(fake_ram))
-		return false;
-	*val = fake_ram[(gpa - RAM_BASE) / 8];
-	return true;
-}
+#include "fake_ram.h"
 
 #define PAGE_GPA(p)	(RAM_BASE + (uint64_t)(p) * 4096)
 /* A PTE: the PPN at bit 10, the flags below. */

@@ -198,13 +198,19 @@ def _refused(d, needle: str) -> None:
     assert leftovers() == []
 
 
+def _edit_manifest(d, edit) -> None:
+    """Rewrite the copy's manifest.json with ``edit`` applied to it."""
+    m = json.loads((d / "manifest.json").read_text())
+    edit(m)
+    (d / "manifest.json").write_text(json.dumps(m))
+
+
 def _rehash(d, name: str) -> None:
     """Make the manifest vouch for ``name`` as it is now: what a careless
     edit or a bug that wrote a bad state would leave."""
     import hashlib
-    m = json.loads((d / "manifest.json").read_text())
-    m["sha256"][name] = hashlib.sha256((d / name).read_bytes()).hexdigest()
-    (d / "manifest.json").write_text(json.dumps(m))
+    digest = hashlib.sha256((d / name).read_bytes()).hexdigest()
+    _edit_manifest(d, lambda m: m["sha256"].__setitem__(name, digest))
 
 
 @vm
@@ -230,9 +236,7 @@ def test_unfinished_checkpoint_refused(checkpoint, tmp_path):
 @on(*X86, fixture="checkpoint")
 def test_other_format_version_refused(checkpoint, tmp_path):
     d = _copy(checkpoint, tmp_path)
-    m = json.loads((d / "manifest.json").read_text())
-    m["version"] = 99
-    (d / "manifest.json").write_text(json.dumps(m))
+    _edit_manifest(d, lambda m: m.__setitem__("version", 99))
     _refused(d, "checkpoint format 99")
 
 
@@ -240,9 +244,8 @@ def test_other_format_version_refused(checkpoint, tmp_path):
 @on(*X86, fixture="checkpoint")
 def test_other_qemu_refused(checkpoint, tmp_path):
     d = _copy(checkpoint, tmp_path)
-    m = json.loads((d / "manifest.json").read_text())
-    m["qemu"] = "QEMU emulator version 9.2.0"
-    (d / "manifest.json").write_text(json.dumps(m))
+    _edit_manifest(d, lambda m: m.__setitem__("qemu",
+                                              "QEMU emulator version 9.2.0"))
     _refused(d, "taken under 'QEMU emulator version 9.2.0'")
 
 
