@@ -45,7 +45,9 @@ def images_dir() -> Path:
 
 
 def image_dir(name: str = "default") -> Path:
-    return images_dir() / name
+    """An image's cache directory: "default" is the host architecture's
+    own recipe's (recipe_name), as everywhere else."""
+    return images_dir() / recipe_name(name)
 
 
 def recipe_name(name: str, arch: Arch | None = None) -> str:

@@ -743,3 +743,13 @@ def test_smoke_boot_refuses_an_image_without_addr2line(tmp_path):
     # a failing tool check is not blamed on addr2line
     r = _sh("false && " + cmd, tmp_path)
     assert r.returncode == 1 and smoke.SMOKE_TAG not in r.stderr
+
+
+def test_default_image_dir_is_the_host_architectures_recipe():
+    """"default" names the host architecture's own recipe (images/x86_64
+    on this host) wherever an image is found, its cache directory too:
+    a test reading the default image's root must find the built one."""
+    from pyhost import arch
+    assert store.image_dir() == store.image_dir("default") \
+        == store.images_dir() / arch.host().default_recipe
+    assert store.image_dir("py") == store.images_dir() / "py"
