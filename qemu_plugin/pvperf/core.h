@@ -98,7 +98,10 @@ struct pvperf_score {
 	 * half shows, 0 for none; an inline store writes it. */
 	uint64_t branch[2];
 	uint64_t packed;
-	uint8_t pad[128 - (PVPERF_NR_INLINE_COUNTERS + 4) * 8];
+	/* cond: conditional branches run, per half (index !kernel), while
+	 * the models count them (models_tb.c; counters.c reads them). */
+	uint64_t cond[2];
+	uint8_t pad[128 - (PVPERF_NR_INLINE_COUNTERS + 6) * 8];
 };
 
 #define PACK_SHIFT	29
@@ -155,11 +158,6 @@ struct pvperf_vcpu {
 	} slot[PVPERF_PROTO_MAX_SLOTS];
 	unsigned n_model_slots;
 	struct pvperf_sample_slot model_slot[PVPERF_PROTO_MAX_SLOTS];
-	/* The model counters some model slot sums, and whether one is on
-	 * cycles (instructions and stall cycles: the timing model); the
-	 * models keep a copy for their hot paths (models_reply). */
-	uint64_t model_armed;
-	bool model_armed_cycles;
 	/*
 	 * An overflow on an instruction that may not retire (it, or one
 	 * before it in its chunk, may fault): held until the vCPU shows it
@@ -276,6 +274,12 @@ static inline qemu_plugin_u64 score_ctr(unsigned ctr)
 static inline qemu_plugin_u64 score_branch(bool kernel)
 {
 	return (qemu_plugin_u64){ pv.score, offsetof(struct pvperf_score, branch) +
+					     !kernel * sizeof(uint64_t) };
+}
+
+static inline qemu_plugin_u64 score_cond(bool kernel)
+{
+	return (qemu_plugin_u64){ pv.score, offsetof(struct pvperf_score, cond) +
 					     !kernel * sizeof(uint64_t) };
 }
 

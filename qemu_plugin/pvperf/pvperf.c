@@ -29,6 +29,7 @@
 #include <sys/un.h>
 
 #include "core.h"
+#include "counters.h"
 #include "count.h"
 #include "emu.h"
 #include "guest.h"
@@ -230,12 +231,13 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 		return -1;
 	}
 	count_init();
+	counters_init(pv.n_vcpus);
 	models_init(pv.n_vcpus);
 	emu_init(pv.n_vcpus);
 	if (pv.ram_path && !host_timer_init(pv.n_vcpus))
 		pvperf_log("no host-time timer thread: host-time sampling "
 			   "uses the countdown\n");
-	sample_init(models_counter, &host_time_pacer);
+	sample_init(&host_time_pacer);
 	if (pv.ram_path && guest_ram_init(pv.ram_path, &pv.ram_size))
 		return -1;
 	if (!pv.ram_path && pv.sock_path)

@@ -92,13 +92,13 @@ static uint64_t prng_next(uint64_t *state)
 	return x;
 }
 
-static model_counter_fn model_counter;
 static const struct sample_pacer *pacer;
+static void sample_model_event(uint64_t bits, bool kernel, struct event_at at);
 
-void sample_init(model_counter_fn fn, const struct sample_pacer *p)
+void sample_init(const struct sample_pacer *p)
 {
-	model_counter = fn;
 	pacer = p;
+	counters_set_hook(sample_model_event);
 }
 
 static uint64_t slot_sum(const uint64_t *ctr, uint64_t mask)
@@ -225,24 +225,17 @@ bool sample_slot_on_inline(uint64_t mask)
 	return mask && !(mask & ~CTR_INLINE_BITS);
 }
 
-/* A model slot armed: what the models must report (model_armed). */
-static void arm_model_slot(struct pvperf_vcpu *v,
-			   const struct pvperf_sample_slot *sl)
-{
-	v->model_slot[v->n_model_slots++] = *sl;
-	v->model_armed |= sl->ctr_mask & ~CTR_INLINE_BITS;
-	v->model_armed_cycles |= !!(sl->ctr_mask & CTR_INLINE_BITS);
-}
-
 /* A reply's slot table (service -> this vCPU): validate and copy each
- * slot into the inline or the model table; one on neither is ignored. */
+ * slot into the inline or the model table; one on neither is ignored.
+ * The counter store learns which event counters to report. */
 void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	uint64_t armed = 0;
+	bool cycles = false;
 	unsigned n = 0;
 
-	v->n_model_slots = v->model_armed = 0;
-	v->model_armed_cycles = false;
+	v->n_model_slots = 0;
 	for (unsigned i = 0; i < reply->n_slots && i < PVPERF_PROTO_MAX_SLOTS; i++) {
 		const struct pvperf_proto_slot *ps = &reply->slot[i];
 		const struct pvperf_sample_slot sl = {
@@ -261,10 +254,14 @@ void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 			continue;
 		if (sample_slot_on_inline(ps->ctr_mask))
 			v->slot[n++] = sl;
-		else if (sample_slot_on_models(ps->ctr_mask))
-			arm_model_slot(v, &sl);
+		else if (sample_slot_on_models(ps->ctr_mask)) {
+			v->model_slot[v->n_model_slots++] = sl;
+			armed |= sl.ctr_mask;
+			cycles |= !!(sl.ctr_mask & CTR_INLINE_BITS);
+		}
 	}
 	v->n_slots = n;
+	counters_arm(vcpu, armed, cycles);
 	/* confirmed before the hypercall went out */
 	v->pending_mask = v->awaiting_mask = 0;
 	sample_update_room(vcpu);
@@ -534,8 +531,8 @@ static uint64_t model_slot_sum(unsigned vcpu, uint64_t mask)
 		score_count(vcpu, insn);
 		sum = slot_sum(insn, mask);
 	}
-	for (mask >>= PVPERF_NR_INLINE_COUNTERS; mask; mask &= mask - 1)
-		sum += model_counter(vcpu, __builtin_ctzll(mask));
+	for (mask &= ~CTR_INLINE_BITS; mask; mask &= mask - 1)
+		sum += counters_event(vcpu, __builtin_ctzll(mask));
 	return sum;
 }
 
@@ -567,7 +564,7 @@ uint64_t sample_room(unsigned vcpu, uint64_t bits)
  * holds the whole first chunk, so its sample may name an instruction up
  * to a block early.
  */
-void __attribute__((noinline, cold))
+static void
 sample_model_event(uint64_t bits, bool kernel, struct event_at at)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[at.vcpu];

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "counters.h"
 #include "models.h"
 #include "sample.h"
 #include "state.h"
@@ -160,21 +161,19 @@ void state_restore_vcpu(unsigned vcpu)
 {
 	const struct pvperf_state_vcpu *s;
 	struct pvperf_proto_reply reply;
-	const struct pvperf_score *score;
-	uint64_t model_ctr[2 * PVPERF_NR_MODEL_COUNTERS];
+	uint64_t counts[PVPERF_NR_COUNTERS];
 
 	if (!loaded || vcpu >= pv.n_vcpus)
 		return;
 	s = &loaded[vcpu];
-	score = score_of(vcpu);
-	for (unsigned i = 0; i < PVPERF_NR_INLINE_COUNTERS; i++)
-		pv.vcpu[vcpu].bias[i] = s->counters[i] - score->ctr[i];
+	memcpy(counts, s->counters, sizeof(counts));
+	counters_restore(vcpu, counts);
 	pv.vcpu[vcpu].reply_flags = s->reply_flags;
 	reply_of(s, &reply);
-	memcpy(model_ctr, s->counters + PVPERF_NR_INLINE_COUNTERS, sizeof(model_ctr));
-	/* The slots first: the models take their copy of what is armed. */
+	/* The slots first: the models' fast paths follow what is armed.
+	 * The caches, TLBs and predictor themselves start cold. */
 	restore_sampling(vcpu, &reply, s);
-	models_restore(vcpu, model_ctr, &reply);
+	models_reply(vcpu, &reply);
 }
 
 static struct pvperf_proto_slot slot_record(const struct pvperf_sample_slot *sl)
@@ -234,8 +233,7 @@ void state_save(const char *path)
 	for (unsigned i = 0; i < n && i < (unsigned)qemu_plugin_num_vcpus(); i++) {
 		uint64_t c[PVPERF_NR_COUNTERS];
 
-		score_count(i, c);
-		models_count(i, c + PVPERF_NR_INLINE_COUNTERS);
+		counters_snapshot(i, c);
 		memcpy(s[i].counters, c, sizeof(c));
 		s[i].reply_flags = pv.vcpu[i].reply_flags;
 		save_sampling(i, &s[i]);
