@@ -136,11 +136,12 @@ struct pvperf_vcpu {
 	unsigned unanswered;	/* overflows sent since the last answered one */
 	/*
 	 * Sampling (sample.c): the slots the service armed on this vCPU,
-	 * those on the inline counters (instructions, branches: checked by
-	 * the chunks' countdown) and those on the models' counters (checked
-	 * where the models count).
+	 * first the n_inline on the inline counters (instructions,
+	 * branches: checked by the chunks' countdown, and the only ones
+	 * held, so pending[i] is slot[i]'s), then those on event counters
+	 * (checked where the counter store grows them: counters.h).
 	 */
-	unsigned n_slots;
+	unsigned n_slots, n_inline;
 	unsigned pending_mask;	/* bit i: pending[i] is held */
 	unsigned awaiting_mask;	/* bit i: pending[i] waits for its registers */
 	struct pvperf_sample_slot {
@@ -156,8 +157,6 @@ struct pvperf_vcpu {
 		uint64_t event_gpa;
 		uint64_t sample_period;
 	} slot[PVPERF_PROTO_MAX_SLOTS];
-	unsigned n_model_slots;
-	struct pvperf_sample_slot model_slot[PVPERF_PROTO_MAX_SLOTS];
 	/*
 	 * An overflow on an instruction that may not retire (it, or one
 	 * before it in its chunk, may fault): held until the vCPU shows it

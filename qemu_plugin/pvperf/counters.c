@@ -4,18 +4,17 @@
  * counters and the bits sampling armed on them, and the snapshot of
  * every counter that hypercalls and checkpoints carry.
  */
-#include <glib.h>
 #include <string.h>
 
 #include "core.h"
 #include "counters.h"
 
-struct counters_vcpu *ctr_store;	/* [pv.n_vcpus] */
+struct counters_vcpu ctr_store[COUNTERS_MAX_VCPUS];
 static counters_grew_fn grew;
 
-void counters_init(unsigned n_vcpus)
+bool counters_init(unsigned n_vcpus)
 {
-	ctr_store = g_aligned_alloc0(n_vcpus, sizeof(*ctr_store), 64);
+	return n_vcpus <= COUNTERS_MAX_VCPUS;
 }
 
 void counters_set_hook(counters_grew_fn fn)

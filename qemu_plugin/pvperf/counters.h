@@ -45,14 +45,23 @@ struct counters_vcpu {
 	bool armed_cycles;
 } __attribute__((aligned(64)));
 
-extern struct counters_vcpu *ctr_store;	/* [pv.n_vcpus] */
+/*
+ * A fixed array, not an allocation: the models' memory callbacks add to
+ * it on every guest access, and its address is then a constant of the
+ * code (one load fewer than through a pointer).  QEMU 10.0's largest
+ * machine (q35) has 4096 vCPUs; 192 bytes each, untouched pages of
+ * vCPUs that do not exist cost nothing.
+ */
+#define COUNTERS_MAX_VCPUS 4096
+extern struct counters_vcpu ctr_store[COUNTERS_MAX_VCPUS];
 
 /* Sampling's side: counters in bits grew by an event at `at` in the
  * half given, and a slot is armed on one of them. */
 typedef void (*counters_grew_fn)(uint64_t bits, bool kernel,
 				 struct event_at at);
 
-void counters_init(unsigned n_vcpus);
+/* Install: false if there are more vCPUs than the store holds. */
+bool counters_init(unsigned n_vcpus);
 /* sample_init: who hears of armed counters' growth. */
 void counters_set_hook(counters_grew_fn fn);
 

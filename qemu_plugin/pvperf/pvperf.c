@@ -230,8 +230,12 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 		pvperf_log("cannot size per-vCPU state\n");
 		return -1;
 	}
+	if (!counters_init(pv.n_vcpus)) {
+		pvperf_log("%u vCPUs: at most %u\n", pv.n_vcpus,
+			   COUNTERS_MAX_VCPUS);
+		return -1;
+	}
 	count_init();
-	counters_init(pv.n_vcpus);
 	models_init(pv.n_vcpus);
 	emu_init(pv.n_vcpus);
 	if (pv.ram_path && !host_timer_init(pv.n_vcpus))

@@ -180,7 +180,7 @@ void sample_update_room(unsigned vcpu)
 	uint64_t ran_u = ran_since_rebase(s, v, HALF_U);
 
 	score_count(vcpu, count);
-	for (unsigned i = 0; i < v->n_slots; i++) {
+	for (unsigned i = 0; i < v->n_inline; i++) {
 		unsigned halves = slot_halves(v->slot[i].ctr_mask);
 		uint64_t left = slot_room(&v->slot[i], count), k = left, u = left;
 
@@ -226,16 +226,16 @@ bool sample_slot_on_inline(uint64_t mask)
 }
 
 /* A reply's slot table (service -> this vCPU): validate and copy each
- * slot into the inline or the model table; one on neither is ignored.
- * The counter store learns which event counters to report. */
+ * slot, the inline ones first; one on neither kind is ignored.  The
+ * counter store learns which event counters to report. */
 void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	struct pvperf_sample_slot model[PVPERF_PROTO_MAX_SLOTS];
 	uint64_t armed = 0;
 	bool cycles = false;
-	unsigned n = 0;
+	unsigned n = 0, n_model = 0;
 
-	v->n_model_slots = 0;
 	for (unsigned i = 0; i < reply->n_slots && i < PVPERF_PROTO_MAX_SLOTS; i++) {
 		const struct pvperf_proto_slot *ps = &reply->slot[i];
 		const struct pvperf_sample_slot sl = {
@@ -255,12 +255,14 @@ void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 		if (sample_slot_on_inline(ps->ctr_mask))
 			v->slot[n++] = sl;
 		else if (sample_slot_on_models(ps->ctr_mask)) {
-			v->model_slot[v->n_model_slots++] = sl;
+			model[n_model++] = sl;
 			armed |= sl.ctr_mask;
 			cycles |= !!(sl.ctr_mask & CTR_INLINE_BITS);
 		}
 	}
-	v->n_slots = n;
+	memcpy(&v->slot[n], model, n_model * sizeof(model[0]));
+	v->n_inline = n;
+	v->n_slots = n + n_model;
 	counters_arm(vcpu, armed, cycles);
 	/* confirmed before the hypercall went out */
 	v->pending_mask = v->awaiting_mask = 0;
@@ -475,7 +477,7 @@ void sample_chunk_exec(unsigned int vcpu, void *udata)
 	hold_awaiting(v);
 	if (v->pending_mask)
 		confirm_held(vcpu, c->kernel, ctr[PVPERF_CTR_INSN_KERNEL]);
-	for (unsigned i = 0; i < v->n_slots; i++) {
+	for (unsigned i = 0; i < v->n_inline; i++) {
 		uint64_t mask = v->slot[i].ctr_mask;
 		bool insns = (mask & (1u << ci)) && c->n_insns;
 		bool branches = !insns && (mask & (1u << cb)) && c->n_branches;
@@ -541,8 +543,8 @@ uint64_t sample_room(unsigned vcpu, uint64_t bits)
 	const struct pvperf_vcpu *v = &pv.vcpu[vcpu];
 	uint64_t room = UINT64_MAX;
 
-	for (unsigned i = 0; i < v->n_model_slots; i++) {
-		const struct pvperf_sample_slot *sl = &v->model_slot[i];
+	for (unsigned i = v->n_inline; i < v->n_slots; i++) {
+		const struct pvperf_sample_slot *sl = &v->slot[i];
 
 		uint64_t sum;
 
@@ -569,8 +571,8 @@ sample_model_event(uint64_t bits, bool kernel, struct event_at at)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[at.vcpu];
 
-	for (unsigned i = 0; i < v->n_model_slots; i++) {
-		struct pvperf_sample_slot *sl = &v->model_slot[i];
+	for (unsigned i = v->n_inline; i < v->n_slots; i++) {
+		struct pvperf_sample_slot *sl = &v->slot[i];
 		struct pvperf_pending p;
 
 		if (!(sl->ctr_mask & bits) ||

@@ -85,7 +85,7 @@ void sample_init(const struct sample_pacer *pacer);
 void sample_chunk_exec(unsigned int vcpu, void *udata);
 void sample_capture_exec(unsigned int vcpu, void *udata);
 
-/* A reply's slot table: the inline slots and the model slots. */
+/* A reply's slot table, in one array: the inline slots first. */
 void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply);
 /* Whether a slot on mask (raw counter bits) is checked by the chunks'
  * countdown: inline counters only. */

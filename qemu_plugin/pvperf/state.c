@@ -185,8 +185,10 @@ static struct pvperf_proto_slot slot_record(const struct pvperf_sample_slot *sl)
 	};
 }
 
-/* The vCPU's armed slots (the inline ones first) and held overflows.
- * Awaiting overflows are held without registers, as a fault would. */
+/* The vCPU's armed slots (the inline ones first, as sample.c keeps them:
+ * held overflows are those of inline slots, by index) and held
+ * overflows.  Awaiting overflows are held without registers, as a fault
+ * would. */
 static void save_sampling(unsigned vcpu, struct pvperf_state_vcpu *s)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
@@ -210,9 +212,6 @@ static void save_sampling(unsigned vcpu, struct pvperf_state_vcpu *s)
 		};
 		memcpy(s->held[i].regs, p->regs, sizeof(p->regs));
 	}
-	for (unsigned i = 0; i < v->n_model_slots &&
-	     s->n_slots < PVPERF_PROTO_MAX_SLOTS; i++)
-		s->slot[s->n_slots++] = slot_record(&v->model_slot[i]);
 }
 
 /* atexit, every vCPU stopped: write the checkpoint (whole or nothing). */
