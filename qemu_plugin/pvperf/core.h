@@ -67,8 +67,8 @@ static inline unsigned ctr_branch(bool kernel)
  * each vCPU writes only its own).  Padded to two cache lines so that two
  * vCPUs never share one, whatever the array's base alignment.
  *
- * ctr:  the counters, biased: the count is ctr[i] + bias[i] (struct
- *       pvperf_vcpu; score_count below).  Only grown by inline adds.
+ * ctr:  the counters, biased: the count is ctr[i] + bias[i] (the
+ *       counter store's: counters.h counters_inline).  Only grown by inline adds.
  *       The bias lets one add per chunk both count instructions and
  *       count down to the next overflow (sample.c): while sampling, the
  *       instruction counter of each half is rebased so that it passes
@@ -80,7 +80,7 @@ static inline unsigned ctr_branch(bool kernel)
  * packed: the user half's instructions and branches while counting both
  *       without sampling, one inline add per chunk instead of two
  *       (count.c emit_adds): instructions << PACK_SHIFT | branches, run
- *       since the last score_fold.  A shift of 29 keeps the addend of a
+ *       since the last counters_fold.  A shift of 29 keeps the addend of a
  *       chunk of up to 3 instructions an imm32 (one host instruction
  *       less: a movabs).  Kernel TBs fold the word once it holds
  *       2^26 instructions (PACK_FOLD_AT); branches never outnumber
@@ -120,8 +120,6 @@ struct tb_insn {
 
 /* Per-vCPU state that only callbacks touch (never generated code). */
 struct pvperf_vcpu {
-	/* count = score ctr + bias (pvperf_score); fault corrections too. */
-	uint64_t bias[PVPERF_NR_INLINE_COUNTERS];
 	/* Sampling: each half's room when last rebased (sample.c). */
 	uint64_t room[2];	/* [ctr_insn(kernel)] */
 	int fd;			/* service connection or -1 (link.c) */
@@ -237,31 +235,6 @@ static inline struct pvperf_score *score_of(unsigned vcpu)
 	if (__builtin_expect(base != NULL, 1))
 		return &base[vcpu];
 	return qemu_plugin_scoreboard_find(pv.score, vcpu);
-}
-
-/* A vCPU's exact counts now (its own thread, or an exclusive section). */
-static inline void score_count(unsigned vcpu, uint64_t out[PVPERF_NR_INLINE_COUNTERS])
-{
-	const struct pvperf_score *s = score_of(vcpu);
-
-	uint64_t packed = __atomic_load_n(&s->packed, __ATOMIC_RELAXED);
-
-	for (unsigned i = 0; i < PVPERF_NR_INLINE_COUNTERS; i++)
-		out[i] = s->ctr[i] + pv.vcpu[vcpu].bias[i];
-	out[PVPERF_CTR_INSN_USER] += packed >> PACK_SHIFT;
-	out[PVPERF_CTR_BRANCH_USER] += packed & PACK_BRANCHES;
-}
-
-/* Move the packed counts into the bias (the vCPU's own thread, or an
- * exclusive section); the counts stay what they are. */
-static inline void score_fold(unsigned vcpu)
-{
-	struct pvperf_score *s = score_of(vcpu);
-	uint64_t *bias = pv.vcpu[vcpu].bias;
-
-	bias[PVPERF_CTR_INSN_USER] += s->packed >> PACK_SHIFT;
-	bias[PVPERF_CTR_BRANCH_USER] += s->packed & PACK_BRANCHES;
-	s->packed = 0;
 }
 
 static inline qemu_plugin_u64 score_ctr(unsigned ctr)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * counters.c - the counter store (counters.h): each vCPU's event
- * counters and the bits sampling armed on them, and the snapshot of
+ * counters, the inline counters' bias, the bits sampling armed on them, and the snapshot of
  * every counter that hypercalls and checkpoints carry.
  */
 #include <string.h>
@@ -43,7 +43,7 @@ uint64_t counters_event(unsigned vcpu, unsigned c)
 
 void counters_snapshot(unsigned vcpu, uint64_t *out)
 {
-	score_count(vcpu, out);
+	counters_inline(vcpu, out);
 	for (unsigned c = PVPERF_NR_INLINE_COUNTERS; c < PVPERF_NR_COUNTERS; c++)
 		out[c] = counters_event(vcpu, c);
 }
@@ -61,7 +61,7 @@ void counters_restore(unsigned vcpu, const uint64_t *counts)
 	struct pvperf_score *s = score_of(vcpu);
 
 	for (unsigned i = 0; i < PVPERF_NR_INLINE_COUNTERS; i++)
-		pv.vcpu[vcpu].bias[i] = counts[i] - s->ctr[i];
+		ctr_store[vcpu].bias[i] = counts[i] - s->ctr[i];
 	memcpy(ctr_store[vcpu].ev, counts + PVPERF_NR_INLINE_COUNTERS,
 	       sizeof(ctr_store[vcpu].ev));
 	s->cond[0] = s->cond[1] = 0;

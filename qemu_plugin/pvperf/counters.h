@@ -31,9 +31,13 @@ struct event_at {
 	bool regs;
 };
 
-/* A vCPU's event counters, touched by its own thread (or an exclusive
+/* A vCPU's counters, touched by its own thread (or an exclusive
  * section). */
 struct counters_vcpu {
+	/* The inline counters' bias: count = pvperf_score.ctr + bias (core.h);
+	 * fault corrections (count.c) and the countdown's rebases (sample.c)
+	 * move it. */
+	uint64_t bias[PVPERF_NR_INLINE_COUNTERS];
 	/* [c - PVPERF_NR_INLINE_COUNTERS] for raw counter c; the
 	 * conditional branches are generated code's (pvperf_score.cond)
 	 * plus what this holds (a checkpoint's). */
@@ -49,7 +53,7 @@ struct counters_vcpu {
  * A fixed array, not an allocation: the models' memory callbacks add to
  * it on every guest access, and its address is then a constant of the
  * code (one load fewer than through a pointer).  QEMU 10.0's largest
- * machine (q35) has 4096 vCPUs; 192 bytes each, untouched pages of
+ * machine (q35) has 4096 vCPUs; 256 bytes each, untouched pages of
  * vCPUs that do not exist cost nothing.
  */
 #define COUNTERS_MAX_VCPUS 4096
@@ -68,6 +72,32 @@ void counters_set_hook(counters_grew_fn fn);
 static inline struct counters_vcpu *counters_of(unsigned vcpu)
 {
 	return &ctr_store[vcpu];
+}
+
+/* The inline counters of vcpu now (PVPERF_NR_INLINE_COUNTERS; its own
+ * thread, or an exclusive section). */
+static inline void counters_inline(unsigned vcpu, uint64_t *out)
+{
+	const struct pvperf_score *s = score_of(vcpu);
+	const uint64_t *bias = counters_of(vcpu)->bias;
+	uint64_t packed = __atomic_load_n(&s->packed, __ATOMIC_RELAXED);
+
+	for (unsigned i = 0; i < PVPERF_NR_INLINE_COUNTERS; i++)
+		out[i] = s->ctr[i] + bias[i];
+	out[PVPERF_CTR_INSN_USER] += packed >> PACK_SHIFT;
+	out[PVPERF_CTR_BRANCH_USER] += packed & PACK_BRANCHES;
+}
+
+/* Move the packed counts (core.h) into the bias (the vCPU's own thread,
+ * or an exclusive section); the counts stay what they are. */
+static inline void counters_fold(unsigned vcpu)
+{
+	struct pvperf_score *s = score_of(vcpu);
+	uint64_t *bias = counters_of(vcpu)->bias;
+
+	bias[PVPERF_CTR_INSN_USER] += s->packed >> PACK_SHIFT;
+	bias[PVPERF_CTR_BRANCH_USER] += s->packed & PACK_BRANCHES;
+	s->packed = 0;
 }
 
 /* Tell sampling that counters in bits grew at `at` (a slot is armed on

@@ -150,7 +150,7 @@ void emu_vcpu_init(unsigned vcpu)
 
 	thread_vcpu = thread_vcpu == THREAD_NONE ? (int)vcpu : THREAD_SHARED;
 	host_timer_vcpu_init(vcpu, thread_vcpu == THREAD_SHARED);
-	score_count(vcpu, c);
+	counters_inline(vcpu, c);
 	e->insn_at[0] = c[PVPERF_CTR_INSN_KERNEL];
 	e->insn_at[1] = c[PVPERF_CTR_INSN_USER];
 	e->check_insn_at = both_halves(c);
@@ -166,7 +166,7 @@ void emu_settled(void)
 	     i < (unsigned)qemu_plugin_num_vcpus(); i++) {
 		uint64_t c[PVPERF_NR_INLINE_COUNTERS];
 
-		score_count(i, c);
+		counters_inline(i, c);
 		ev[i].check_insn_at = both_halves(c);
 		ev[i].paced = false;
 	}
@@ -211,7 +211,7 @@ static uint64_t charge_at(unsigned vcpu, bool kernel, struct event_at at,
 
 	if (now < e->ns_at)
 		return 0;
-	score_count(vcpu, c);
+	counters_inline(vcpu, c);
 	dk = retired_since(c[PVPERF_CTR_INSN_KERNEL], &e->insn_at[0]);
 	du = retired_since(c[PVPERF_CTR_INSN_USER], &e->insn_at[1]);
 	user = dk + du ? (uint64_t)((unsigned __int128)d * du / (dk + du)) :
@@ -324,7 +324,7 @@ void emu_host_time_check(unsigned vcpu, bool kernel, uint64_t pc)
 	uint64_t c[PVPERF_NR_INLINE_COUNTERS], d;
 
 	charge(vcpu, kernel, (struct event_at){ vcpu, pc, 0, true });
-	score_count(vcpu, c);
+	counters_inline(vcpu, c);
 	e->check_insn_at = both_halves(c);
 	d = e->ns_at - e->check_ns_at;
 	if (e->paced)

@@ -82,7 +82,7 @@ static void report(void)
 	for (unsigned i = 0; i < pv.n_vcpus && i < (unsigned)qemu_plugin_num_vcpus(); i++) {
 		uint64_t c[PVPERF_NR_INLINE_COUNTERS];
 
-		score_count(i, c);
+		counters_inline(i, c);
 
 		pvperf_log("vcpu %u: insn k=%" PRIu64 " u=%" PRIu64
 			   " branch k=%" PRIu64 " u=%" PRIu64 "\n", i,
@@ -125,7 +125,7 @@ static void instrumentation_settled(void)
 {
 	emu_settled();
 	for (unsigned i = 0; i < pv.n_vcpus && i < (unsigned)qemu_plugin_num_vcpus(); i++) {
-		score_fold(i);
+		counters_fold(i);
 		sample_update_room(i);
 	}
 	models_flush();

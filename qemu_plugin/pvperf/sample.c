@@ -68,6 +68,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "counters.h"
 #include "guest.h"
 #include "link.h"
 #include "ring.h"
@@ -160,13 +161,13 @@ static uint64_t kernel_share(uint64_t room, uint64_t ran_k, uint64_t ran_u)
  * its count (counter + bias) stays what it is. */
 static void rebase(unsigned vcpu, unsigned h, uint64_t room)
 {
-	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	uint64_t *bias = counters_of(vcpu)->bias;
 	struct pvperf_score *s = score_of(vcpu);
-	uint64_t count = s->ctr[h] + v->bias[h];
+	uint64_t count = s->ctr[h] + bias[h];
 
 	s->ctr[h] = COUNTDOWN_LIMIT - room;
-	v->bias[h] = count - s->ctr[h];
-	v->room[h] = room;
+	bias[h] = count - s->ctr[h];
+	pv.vcpu[vcpu].room[h] = room;
 }
 
 /* Rebase both halves from the slots and counts as they are now.  While an
@@ -179,7 +180,7 @@ void sample_update_room(unsigned vcpu)
 	uint64_t ran_k = ran_since_rebase(s, v, HALF_K);
 	uint64_t ran_u = ran_since_rebase(s, v, HALF_U);
 
-	score_count(vcpu, count);
+	counters_inline(vcpu, count);
 	for (unsigned i = 0; i < v->n_inline; i++) {
 		unsigned halves = slot_halves(v->slot[i].ctr_mask);
 		uint64_t left = slot_room(&v->slot[i], count), k = left, u = left;
@@ -473,7 +474,7 @@ void sample_chunk_exec(unsigned int vcpu, void *udata)
 	bool have_delta = false;
 	uint64_t delta = 0;
 
-	score_count(vcpu, ctr);
+	counters_inline(vcpu, ctr);
 	hold_awaiting(v);
 	if (v->pending_mask)
 		confirm_held(vcpu, c->kernel, ctr[PVPERF_CTR_INSN_KERNEL]);
@@ -525,12 +526,12 @@ void sample_capture_exec(unsigned int vcpu, void *udata)
 
 /* A model slot's sum: its model counters, and for cycles the instruction
  * counters too. */
-static uint64_t model_slot_sum(unsigned vcpu, uint64_t mask)
+static uint64_t event_slot_sum(unsigned vcpu, uint64_t mask)
 {
 	uint64_t sum = 0, insn[PVPERF_NR_INLINE_COUNTERS];
 
 	if (mask & CTR_INLINE_BITS) {
-		score_count(vcpu, insn);
+		counters_inline(vcpu, insn);
 		sum = slot_sum(insn, mask);
 	}
 	for (mask &= ~CTR_INLINE_BITS; mask; mask &= mask - 1)
@@ -550,7 +551,7 @@ uint64_t sample_room(unsigned vcpu, uint64_t bits)
 
 		if (!(sl->ctr_mask & bits) || sl->threshold == UINT64_MAX)
 			continue;
-		sum = model_slot_sum(vcpu, sl->ctr_mask);
+		sum = event_slot_sum(vcpu, sl->ctr_mask);
 		room = MIN(room, sum < sl->threshold ? sl->threshold - sum : 0);
 	}
 	return room;
@@ -576,7 +577,7 @@ sample_model_event(uint64_t bits, bool kernel, struct event_at at)
 		struct pvperf_pending p;
 
 		if (!(sl->ctr_mask & bits) ||
-		    model_slot_sum(at.vcpu, sl->ctr_mask) < sl->threshold)
+		    event_slot_sum(at.vcpu, sl->ctr_mask) < sl->threshold)
 			continue;
 		p = (struct pvperf_pending){
 			.ip = at.ip,
