@@ -67,8 +67,8 @@ static inline unsigned ctr_branch(bool kernel)
  * each vCPU writes only its own).  Padded to two cache lines so that two
  * vCPUs never share one, whatever the array's base alignment.
  *
- * ctr:  the counters, biased: the count is ctr[i] + bias[i] (struct
- *       pvperf_vcpu; score_count below).  Only grown by inline adds.
+ * ctr:  the counters, biased: the count is ctr[i] + bias[i] (the
+ *       counter store's: counters.h counters_inline).  Only grown by inline adds.
  *       The bias lets one add per chunk both count instructions and
  *       count down to the next overflow (sample.c): while sampling, the
  *       instruction counter of each half is rebased so that it passes
@@ -80,7 +80,7 @@ static inline unsigned ctr_branch(bool kernel)
  * packed: the user half's instructions and branches while counting both
  *       without sampling, one inline add per chunk instead of two
  *       (count.c emit_adds): instructions << PACK_SHIFT | branches, run
- *       since the last score_fold.  A shift of 29 keeps the addend of a
+ *       since the last counters_fold.  A shift of 29 keeps the addend of a
  *       chunk of up to 3 instructions an imm32 (one host instruction
  *       less: a movabs).  Kernel TBs fold the word once it holds
  *       2^26 instructions (PACK_FOLD_AT); branches never outnumber
@@ -98,7 +98,10 @@ struct pvperf_score {
 	 * half shows, 0 for none; an inline store writes it. */
 	uint64_t branch[2];
 	uint64_t packed;
-	uint8_t pad[128 - (PVPERF_NR_INLINE_COUNTERS + 4) * 8];
+	/* cond: conditional branches run, per half (index !kernel), while
+	 * the models count them (models_tb.c; counters.c reads them). */
+	uint64_t cond[2];
+	uint8_t pad[128 - (PVPERF_NR_INLINE_COUNTERS + 6) * 8];
 };
 
 #define PACK_SHIFT	29
@@ -117,8 +120,6 @@ struct tb_insn {
 
 /* Per-vCPU state that only callbacks touch (never generated code). */
 struct pvperf_vcpu {
-	/* count = score ctr + bias (pvperf_score); fault corrections too. */
-	uint64_t bias[PVPERF_NR_INLINE_COUNTERS];
 	/* Sampling: each half's room when last rebased (sample.c). */
 	uint64_t room[2];	/* [ctr_insn(kernel)] */
 	int fd;			/* service connection or -1 (link.c) */
@@ -133,11 +134,12 @@ struct pvperf_vcpu {
 	unsigned unanswered;	/* overflows sent since the last answered one */
 	/*
 	 * Sampling (sample.c): the slots the service armed on this vCPU,
-	 * those on the inline counters (instructions, branches: checked by
-	 * the chunks' countdown) and those on the models' counters (checked
-	 * where the models count).
+	 * first the n_inline on the inline counters (instructions,
+	 * branches: checked by the chunks' countdown, and the only ones
+	 * held, so pending[i] is slot[i]'s), then those on event counters
+	 * (checked where the counter store grows them: counters.h).
 	 */
-	unsigned n_slots;
+	unsigned n_slots, n_inline;
 	unsigned pending_mask;	/* bit i: pending[i] is held */
 	unsigned awaiting_mask;	/* bit i: pending[i] waits for its registers */
 	struct pvperf_sample_slot {
@@ -153,13 +155,6 @@ struct pvperf_vcpu {
 		uint64_t event_gpa;
 		uint64_t sample_period;
 	} slot[PVPERF_PROTO_MAX_SLOTS];
-	unsigned n_model_slots;
-	struct pvperf_sample_slot model_slot[PVPERF_PROTO_MAX_SLOTS];
-	/* The model counters some model slot sums, and whether one is on
-	 * cycles (instructions and stall cycles: the timing model); the
-	 * models keep a copy for their hot paths (models_reply). */
-	uint64_t model_armed;
-	bool model_armed_cycles;
 	/*
 	 * An overflow on an instruction that may not retire (it, or one
 	 * before it in its chunk, may fault): held until the vCPU shows it
@@ -242,31 +237,6 @@ static inline struct pvperf_score *score_of(unsigned vcpu)
 	return qemu_plugin_scoreboard_find(pv.score, vcpu);
 }
 
-/* A vCPU's exact counts now (its own thread, or an exclusive section). */
-static inline void score_count(unsigned vcpu, uint64_t out[PVPERF_NR_INLINE_COUNTERS])
-{
-	const struct pvperf_score *s = score_of(vcpu);
-
-	uint64_t packed = __atomic_load_n(&s->packed, __ATOMIC_RELAXED);
-
-	for (unsigned i = 0; i < PVPERF_NR_INLINE_COUNTERS; i++)
-		out[i] = s->ctr[i] + pv.vcpu[vcpu].bias[i];
-	out[PVPERF_CTR_INSN_USER] += packed >> PACK_SHIFT;
-	out[PVPERF_CTR_BRANCH_USER] += packed & PACK_BRANCHES;
-}
-
-/* Move the packed counts into the bias (the vCPU's own thread, or an
- * exclusive section); the counts stay what they are. */
-static inline void score_fold(unsigned vcpu)
-{
-	struct pvperf_score *s = score_of(vcpu);
-	uint64_t *bias = pv.vcpu[vcpu].bias;
-
-	bias[PVPERF_CTR_INSN_USER] += s->packed >> PACK_SHIFT;
-	bias[PVPERF_CTR_BRANCH_USER] += s->packed & PACK_BRANCHES;
-	s->packed = 0;
-}
-
 static inline qemu_plugin_u64 score_ctr(unsigned ctr)
 {
 	return (qemu_plugin_u64){ pv.score, offsetof(struct pvperf_score, ctr) +
@@ -276,6 +246,12 @@ static inline qemu_plugin_u64 score_ctr(unsigned ctr)
 static inline qemu_plugin_u64 score_branch(bool kernel)
 {
 	return (qemu_plugin_u64){ pv.score, offsetof(struct pvperf_score, branch) +
+					     !kernel * sizeof(uint64_t) };
+}
+
+static inline qemu_plugin_u64 score_cond(bool kernel)
+{
+	return (qemu_plugin_u64){ pv.score, offsetof(struct pvperf_score, cond) +
 					     !kernel * sizeof(uint64_t) };
 }
 

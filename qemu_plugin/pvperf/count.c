@@ -89,6 +89,7 @@
 #include "arena.h"
 #include "core.h"
 #include "count.h"
+#include "counters.h"
 #include "guest.h"
 #include "instrument.h"
 #include "sample.h"
@@ -230,7 +231,7 @@ static bool packing(void)
 
 static void fold_exec(unsigned int vcpu, void *udata)
 {
-	score_fold(vcpu);
+	counters_fold(vcpu);
 }
 
 static void emit_adds(struct qemu_plugin_insn *first,
@@ -422,7 +423,7 @@ static uint64_t tail_of(uint64_t key)
 int64_t count_fault(unsigned vcpu, uint64_t ip, uint64_t mode,
 		    uint64_t page_table)
 {
-	uint64_t *bias = pv.vcpu[vcpu].bias;
+	uint64_t *bias = counters_of(vcpu)->bias;
 	bool kernel = vaddr_is_kernel(ip);
 	uint64_t tail;
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * emu.c - the emulator's own work for the guest, counted like the models'
- * counters (models_add: a slot armed on one samples where it grows):
+ * emu.c - the emulator's own work for the guest, counted in the counter
+ * store (counters_add: a slot armed on one samples where it grows):
  *
  *   blocks translated  tb_trans, on the translating vCPU's thread; the
  *                      event's place is the guest pc translated (the
@@ -56,12 +56,12 @@
 
 #include "arena.h"
 #include "core.h"
+#include "counters.h"
 #include "emu.h"
 #include "emu_io.h"
 #include "guest.h"
 #include "host_timer.h"
 #include "instrument.h"
-#include "models.h"
 #include "sample.h"
 
 #define CHECK_NS	20000ULL	/* host time between checks, target */
@@ -121,8 +121,8 @@ static void charge_device(unsigned vcpu, bool kernel, uint64_t ip,
 	if (now < since || since < e->ns_at)
 		return;
 	e->ns_at += now - since;
-	models_add(vcpu, PVPERF_M_HOST_NS, now - since, kernel,
-		   (struct event_at){ vcpu, ip, 0, true });
+	counters_add(PVPERF_M_HOST_NS, now - since, kernel,
+		     (struct event_at){ vcpu, ip, 0, true });
 }
 
 static uint64_t point_ns(unsigned vcpu)
@@ -150,7 +150,7 @@ void emu_vcpu_init(unsigned vcpu)
 
 	thread_vcpu = thread_vcpu == THREAD_NONE ? (int)vcpu : THREAD_SHARED;
 	host_timer_vcpu_init(vcpu, thread_vcpu == THREAD_SHARED);
-	score_count(vcpu, c);
+	counters_inline(vcpu, c);
 	e->insn_at[0] = c[PVPERF_CTR_INSN_KERNEL];
 	e->insn_at[1] = c[PVPERF_CTR_INSN_USER];
 	e->check_insn_at = both_halves(c);
@@ -166,7 +166,7 @@ void emu_settled(void)
 	     i < (unsigned)qemu_plugin_num_vcpus(); i++) {
 		uint64_t c[PVPERF_NR_INLINE_COUNTERS];
 
-		score_count(i, c);
+		counters_inline(i, c);
 		ev[i].check_insn_at = both_halves(c);
 		ev[i].paced = false;
 	}
@@ -211,7 +211,7 @@ static uint64_t charge_at(unsigned vcpu, bool kernel, struct event_at at,
 
 	if (now < e->ns_at)
 		return 0;
-	score_count(vcpu, c);
+	counters_inline(vcpu, c);
 	dk = retired_since(c[PVPERF_CTR_INSN_KERNEL], &e->insn_at[0]);
 	du = retired_since(c[PVPERF_CTR_INSN_USER], &e->insn_at[1]);
 	user = dk + du ? (uint64_t)((unsigned __int128)d * du / (dk + du)) :
@@ -219,13 +219,13 @@ static uint64_t charge_at(unsigned vcpu, bool kernel, struct event_at at,
 	e->ns_at = now;
 	/* A sample's ip must be in its half: the other half's slots see
 	 * their growth at their next point, unless we know an ip of it. */
-	models_add(vcpu, PVPERF_M_HOST_NS, kernel ? d - user : user, kernel, at);
+	counters_add(PVPERF_M_HOST_NS, kernel ? d - user : user, kernel, at);
 	if (other)
-		models_add(vcpu, PVPERF_M_HOST_NS, kernel ? user : d - user,
-			   !kernel, *other);
+		counters_add(PVPERF_M_HOST_NS, kernel ? user : d - user,
+			     !kernel, *other);
 	else
-		models_add_quiet(vcpu, PVPERF_M_HOST_NS,
-				 kernel ? user : d - user, !kernel);
+		counters_add_quiet(vcpu, PVPERF_M_HOST_NS,
+				   kernel ? user : d - user, !kernel);
 	return d;
 }
 
@@ -285,16 +285,16 @@ static void device_mem(unsigned vcpu, qemu_plugin_meminfo_t info,
 	struct qemu_plugin_hwaddr *hw = qemu_plugin_get_hwaddr(info, vaddr);
 
 	if (hw && qemu_plugin_hwaddr_is_io(hw))
-		models_add(vcpu, PVPERF_M_DEVICE, 1, s->kernel,
-			   (struct event_at){ vcpu, s->vaddr, vaddr, false });
+		counters_add(PVPERF_M_DEVICE, 1, s->kernel,
+			     (struct event_at){ vcpu, s->vaddr, vaddr, false });
 }
 
 static void port_io_exec(unsigned vcpu, void *udata)
 {
 	const struct emu_site *s = udata;
 
-	models_add(vcpu, PVPERF_M_DEVICE, 1, s->kernel,
-		   (struct event_at){ vcpu, s->vaddr, 0, false });
+	counters_add(PVPERF_M_DEVICE, 1, s->kernel,
+		     (struct event_at){ vcpu, s->vaddr, 0, false });
 }
 
 /* ---- host-time checks (sample.c's pacer: sample.h) ---- */
@@ -324,7 +324,7 @@ void emu_host_time_check(unsigned vcpu, bool kernel, uint64_t pc)
 	uint64_t c[PVPERF_NR_INLINE_COUNTERS], d;
 
 	charge(vcpu, kernel, (struct event_at){ vcpu, pc, 0, true });
-	score_count(vcpu, c);
+	counters_inline(vcpu, c);
 	e->check_insn_at = both_halves(c);
 	d = e->ns_at - e->check_ns_at;
 	if (e->paced)
@@ -370,8 +370,8 @@ void emu_tb(struct qemu_plugin_tb *tb, size_t n)
 	int vcpu = self();
 
 	if (vcpu >= 0)
-		models_add(vcpu, PVPERF_M_TB_TRANSLATED, 1, kernel,
-			   (struct event_at){ vcpu, vaddr, 0, false });
+		counters_add(PVPERF_M_TB_TRANSLATED, 1, kernel,
+			     (struct event_at){ vcpu, vaddr, 0, false });
 	if (instrument_device())
 		device_tb(tb, n, kernel);
 	if (instrument_host_time())
@@ -386,6 +386,6 @@ void emu_flush(void)
 	if (vcpu < 0)
 		return;		/* not on a vCPU thread: nobody to charge */
 	guest_read_reg(REG_PC, &pc);
-	models_add(vcpu, PVPERF_M_TB_FLUSH, 1, vaddr_is_kernel(pc),
-		   (struct event_at){ vcpu, pc, 0, false });
+	counters_add(PVPERF_M_TB_FLUSH, 1, vaddr_is_kernel(pc),
+		     (struct event_at){ vcpu, pc, 0, false });
 }

@@ -24,6 +24,7 @@
 
 #include "arena.h"
 #include "core.h"
+#include "counters.h"
 #include "count.h"
 #include "emu.h"
 #include "guest.h"
@@ -63,8 +64,7 @@ static int64_t forward(unsigned vcpu, uint64_t gpa, uint64_t insn_vaddr)
 	 * the service sees them before this hypercall (one ordered socket). */
 	sample_confirm_all(vcpu);
 	emu_hcall_enter(vcpu, insn_vaddr);
-	score_count(vcpu, counters);
-	models_count(vcpu, counters + PVPERF_NR_INLINE_COUNTERS);
+	counters_snapshot(vcpu, counters);
 	memcpy(msg.counters, counters, sizeof(msg.counters));
 	err = link_exchange(vcpu, &msg, &reply);
 	emu_hcall_leave(vcpu);

@@ -61,10 +61,9 @@
  * epoch telling it).  Otherwise both halves and every process feed the
  * same models, which stay warm, as hardware's do.
  *
- * Sampling.  A slot on model counters (the service never mixes them with
- * inline ones) is sample.c's, like every slot; the models report each
- * growth of a counter a slot is armed on (sample_model_event), from the
- * callback that saw the event.
+ * Counts.  The models' events are counted in the counter store
+ * (counters.h), which tells sampling of each growth of a counter a slot
+ * is armed on, from the callback that saw the event.
  *
  * Registers (PVPERF_PROTO_REGS slots: callchains, sample registers, user
  * stacks).  While the service asks for captures (instrument_capture), the
@@ -99,24 +98,11 @@
 #include "model_config.h"
 #include "models.h"
 #include "models_int.h"
-#include "sample.h"
 
 struct model_vcpu *mv;			/* [pv.n_vcpus] */
 static struct cache ll;
 static GMutex ll_lock;
 static uint64_t cold_epoch;		/* atomic; bumped under ll_lock */
-
-/* Model counter idx (2 * m + !kernel): conditional branches are counted
- * by generated code, in the fast paths' scoreboard. */
-static uint64_t model_ctr(unsigned vcpu, const struct model_vcpu *m,
-			  unsigned idx)
-{
-	uint64_t n = m->ctr[idx];
-
-	if (idx / 2 == PVPERF_M_COND)
-		n += fast_of(vcpu)[FS_COND + idx % 2];
-	return n;
-}
 
 /* cachegrind's predictor in compat, a stronger one otherwise. */
 static enum bpred_kind predictor(void)
@@ -143,28 +129,6 @@ void models_init(unsigned n_vcpus)
 void models_vcpu_init(unsigned vcpu)
 {
 	fast_vcpu_init(vcpu);
-}
-
-void models_count(unsigned vcpu, uint64_t *out)
-{
-	for (unsigned i = 0; i < 2 * PVPERF_NR_MODEL_COUNTERS; i++)
-		out[i] = model_ctr(vcpu, &mv[vcpu], i);
-}
-
-void models_add(unsigned vcpu, unsigned m, uint64_t n, bool kernel,
-		struct event_at at)
-{
-	add(&mv[vcpu], m, n, kernel, at);
-}
-
-void models_add_quiet(unsigned vcpu, unsigned m, uint64_t n, bool kernel)
-{
-	mv[vcpu].ctr[2 * m + !kernel] += n;
-}
-
-uint64_t models_counter(unsigned vcpu, unsigned idx)
-{
-	return model_ctr(vcpu, &mv[vcpu], idx);
 }
 
 /* ---- the models' inputs ---- */
@@ -225,18 +189,10 @@ static void fetch(unsigned vcpu, struct model_vcpu *m, uint64_t addr,
 		bump(m, PVPERF_M_LL_IMISS, kernel, at);
 }
 
-/* The models' copy of what sample.c armed on their counters. */
-static void take_armed(unsigned vcpu, struct model_vcpu *m)
-{
-	m->armed = pv.vcpu[vcpu].model_armed;
-	m->armed_cycles = pv.vcpu[vcpu].model_armed_cycles;
-}
-
 void models_reply(unsigned vcpu, const struct pvperf_proto_reply *reply)
 {
 	uint32_t flags = reply->flags;
 
-	take_armed(vcpu, &mv[vcpu]);
 	if (mcfg.compat)
 		mv[vcpu].live = flags & PVPERF_REPLY_MODELS_LIVE;
 	fast_update_ok(vcpu, &mv[vcpu]);
@@ -311,9 +267,9 @@ static uint64_t resolve_branch(unsigned vcpu, struct model_vcpu *m,
 		unsigned c = PVPERF_CTR_MODEL(PVPERF_M_COND, !kernel);
 		bool taken = next != pc + b->len;
 
-		/* Counted where it ran, by generated code (FS_COND). */
-		if (__builtin_expect(m->armed & (1ull << c), 0))
-			sample_model_event(1ull << c, kernel, at);
+		/* Counted where it ran, by generated code (score_cond). */
+		if (__builtin_expect(counters_of(vcpu)->armed & (1ull << c), 0))
+			counters_grew(1ull << c, kernel, at);
 		miss = bpred_cond(&m->bp, pc, taken);
 		if (miss)
 			bump(m, PVPERF_M_COND_MISS, kernel, at);
@@ -372,10 +328,10 @@ void tb_start_exec(unsigned vcpu, void *udata)
 		*pending = 0;
 	}
 	m->delta[!t->kernel] = delta;
-	if (m->armed_cycles) {
+	if (counters_of(vcpu)->armed_cycles) {
 		struct event_at at = { vcpu, t->vaddr + delta, 0, t->regs };
 
-		sample_model_event(CTR_INSN_BITS, t->kernel, at);
+		counters_grew(CTR_INSN_BITS, t->kernel, at);
 	}
 	if (t->fetch)
 		fetch(vcpu, m, t->vaddr + delta, t->len, t->kernel, t->regs);
@@ -421,16 +377,3 @@ void models_flush(void)
 	}
 }
 
-/* ---- checkpoints (state.c) ---- */
-
-/* The counts of a checkpoint and its slots (validated by state.c); the
- * caches, TLBs and predictor themselves start cold. */
-void models_restore(unsigned vcpu, const uint64_t *counters,
-		    const struct pvperf_proto_reply *reply)
-{
-	uint64_t *fs = fast_of(vcpu);
-
-	memcpy(mv[vcpu].ctr, counters, sizeof(mv[vcpu].ctr));
-	fs[FS_COND] = fs[FS_COND + 1] = 0;	/* the counts restored hold them */
-	models_reply(vcpu, reply);
-}

@@ -34,7 +34,7 @@
  *                   (resolving it would change nothing).  Without the
  *                   predictor, a TB start has the fetch conditions
  *                   instead.  Conditional branches are therefore counted
- *                   where they run, by an inline add (FS_COND), in code
+ *                   where they run, by an inline add (score_cond), in code
  *                   the models ignore too (outside any live event: the
  *                   service counts between an event's enable and disable).
  *   one-block loops a TB whose last instruction is a direct conditional
@@ -158,8 +158,9 @@ void fast_update_ok(unsigned vcpu, struct model_vcpu *m)
 	const uint64_t cond_bits =
 		1ull << PVPERF_CTR_MODEL(PVPERF_M_COND, 0) |
 		1ull << PVPERF_CTR_MODEL(PVPERF_M_COND, 1);
-	bool ok = !(mcfg.compat && !m->live) && !m->armed_cycles &&
-		  !(m->armed & cond_bits);
+	const struct counters_vcpu *cv = counters_of(vcpu);
+	bool ok = !(mcfg.compat && !m->live) && !cv->armed_cycles &&
+		  !(cv->armed & cond_bits);
 
 	if (!ok && m->fast_ok)
 		fast_forget(vcpu, m);

@@ -23,8 +23,8 @@
 #include "bpred.h"
 #include "cachesim.h"
 #include "core.h"
+#include "counters.h"
 #include "model_config.h"
-#include "sample.h"
 
 /*
  * The fast paths' scoreboard (struct pvperf_score is fixed-size; this one
@@ -34,8 +34,7 @@
 #define STEADY_LIST	16
 enum {
 	FS_EXPECT,		/* the TB a steady branch was taken to, 0 */
-	FS_COND,		/* [2] conditional branches, per half */
-	FS_STEADY = FS_COND + 2,	/* [STEADY_SLOTS] steady branches */
+	FS_STEADY,		/* [STEADY_SLOTS] steady branches */
 	FS_I1 = FS_STEADY + STEADY_SLOTS, /* [I1 sets] each set's MRU block */
 	/* FS_I1 + I1 sets: [iTLB sets] each set's MRU page (fs_itlb) */
 };
@@ -46,7 +45,6 @@ enum {
 
 struct model_vcpu {
 	struct cache i1, d1, itlb, dtlb;
-	uint64_t ctr[2 * PVPERF_NR_MODEL_COUNTERS];	/* [2 * m + mode] */
 	/* delta of the last TB started in each half (kernel: always 0) */
 	uint64_t delta[2];
 	/* The last data access, if a load: a store matching it is merged. */
@@ -61,11 +59,6 @@ struct model_vcpu {
 	uint64_t half_site, half_end;
 	bool half_store, half_d1_miss, half_ll_miss, half_tlb_miss;
 	bool live;		/* compat: the models watch this vCPU */
-	/* The model counters a slot is armed on, and whether one is on
-	 * cycles (instructions + stall: timing model): sample.c's, copied
-	 * here for the fast paths (models_reply). */
-	uint64_t armed;
-	bool armed_cycles;
 	/* compat: whether the last TB started in each half was watched, so
 	 * whether a pending branch is the watched task's (the inline store
 	 * runs in unwatched code too: perf's own before it execs the task) */
@@ -155,28 +148,14 @@ static inline bool ignored(const struct model_vcpu *m)
 	return mcfg.compat && !m->live;
 }
 
-/* Model counter ctr grew by n in the half given, at at; sample.c checks
- * the slots armed on it.  The event's place is passed by value, so that
- * nothing is built unless a slot is armed on the counter (the callbacks'
- * fast paths stay short). */
-static inline void add(struct model_vcpu *m, unsigned ctr, uint64_t n,
-		       bool kernel, struct event_at at)
-{
-	unsigned c = PVPERF_CTR_MODEL(ctr, !kernel);
-
-	m->ctr[2 * ctr + !kernel] += n;
-	if (__builtin_expect(m->armed & (1ull << c), 0))
-		sample_model_event(1ull << c, kernel, at);
-}
-
-/* An event (model counter ctr) in the half given, at *at; it stalls the
- * timing model by its penalty. */
+/* An event (model counter ctr) in the half given, at at (the counter
+ * store: counters.h); it stalls the timing model by its penalty. */
 static inline void bump(struct model_vcpu *m, unsigned ctr, bool kernel,
 			struct event_at at)
 {
-	add(m, ctr, 1, kernel, at);
+	counters_add(ctr, 1, kernel, at);
 	if (mcfg.penalty[ctr])
-		add(m, PVPERF_M_STALL, mcfg.penalty[ctr], kernel, at);
+		counters_add(PVPERF_M_STALL, mcfg.penalty[ctr], kernel, at);
 }
 
 /* models_fast.c */

@@ -9,7 +9,6 @@
 #include "instrument.h"
 #include "model_config.h"
 #include "models_int.h"
-#include "sample.h"
 
 /* The second 16 bytes of a split 32-byte access: the lines it touches,
  * but no second access, and a miss only if the first half had none. */
@@ -109,7 +108,8 @@ static void count_access(struct model_vcpu *m, const struct mem_site *ms,
 
 	at.addr = vaddr;
 	/* an access stalls nothing: add, not bump */
-	add(m, store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ, 1, kernel, at);
+	counters_add(store ? PVPERF_M_D1_WRITE : PVPERF_M_D1_READ, 1, kernel,
+		     at);
 	if (size == 16 && ms->shape == MEM_HALVES) {
 		/* perhaps the first half of an AVX access */
 		m->half_site = ms->vaddr;
@@ -185,6 +185,7 @@ mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr,
 	struct mem_site *ms = udata;
 	uint64_t kind = __atomic_load_n(&ms->kind[store], __ATOMIC_RELAXED);
 	struct model_vcpu *m = &mv[vcpu];
+	struct counters_vcpu *cv = counters_of(vcpu);
 	uint64_t site = ms->vaddr;
 	unsigned size = 1u << (kind >> ACCESS_KIND_SHIFT);
 	unsigned ctr = PVPERF_CTR_MODEL(store ? PVPERF_M_D1_WRITE :
@@ -195,7 +196,7 @@ mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr,
 		return mem_access_new_kind(vcpu, info, vaddr, ms, store, regs);
 	if (__builtin_expect(ignored(m) || m->refault_site || size == 16 ||
 			     (store && m->load_site == site) ||
-			     (m->armed & (1ull << ctr)) ||
+			     (cv->armed & (1ull << ctr)) ||
 			     vaddr >> m->d1.line_bits != block ||
 			     (vaddr + size - 1) >> m->d1.line_bits != block, 0))
 		return mem_access_full(vcpu, ms, vaddr, size, store, regs);
@@ -203,7 +204,7 @@ mem_access_at(unsigned vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr,
 	m->load_addr = vaddr;
 	m->load_size = size;
 	m->half_site = 0;
-	m->ctr[ctr - PVPERF_NR_INLINE_COUNTERS]++;
+	cv->ev[ctr - PVPERF_NR_INLINE_COUNTERS]++;
 }
 
 /* The memory callbacks: loads and stores apart (which one an access is

@@ -145,7 +145,7 @@ static void register_branch(struct qemu_plugin_insn *insn, uint64_t vaddr,
 	if (!(cls & CLS_COND))
 		return;
 	qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn,
-		QEMU_PLUGIN_INLINE_ADD_U64, fs_entry(FS_COND + !kernel), 1);
+		QEMU_PLUGIN_INLINE_ADD_U64, score_cond(kernel), 1);
 	if (!fast || !cond_target(insn, vaddr, &target))
 		return;
 	if (!loop)

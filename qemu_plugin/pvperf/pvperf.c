@@ -29,6 +29,7 @@
 #include <sys/un.h>
 
 #include "core.h"
+#include "counters.h"
 #include "count.h"
 #include "emu.h"
 #include "guest.h"
@@ -81,7 +82,7 @@ static void report(void)
 	for (unsigned i = 0; i < pv.n_vcpus && i < (unsigned)qemu_plugin_num_vcpus(); i++) {
 		uint64_t c[PVPERF_NR_INLINE_COUNTERS];
 
-		score_count(i, c);
+		counters_inline(i, c);
 
 		pvperf_log("vcpu %u: insn k=%" PRIu64 " u=%" PRIu64
 			   " branch k=%" PRIu64 " u=%" PRIu64 "\n", i,
@@ -124,7 +125,7 @@ static void instrumentation_settled(void)
 {
 	emu_settled();
 	for (unsigned i = 0; i < pv.n_vcpus && i < (unsigned)qemu_plugin_num_vcpus(); i++) {
-		score_fold(i);
+		counters_fold(i);
 		sample_update_room(i);
 	}
 	models_flush();
@@ -229,13 +230,18 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
 		pvperf_log("cannot size per-vCPU state\n");
 		return -1;
 	}
+	if (!counters_init(pv.n_vcpus)) {
+		pvperf_log("%u vCPUs: at most %u\n", pv.n_vcpus,
+			   COUNTERS_MAX_VCPUS);
+		return -1;
+	}
 	count_init();
 	models_init(pv.n_vcpus);
 	emu_init(pv.n_vcpus);
 	if (pv.ram_path && !host_timer_init(pv.n_vcpus))
 		pvperf_log("no host-time timer thread: host-time sampling "
 			   "uses the countdown\n");
-	sample_init(models_counter, &host_time_pacer);
+	sample_init(&host_time_pacer);
 	if (pv.ram_path && guest_ram_init(pv.ram_path, &pv.ram_size))
 		return -1;
 	if (!pv.ram_path && pv.sock_path)

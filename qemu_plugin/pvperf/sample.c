@@ -68,6 +68,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "counters.h"
 #include "guest.h"
 #include "link.h"
 #include "ring.h"
@@ -92,13 +93,13 @@ static uint64_t prng_next(uint64_t *state)
 	return x;
 }
 
-static model_counter_fn model_counter;
 static const struct sample_pacer *pacer;
+static void sample_model_event(uint64_t bits, bool kernel, struct event_at at);
 
-void sample_init(model_counter_fn fn, const struct sample_pacer *p)
+void sample_init(const struct sample_pacer *p)
 {
-	model_counter = fn;
 	pacer = p;
+	counters_set_hook(sample_model_event);
 }
 
 static uint64_t slot_sum(const uint64_t *ctr, uint64_t mask)
@@ -160,13 +161,13 @@ static uint64_t kernel_share(uint64_t room, uint64_t ran_k, uint64_t ran_u)
  * its count (counter + bias) stays what it is. */
 static void rebase(unsigned vcpu, unsigned h, uint64_t room)
 {
-	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
+	uint64_t *bias = counters_of(vcpu)->bias;
 	struct pvperf_score *s = score_of(vcpu);
-	uint64_t count = s->ctr[h] + v->bias[h];
+	uint64_t count = s->ctr[h] + bias[h];
 
 	s->ctr[h] = COUNTDOWN_LIMIT - room;
-	v->bias[h] = count - s->ctr[h];
-	v->room[h] = room;
+	bias[h] = count - s->ctr[h];
+	pv.vcpu[vcpu].room[h] = room;
 }
 
 /* Rebase both halves from the slots and counts as they are now.  While an
@@ -179,8 +180,8 @@ void sample_update_room(unsigned vcpu)
 	uint64_t ran_k = ran_since_rebase(s, v, HALF_K);
 	uint64_t ran_u = ran_since_rebase(s, v, HALF_U);
 
-	score_count(vcpu, count);
-	for (unsigned i = 0; i < v->n_slots; i++) {
+	counters_inline(vcpu, count);
+	for (unsigned i = 0; i < v->n_inline; i++) {
 		unsigned halves = slot_halves(v->slot[i].ctr_mask);
 		uint64_t left = slot_room(&v->slot[i], count), k = left, u = left;
 
@@ -225,24 +226,17 @@ bool sample_slot_on_inline(uint64_t mask)
 	return mask && !(mask & ~CTR_INLINE_BITS);
 }
 
-/* A model slot armed: what the models must report (model_armed). */
-static void arm_model_slot(struct pvperf_vcpu *v,
-			   const struct pvperf_sample_slot *sl)
-{
-	v->model_slot[v->n_model_slots++] = *sl;
-	v->model_armed |= sl->ctr_mask & ~CTR_INLINE_BITS;
-	v->model_armed_cycles |= !!(sl->ctr_mask & CTR_INLINE_BITS);
-}
-
 /* A reply's slot table (service -> this vCPU): validate and copy each
- * slot into the inline or the model table; one on neither is ignored. */
+ * slot, the inline ones first; one on neither kind is ignored.  The
+ * counter store learns which event counters to report. */
 void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
-	unsigned n = 0;
+	struct pvperf_sample_slot model[PVPERF_PROTO_MAX_SLOTS];
+	uint64_t armed = 0;
+	bool cycles = false;
+	unsigned n = 0, n_model = 0;
 
-	v->n_model_slots = v->model_armed = 0;
-	v->model_armed_cycles = false;
 	for (unsigned i = 0; i < reply->n_slots && i < PVPERF_PROTO_MAX_SLOTS; i++) {
 		const struct pvperf_proto_slot *ps = &reply->slot[i];
 		const struct pvperf_sample_slot sl = {
@@ -261,10 +255,16 @@ void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply)
 			continue;
 		if (sample_slot_on_inline(ps->ctr_mask))
 			v->slot[n++] = sl;
-		else if (sample_slot_on_models(ps->ctr_mask))
-			arm_model_slot(v, &sl);
+		else if (sample_slot_on_models(ps->ctr_mask)) {
+			model[n_model++] = sl;
+			armed |= sl.ctr_mask;
+			cycles |= !!(sl.ctr_mask & CTR_INLINE_BITS);
+		}
 	}
-	v->n_slots = n;
+	memcpy(&v->slot[n], model, n_model * sizeof(model[0]));
+	v->n_inline = n;
+	v->n_slots = n + n_model;
+	counters_arm(vcpu, armed, cycles);
 	/* confirmed before the hypercall went out */
 	v->pending_mask = v->awaiting_mask = 0;
 	sample_update_room(vcpu);
@@ -474,11 +474,11 @@ void sample_chunk_exec(unsigned int vcpu, void *udata)
 	bool have_delta = false;
 	uint64_t delta = 0;
 
-	score_count(vcpu, ctr);
+	counters_inline(vcpu, ctr);
 	hold_awaiting(v);
 	if (v->pending_mask)
 		confirm_held(vcpu, c->kernel, ctr[PVPERF_CTR_INSN_KERNEL]);
-	for (unsigned i = 0; i < v->n_slots; i++) {
+	for (unsigned i = 0; i < v->n_inline; i++) {
 		uint64_t mask = v->slot[i].ctr_mask;
 		bool insns = (mask & (1u << ci)) && c->n_insns;
 		bool branches = !insns && (mask & (1u << cb)) && c->n_branches;
@@ -526,16 +526,16 @@ void sample_capture_exec(unsigned int vcpu, void *udata)
 
 /* A model slot's sum: its model counters, and for cycles the instruction
  * counters too. */
-static uint64_t model_slot_sum(unsigned vcpu, uint64_t mask)
+static uint64_t event_slot_sum(unsigned vcpu, uint64_t mask)
 {
 	uint64_t sum = 0, insn[PVPERF_NR_INLINE_COUNTERS];
 
 	if (mask & CTR_INLINE_BITS) {
-		score_count(vcpu, insn);
+		counters_inline(vcpu, insn);
 		sum = slot_sum(insn, mask);
 	}
-	for (mask >>= PVPERF_NR_INLINE_COUNTERS; mask; mask &= mask - 1)
-		sum += model_counter(vcpu, __builtin_ctzll(mask));
+	for (mask &= ~CTR_INLINE_BITS; mask; mask &= mask - 1)
+		sum += counters_event(vcpu, __builtin_ctzll(mask));
 	return sum;
 }
 
@@ -544,14 +544,14 @@ uint64_t sample_room(unsigned vcpu, uint64_t bits)
 	const struct pvperf_vcpu *v = &pv.vcpu[vcpu];
 	uint64_t room = UINT64_MAX;
 
-	for (unsigned i = 0; i < v->n_model_slots; i++) {
-		const struct pvperf_sample_slot *sl = &v->model_slot[i];
+	for (unsigned i = v->n_inline; i < v->n_slots; i++) {
+		const struct pvperf_sample_slot *sl = &v->slot[i];
 
 		uint64_t sum;
 
 		if (!(sl->ctr_mask & bits) || sl->threshold == UINT64_MAX)
 			continue;
-		sum = model_slot_sum(vcpu, sl->ctr_mask);
+		sum = event_slot_sum(vcpu, sl->ctr_mask);
 		room = MIN(room, sum < sl->threshold ? sl->threshold - sum : 0);
 	}
 	return room;
@@ -567,17 +567,17 @@ uint64_t sample_room(unsigned vcpu, uint64_t bits)
  * holds the whole first chunk, so its sample may name an instruction up
  * to a block early.
  */
-void __attribute__((noinline, cold))
+static void
 sample_model_event(uint64_t bits, bool kernel, struct event_at at)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[at.vcpu];
 
-	for (unsigned i = 0; i < v->n_model_slots; i++) {
-		struct pvperf_sample_slot *sl = &v->model_slot[i];
+	for (unsigned i = v->n_inline; i < v->n_slots; i++) {
+		struct pvperf_sample_slot *sl = &v->slot[i];
 		struct pvperf_pending p;
 
 		if (!(sl->ctr_mask & bits) ||
-		    model_slot_sum(at.vcpu, sl->ctr_mask) < sl->threshold)
+		    event_slot_sum(at.vcpu, sl->ctr_mask) < sl->threshold)
 			continue;
 		p = (struct pvperf_pending){
 			.ip = at.ip,

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "counters.h"
 #include "pvperf_proto.h"
 
 /*
@@ -62,16 +63,6 @@ static inline uint64_t capture_key(const struct sample_chunk *c, unsigned idx)
 	return c->uid << CAPTURE_IDX_BITS | idx;
 }
 
-/* Raw counter bits (PVPERF_CTR_*): the inline counters; the
- * instruction counters of both halves. */
-#define CTR_INLINE_BITS	((1ull << PVPERF_NR_INLINE_COUNTERS) - 1)
-#define CTR_INSN_BITS	(1ull << PVPERF_CTR_INSN_KERNEL | \
-			 1ull << PVPERF_CTR_INSN_USER)
-
-/* Install: how to read the models' counters, which they keep
- * (models_counter: raw model counter idx, 2 * m + !kernel). */
-typedef uint64_t (*model_counter_fn)(unsigned vcpu, unsigned idx);
-
 /*
  * A check that the countdown paces besides the slots (emu.c's host-time
  * readings).  room: how many more instructions, both halves together,
@@ -86,14 +77,15 @@ struct sample_pacer {
 	void (*run)(unsigned vcpu, bool kernel, uint64_t pc);
 };
 
-void sample_init(model_counter_fn model_counter,
-		 const struct sample_pacer *pacer);
+/* Install: the pacer, if any; sampling hears of the event counters'
+ * growth (counters.h). */
+void sample_init(const struct sample_pacer *pacer);
 
 /* The callbacks; registered with QEMU_PLUGIN_CB_R_REGS. */
 void sample_chunk_exec(unsigned int vcpu, void *udata);
 void sample_capture_exec(unsigned int vcpu, void *udata);
 
-/* A reply's slot table: the inline slots and the model slots. */
+/* A reply's slot table, in one array: the inline slots first. */
 void sample_arm(unsigned vcpu, const struct pvperf_proto_reply *reply);
 /* Whether a slot on mask (raw counter bits) is checked by the chunks'
  * countdown: inline counters only. */
@@ -102,22 +94,6 @@ bool sample_slot_on_inline(uint64_t mask);
  * or cycles under the timing model (instructions and stall cycles). */
 bool sample_slot_on_models(uint64_t mask);
 
-/* Where and on what a model event happened (the overflow's ip, addr);
- * regs: the callback may read registers (R_REGS). */
-struct event_at {
-	unsigned vcpu;
-	uint64_t ip;
-	uint64_t addr;
-	bool regs;
-};
-
-/*
- * The models' counters in bits grew, by an event at `at` in the half
- * given: every model slot on them that reached its threshold overflows
- * there.  The models call it only while a slot is armed on one of bits
- * (struct pvperf_vcpu model_armed), so that their fast paths stay short.
- */
-void sample_model_event(uint64_t bits, bool kernel, struct event_at at);
 /* How much the model counters in bits may still grow before the nearest
  * slot armed on one of them overflows (0: due), UINT64_MAX if none is
  * (emu.c's host-time timer). */

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "counters.h"
 #include "models.h"
 #include "sample.h"
 #include "state.h"
@@ -160,21 +161,19 @@ void state_restore_vcpu(unsigned vcpu)
 {
 	const struct pvperf_state_vcpu *s;
 	struct pvperf_proto_reply reply;
-	const struct pvperf_score *score;
-	uint64_t model_ctr[2 * PVPERF_NR_MODEL_COUNTERS];
+	uint64_t counts[PVPERF_NR_COUNTERS];
 
 	if (!loaded || vcpu >= pv.n_vcpus)
 		return;
 	s = &loaded[vcpu];
-	score = score_of(vcpu);
-	for (unsigned i = 0; i < PVPERF_NR_INLINE_COUNTERS; i++)
-		pv.vcpu[vcpu].bias[i] = s->counters[i] - score->ctr[i];
+	memcpy(counts, s->counters, sizeof(counts));
+	counters_restore(vcpu, counts);
 	pv.vcpu[vcpu].reply_flags = s->reply_flags;
 	reply_of(s, &reply);
-	memcpy(model_ctr, s->counters + PVPERF_NR_INLINE_COUNTERS, sizeof(model_ctr));
-	/* The slots first: the models take their copy of what is armed. */
+	/* The slots first: the models' fast paths follow what is armed.
+	 * The caches, TLBs and predictor themselves start cold. */
 	restore_sampling(vcpu, &reply, s);
-	models_restore(vcpu, model_ctr, &reply);
+	models_reply(vcpu, &reply);
 }
 
 static struct pvperf_proto_slot slot_record(const struct pvperf_sample_slot *sl)
@@ -186,8 +185,10 @@ static struct pvperf_proto_slot slot_record(const struct pvperf_sample_slot *sl)
 	};
 }
 
-/* The vCPU's armed slots (the inline ones first) and held overflows.
- * Awaiting overflows are held without registers, as a fault would. */
+/* The vCPU's armed slots (the inline ones first, as sample.c keeps them:
+ * held overflows are those of inline slots, by index) and held
+ * overflows.  Awaiting overflows are held without registers, as a fault
+ * would. */
 static void save_sampling(unsigned vcpu, struct pvperf_state_vcpu *s)
 {
 	struct pvperf_vcpu *v = &pv.vcpu[vcpu];
@@ -211,9 +212,6 @@ static void save_sampling(unsigned vcpu, struct pvperf_state_vcpu *s)
 		};
 		memcpy(s->held[i].regs, p->regs, sizeof(p->regs));
 	}
-	for (unsigned i = 0; i < v->n_model_slots &&
-	     s->n_slots < PVPERF_PROTO_MAX_SLOTS; i++)
-		s->slot[s->n_slots++] = slot_record(&v->model_slot[i]);
 }
 
 /* atexit, every vCPU stopped: write the checkpoint (whole or nothing). */
@@ -234,8 +232,7 @@ void state_save(const char *path)
 	for (unsigned i = 0; i < n && i < (unsigned)qemu_plugin_num_vcpus(); i++) {
 		uint64_t c[PVPERF_NR_COUNTERS];
 
-		score_count(i, c);
-		models_count(i, c + PVPERF_NR_INLINE_COUNTERS);
+		counters_snapshot(i, c);
 		memcpy(s[i].counters, c, sizeof(c));
 		s[i].reply_flags = pv.vcpu[i].reply_flags;
 		save_sampling(i, &s[i]);
