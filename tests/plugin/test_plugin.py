@@ -286,16 +286,18 @@ def test_other_targets_refuse_to_load_naming_the_target(qemu, target):
     ours = [line for line in res.stderr.splitlines()
             if line.startswith("pvperf:")]
     assert ours == [f"pvperf: cannot run on target {target}: "
-                    "pvperf knows x86_64, aarch64"], res.stderr
+                    "pvperf knows x86_64, aarch64, riscv64"], res.stderr
 
 
-def test_aarch64_target_loads():
-    """arm64 has an architecture file (qemu_plugin/arch/aarch64.c): the
+@pytest.mark.parametrize("qemu", ["qemu-system-aarch64",
+                                  "qemu-system-riscv64"])
+def test_other_architectures_targets_load(qemu):
+    """arm64 and riscv64 have architecture files (qemu_plugin/arch/): the
     plugin installs; the machine-less QEMU then quits from its monitor."""
-    if not shutil.which("qemu-system-aarch64"):
-        pytest.skip("qemu-system-aarch64 not installed")
+    if not shutil.which(qemu):
+        pytest.skip(f"{qemu} not installed")
     h.build()
-    res = subprocess.run(["qemu-system-aarch64", "-M", "none", "-display",
+    res = subprocess.run([qemu, "-M", "none", "-display",
                           "none", "-monitor", "stdio", "-plugin",
                           f"{h.PLUGIN_SO},verbose=on"],
                          input="quit\n", capture_output=True, text=True,
