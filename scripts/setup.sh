@@ -44,6 +44,9 @@ declare -A APT=(
     # libFuzzer harnesses and the sanitizers' runtimes (qemu_plugin/fuzz/);
     # clang also builds a guest test program (calltree-fp).
     [fuzz]="clang libclang-rt-dev"
+    # The interactive flame graph's browser test loads it in headless
+    # Chromium (tests/unit/profile/test_flamegraph_browser.py).
+    [browser]="chromium"
     # The opt-in in-tree kernel build (guest_kernel_patch/
     # build-intree-kernel.sh, PVPERF_SLOW=1 tests/vm/test_intree_kernel.py).
     [kernel]="flex bison bc libelf-dev libssl-dev"
@@ -60,7 +63,7 @@ declare -A APT=(
     [riscv64]="qemu-system-riscv opensbi gcc-riscv64-linux-gnu binutils-riscv64-linux-gnu libc6-dev-riscv64-cross"
 )
 declare -A TIER_APT=([main]="python qemu plugin driver image")
-TIER_APT[test]="${TIER_APT[main]} tests fuzz kernel aarch64 riscv64"
+TIER_APT[test]="${TIER_APT[main]} tests fuzz browser kernel aarch64 riscv64"
 # pyproject.toml's extras: pytest and its helpers; Ray and pyarrow for
 # `pvperf sweep`.
 declare -A TIER_EXTRAS=([main]="" [test]="[test,sweep]")

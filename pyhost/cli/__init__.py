@@ -7,6 +7,7 @@
   pvperf shell [options]                  interactive guest shell
   pvperf profile [options] -- CMD         host profile of QEMU + guest
   pvperf report DIR                       re-render a saved profile
+  pvperf report --diff A B [-o DIR]       compare two saved profiles
   pvperf events                           events the paravirtual PMU counts
   pvperf image status | build [--force] [--name N --add PKG,...]
                                           the guest images
@@ -397,15 +398,38 @@ def profile(command, output, tb_size, perfmap, **opts) -> None:
     sys.exit(done.status)
 
 
+PROFILE_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
 @cli.command(epilog=EPILOG)
-@click.argument("directory", type=click.Path(exists=True, file_okay=False,
-                                             path_type=Path))
-def report(directory: Path) -> None:
+@click.argument("directory", type=PROFILE_DIR, required=False)
+@click.option("--diff", "diff", type=PROFILE_DIR, nargs=2, default=None,
+              metavar="A B", help="compare two saved profiles: per-function "
+              "and per-space deltas (text) and a differential flame graph")
+@click.option("--sort", "sort", type=click.Choice(["time", "share",
+              "per-insn"]), default="time", show_default=True,
+              help="--diff: rank functions by the change of host time, of "
+              "share, or of host time per guest instruction")
+@click.option("--output", "-o", type=click.Path(file_okay=False,
+              path_type=Path), default=Path("pvperf-diff"),
+              show_default=True, help="--diff: directory for diff.txt and "
+              "diff-flamegraph.html")
+def report(directory: Path | None, diff, sort: str, output: Path) -> None:
     """Re-render the profile saved in DIRECTORY (its session.json): print
-    the report and rewrite every output file, without recording again."""
+    the report and rewrite every output file, without recording again.
+    With --diff A B, compare two saved profiles instead."""
     from ..profile import session as prof_session
-    session = prof_session.load_session(directory)
-    click.echo(prof_session.render_all(session, directory))
+    if (directory is None) == (diff is None):
+        raise click.UsageError("give a profile DIRECTORY or --diff A B")
+    if diff is None:
+        session = prof_session.load_session(directory)
+        click.echo(prof_session.render_all(session, directory))
+        return
+    from ..profile import diff as prof_diff
+    a, b = (prof_diff.Side.of(str(d), prof_session.load_session(d))
+            for d in diff)
+    click.echo(prof_diff.render_diff(a, b, output, sort), nl=False)
+    click.echo(f"pvperf: diff written to {output}/", err=True)
 
 
 @cli.command()

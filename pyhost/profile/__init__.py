@@ -10,6 +10,8 @@
                  (resolve(); Resolver.guest_symbol names a translation)
   session        session.json: write, read back, render every output
   report         renderers of a session (text, folded, flame graph, ...)
+  flamegraph_html  the interactive flame graph (one HTML file)
+  diff           `pvperf report --diff A B`: two sessions compared
   pipeline       the command in one call: record -> resolve -> write ->
                  render (what the CLI calls)
 """

@@ -12,6 +12,7 @@ names.  ``pvperf profile`` records and resolves once and writes it;
                     samples_code_cache_resolved, top [{symbol, space, share}]
   stacks.folded     folded stacks (format: report.py)
   flamegraph.svg    flame graph of the folded stacks
+  flamegraph.html   the interactive flame graph (flamegraph_html.py)
   perf-PID.map      the reverse map as a perf map of QEMU's code cache
   perf-report.txt   the host's own `perf report` using that map (when
                     perf.data is in the directory)
@@ -23,7 +24,7 @@ import json
 from pathlib import Path
 
 from ..errors import PvperfError
-from . import hostperf, report
+from . import flamegraph_html, hostperf, report
 
 SESSION_VERSION = 2
 SESSION_FILE = "session.json"
@@ -67,6 +68,8 @@ def render_all(session: dict, outdir: Path) -> str:
     (outdir / "summary.json").write_text(report.summary_json(session))
     (outdir / "stacks.folded").write_text(report.folded(session))
     (outdir / "flamegraph.svg").write_text(report.flamegraph_svg(session))
+    (outdir / "flamegraph.html").write_text(
+        flamegraph_html.flamegraph_html(session))
     pid = session["meta"]["qemu_pid"]
     perf_map = report.perf_map(session)
     (outdir / f"perf-{pid}.map").write_text(perf_map)
