@@ -65,11 +65,12 @@ class Browser:
         cmd_r, self._cmd_w = os.pipe()
         self._out_r, out_w = os.pipe()
         cmd_r, out_w = high_fd(cmd_r), high_fd(out_w)
-        # Chromium reads commands from fd 3 and writes to fd 4: the shell
-        # moves the pipe's ends there before it becomes Chromium.
+        # Chromium reads commands from fd 3 and writes to fd 4: bash moves
+        # the pipe's ends there before it becomes Chromium (bash: dash
+        # redirects one-digit fds only).
         move = f"exec 3<&{cmd_r} 4>&{out_w} {cmd_r}<&- {out_w}>&-; exec \"$@\""
         self.proc = subprocess.Popen(
-            ["sh", "-c", move, "sh",
+            ["bash", "-c", move, "bash",
              *base_args(self._profile.name, width, height),
              "--remote-debugging-pipe", "about:blank"],
             pass_fds=(cmd_r, out_w), stdin=subprocess.DEVNULL,

@@ -27,9 +27,15 @@ __attribute__((noinline)) void cold(u64 *acc)
 		     : "+r"(*acc), "+r"(n));
 }
 
+/* hot()'s iterations: 4 x cold()'s; a build with -DHOT_LOOPS=3200 makes
+ * hot() twice as long (tests/vm/test_profile_diff.py). */
+#ifndef HOT_LOOPS
+#define HOT_LOOPS 1600
+#endif
+
 __attribute__((noinline)) void hot(u64 *acc)
 {
-	u64 n = 1600;
+	u64 n = HOT_LOOPS;
 
 	tick(acc);
 	asm volatile("1: add %1, %0\n\tdec %1\n\tjnz 1b"

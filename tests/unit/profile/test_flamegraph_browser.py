@@ -90,12 +90,18 @@ def test_search_highlights_the_matches_and_their_share(fresh):
     text = b.evaluate("document.getElementById('matched').textContent")
     assert f"Matched: {n} of {len(s['samples'])} samples " \
         f"({100 * n / len(s['samples']):.2f}%)" == text
-    # A regular expression; no match clears every highlight.
-    b.evaluate("(() => { const i = document.getElementById('search');"
-               " i.value = '^(hot|cold)$'; i.dispatchEvent(new Event('input'));"
-               " })()")
-    assert {p[-1][0] for p, f in browser.frames(b).items() if f["match"]} == \
-        {"hot", "cold"}
+    # A regular expression; a match inside a match counts once
+    # (qht_lookup_custom above helper_lookup_tb_ptr).
+    for pattern, names, n in (("^(hot|cold)$", {"hot", "cold"}, 950 + 200),
+                              ("lookup", {"helper_lookup_tb_ptr",
+                                          "qht_lookup_custom"}, 90 + 30)):
+        b.evaluate("(() => { const i = document.getElementById('search');"
+                   f" i.value = {pattern!r};"
+                   " i.dispatchEvent(new Event('input')); })()")
+        assert {p[-1][0] for p, f in browser.frames(b).items()
+                if f["match"]} == names
+        assert b.evaluate("+document.getElementById('matched')"
+                          ".dataset.samples") == n
 
 
 def test_click_zooms_and_relays_the_frames(fresh):
@@ -111,7 +117,9 @@ def test_click_zooms_and_relays_the_frames(fresh):
     after = browser.frames(b)
     assert_laid_out(after, hot, width, 0, expected)
     helper = hot + (("helper_lookup_tb_ptr", "emulator"),)
-    assert after[helper]["w"] > 2 * before[helper]["w"]
+    assert after[helper]["w"] / before[helper]["w"] == \
+        pytest.approx(expected[()] / expected[hot], rel=1e-3)
+    assert not after[(hot[0], ("cold", "guest-user"))]["shown"]
     # Reset: the first layout again.
     b.evaluate("document.getElementById('reset').click()")
     assert_laid_out(browser.frames(b), (), width, 0, expected)
