@@ -14,7 +14,7 @@ the others, but only its own time grows.
 
 Normalized by guest instructions where both profiles have them: a
 session that counts the guest instructions each function executed (the
-translation table: rows of guest_insns per (space, symbol)) adds host
+translation table, session.json's translation_table) adds host
 nanoseconds per guest instruction, A, B and delta, per function and per
 space (over the run's guest instructions), the figure translation
 research compares;
@@ -34,10 +34,6 @@ from . import flamegraph_html
 from .flamegraph_html import host_frame
 
 SPACES = ("guest-user", "guest-kernel", "emulator", "host-kernel")
-SORTS = ("time", "share", "per-insn")
-# Where a session may carry guest instructions per function: the
-# translation table's rows {space, symbol, guest_insns}.
-TABLE_KEYS = ("translation_table", "table")
 
 
 def function_key(sample: dict) -> tuple[str, str]:
@@ -48,19 +44,16 @@ def function_key(sample: dict) -> tuple[str, str]:
 
 
 def guest_insns(session: dict) -> dict[tuple[str, str], int] | None:
-    """Guest instructions per (space, symbol), if the session counts them
-    (summed over processes)."""
-    rows = next((session[k] for k in TABLE_KEYS
-                 if isinstance(session.get(k), list)), None)
-    if not rows:
+    """Guest instructions per (space, symbol), summed over processes, if
+    the session counted them: its translation_table (bt_table.py) with
+    the plugin's counts."""
+    table = session.get("translation_table")
+    if not isinstance(table, dict) or not table.get("counted"):
         return None
     out = Counter()
-    for r in rows:
-        n = r.get("guest_insns", r.get("guest_instructions"))
-        if n is None:
-            return None
-        out[(r["space"], r["symbol"])] += int(n)
-    return dict(out)
+    for r in table.get("rows", ()):
+        out[(r["space"], r["symbol"])] += int(r.get("insns") or 0)
+    return dict(out) if sum(out.values()) else None
 
 
 @dataclass

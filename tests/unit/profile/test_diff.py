@@ -44,9 +44,12 @@ def test_sampling_rates_are_normalized_to_host_time():
     assert root["a"] == pytest.approx(root["v"]) and root["d"] == 0
 
 
-def table(**insns) -> list[dict]:
-    return [{"space": "guest-user", "symbol": k, "guest_insns": v}
-            for k, v in insns.items()]
+def table(**insns) -> dict:
+    """session.json's translation_table (bt_table.py), the fields the
+    diff reads: hot in two processes, counted by the plugin."""
+    rows = [{"space": "guest-user", "symbol": k, "pid": pid,
+             "insns": v // 2} for k, v in insns.items() for pid in (7, 8)]
+    return {"counted": True, "insns": sum(insns.values()), "rows": rows}
 
 
 def test_per_guest_instruction_where_both_count_them():
@@ -64,8 +67,12 @@ def test_per_guest_instruction_where_both_count_them():
     ms = 1000 * 800 / 4000
     assert float(first[5]) == pytest.approx(1e6 * ms / 4e6, abs=0.01)
     assert float(first[6]) == pytest.approx(1e6 * ms / 8e6, abs=0.01)
-    # Only one profile counts them: no ns/gi, and the text says why.
-    text = diff.text_diff(*sides(a, sessions.hotcold(hot=800)))
+    # Only one profile counts them (the other ran without the plugin's
+    # counts): no ns/gi, and the text says why.
+    uncounted = sessions.hotcold(hot=800)
+    uncounted["translation_table"] = dict(table(hot=1, cold=1),
+                                          counted=False)
+    text = diff.text_diff(*sides(a, uncounted))
     assert "no (a profile does not count" in text
     assert function_lines(text)[0][5] == "-"
 
