@@ -410,11 +410,16 @@ PROFILE_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
               "per-insn"]), default="time", show_default=True,
               help="--diff: rank functions by the change of host time, of "
               "share, or of host time per guest instruction")
+@click.option("--view", type=click.Choice(["self", "behalf"]),
+              default="self", show_default=True, help="--diff: a function's "
+              "own samples, or a guest function's with the emulator's work "
+              "on its behalf")
 @click.option("--output", "-o", type=click.Path(file_okay=False,
               path_type=Path), default=Path("pvperf-diff"),
               show_default=True, help="--diff: directory for diff.txt and "
               "diff-flamegraph.html")
-def report(directory: Path | None, diff, sort: str, output: Path) -> None:
+def report(directory: Path | None, diff, sort: str, view: str,
+           output: Path) -> None:
     """Re-render the profile saved in DIRECTORY (its session.json): print
     the report and rewrite every output file, without recording again.
     With --diff A B, compare two saved profiles instead."""
@@ -426,7 +431,7 @@ def report(directory: Path | None, diff, sort: str, output: Path) -> None:
         click.echo(prof_session.render_all(session, directory))
         return
     from ..profile import diff as prof_diff
-    a, b = (prof_diff.Side.of(str(d), prof_session.load_session(d))
+    a, b = (prof_diff.Side.of(str(d), prof_session.load_session(d), view)
             for d in diff)
     click.echo(prof_diff.render_diff(a, b, output, sort), nl=False)
     click.echo(f"pvperf: diff written to {output}/", err=True)

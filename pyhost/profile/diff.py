@@ -2,8 +2,10 @@
 
 Rows are functions ((space, symbol), the leaf a sample was taken in, as
 report.txt's "Top functions" count them; host-kernel functions apart from
-the emulator's, as in the flame graph) and spaces (guest-user,
-guest-kernel, emulator, host-kernel).  For each, perf diff's columns
+the emulator's, as in the flame graph; with ``--view behalf`` a guest
+function also gets the emulator's work on its behalf, as the report's
+domain switch and the translation table count it) and spaces
+(guest-user, guest-kernel, emulator, host-kernel).  For each, perf diff's columns
 (Baseline: A's share of its samples; Delta: B's share minus A's) and host
 time: samples / sampling rate, so two profiles taken at different rates
 compare.  Rows are ranked by the change of host time (largest first),
@@ -34,6 +36,10 @@ from . import flamegraph_html
 from .flamegraph_html import host_frame
 
 SPACES = ("guest-user", "guest-kernel", "emulator", "host-kernel")
+VIEWS = {"self": "the leaf function of each sample, as report.txt's top "
+         "functions",
+         "behalf": "a guest function with the emulator's work on its "
+         "behalf, as report.txt's domain switch"}
 
 
 def function_key(sample: dict) -> tuple[str, str]:
@@ -64,13 +70,24 @@ class Side:
     spaces: Counter = field(default_factory=Counter)
     insns: dict | None = None
 
+    view: str = "self"
+
     @classmethod
-    def of(cls, label: str, session: dict) -> "Side":
-        side = cls(label, session, insns=guest_insns(session))
+    def of(cls, label: str, session: dict, view: str = "self") -> "Side":
+        """``view``: "self" counts each sample for its leaf function;
+        "behalf" counts the emulator's work on behalf of a guest function
+        for that function (the report's domain switch; the translation
+        table's host samples).  Spaces are the leaves' in both."""
+        if view not in VIEWS:
+            raise ValueError(f"unknown view {view!r} ({', '.join(VIEWS)})")
+        side = cls(label, session, insns=guest_insns(session), view=view)
         for s in session["samples"]:
             key = function_key(s)
-            side.functions[key] += 1
             side.spaces[key[0]] += 1
+            b = s.get("behalf")
+            if view == "behalf" and b and not s.get("code_cache"):
+                key = (b["space"], b["symbol"])
+            side.functions[key] += 1
         return side
 
     @property
@@ -191,8 +208,7 @@ def text_diff(a: Side, b: Side, how: str = "time", n: int = 30) -> str:
     lines += [_line(r, r.key) for r in space_rows(a, b)]
     order = {"time": "|Delta ms|", "share": "|Delta|",
              "per-insn": "|Delta ns/gi|"}[how]
-    lines += ["", f"# Functions by {order} (the leaf function of each "
-              "sample, as report.txt's top functions)",
+    lines += ["", f"# Functions by {order} ({VIEWS[b.view]})",
               HEADER + f"{'Space':<13} Symbol"]
     lines += [_line(r, f"{r.key[0]:<13} {r.key[1]}")
               for r in function_rows(a, b, how)[:n]]

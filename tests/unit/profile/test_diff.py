@@ -116,3 +116,22 @@ def test_cli_report_needs_one_directory_or_diff(tmp_path, args):
     with pytest.raises(SystemExit) as e:
         cli.main(argv)
     assert e.value.code == cli.EXIT_USAGE
+
+
+def test_behalf_view_charges_the_emulators_work_to_the_guest_function():
+    # hotcold(): 90 TB lookups and 60 TLB fills on hot's behalf, 30
+    # lookups on clear_page_erms's: the domain switch's counts.
+    s = sessions.hotcold(hot=800)
+    s["translation_table"] = table(hot=4_000_000, cold=1_000_000)
+    rows = {r.key: r for r in diff.function_rows(
+        diff.Side.of("A", s, "behalf"), diff.Side.of("B", s, "behalf"))}
+    assert rows[("guest-user", "hot")].a == 800 + 90 + 60
+    assert rows[("guest-kernel", "clear_page_erms")].a == 50 + 30
+    assert ("emulator", "helper_ldul_mmu") not in rows
+    assert rows[("emulator", "main_loop_wait")].a == 40
+    assert rows[("guest-user", "hot")].a_ns_insn == \
+        pytest.approx(950 / 4000 * 1e9 / 4_000_000)
+    self_rows = {r.key: r for r in diff.function_rows(
+        diff.Side.of("A", s), diff.Side.of("B", s))}
+    assert self_rows[("guest-user", "hot")].a == 800
+    assert self_rows[("emulator", "x86_cpu_tlb_fill")].a == 60
