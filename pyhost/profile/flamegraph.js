@@ -81,7 +81,11 @@
       el.dataset.parent = node.parent ? node.parent.id : -1;
       el.style.top = (maxDepth - node.depth) * ROW + "px";
       el.style.background = DATA.diff ? deltaColor(node) : spaceColor(node.s, node.n);
-      if (DATA.diff) el.style.borderLeft = `4px solid ${spaceColor(node.s, node.n)}`;
+      // The space stays visible under the delta colour: a strip below.
+      if (DATA.diff) {
+        el.style.borderBottom = `3px solid ${spaceColor(node.s, node.n)}`;
+        el.style.lineHeight = "13px";
+      }
       el.fgNode = node;
       node.el = el;
       fg.appendChild(el);
