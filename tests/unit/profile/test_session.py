@@ -28,7 +28,7 @@ def test_report_rerenders_every_output(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text()) == \
         json.loads(report.summary_json(s))
     assert (tmp_path / "perf-1.map").read_text() == report.perf_map(s)
-    for name in ("flamegraph.svg", "annotate.txt"):
+    for name in ("flamegraph.svg", "flamegraph.html", "annotate.txt"):
         assert (tmp_path / name).stat().st_size > 0, name
     # No perf.data was kept: no host perf report either.
     assert not (tmp_path / "perf-report.txt").exists()
