@@ -30,8 +30,8 @@ from pathlib import Path
 import click
 
 # parse_mem: re-exported (the tests check it through the CLI module).
-from .options import arch_option, ensure_image, make_config, parse_mem, \
-    resolve_image, vm_options  # noqa: F401
+from .options import PROFILE_DIR, arch_option, diff_options, ensure_image, \
+    make_config, parse_mem, resolve_image, vm_options  # noqa: F401
 from .. import guest_contract as guest
 from ..errors import GuestTimeoutError, PvperfError
 from ..image import build as image_build
@@ -398,26 +398,9 @@ def profile(command, output, tb_size, perfmap, **opts) -> None:
     sys.exit(done.status)
 
 
-PROFILE_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
-
-
 @cli.command(epilog=EPILOG)
 @click.argument("directory", type=PROFILE_DIR, required=False)
-@click.option("--diff", "diff", type=PROFILE_DIR, nargs=2, default=None,
-              metavar="A B", help="compare two saved profiles: per-function "
-              "and per-space deltas (text) and a differential flame graph")
-@click.option("--sort", "sort", type=click.Choice(["time", "share",
-              "per-insn"]), default="time", show_default=True,
-              help="--diff: rank functions by the change of host time, of "
-              "share, or of host time per guest instruction")
-@click.option("--view", type=click.Choice(["self", "behalf"]),
-              default="self", show_default=True, help="--diff: a function's "
-              "own samples, or a guest function's with the emulator's work "
-              "on its behalf")
-@click.option("--output", "-o", type=click.Path(file_okay=False,
-              path_type=Path), default=Path("pvperf-diff"),
-              show_default=True, help="--diff: directory for diff.txt and "
-              "diff-flamegraph.html")
+@diff_options
 def report(directory: Path | None, diff, sort: str, view: str,
            output: Path) -> None:
     """Re-render the profile saved in DIRECTORY (its session.json): print

@@ -297,3 +297,35 @@ def boot_user_kernel(kernel: Path, build_dir: Path | None, base, pmu: bool,
     for warning in uk.warnings:
         click.echo(f"pvperf: warning: {warning}", err=True)
     return uk.image, uk.overlay
+
+
+# -- report --diff -------------------------------------------------------------
+
+PROFILE_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+def diff_options(fn):
+    """`pvperf report`'s options that compare two saved profiles
+    (profile/diff.py)."""
+    for option in reversed((
+            click.option("--diff", "diff", type=PROFILE_DIR, nargs=2,
+                         default=None, metavar="A B",
+                         help="compare two saved profiles: per-function "
+                         "and per-space deltas (text) and a differential "
+                         "flame graph"),
+            click.option("--sort", "sort", type=click.Choice(
+                ["time", "share", "per-insn"]), default="time",
+                show_default=True, help="--diff: rank functions by the "
+                "change of host time, of share, or of host time per guest "
+                "instruction"),
+            click.option("--view", type=click.Choice(["self", "behalf"]),
+                         default="self", show_default=True,
+                         help="--diff: a function's own samples, or a guest "
+                         "function's with the emulator's work on its "
+                         "behalf"),
+            click.option("--output", "-o", type=click.Path(
+                file_okay=False, path_type=Path), default=Path("pvperf-diff"),
+                show_default=True, help="--diff: directory for diff.txt and "
+                "diff-flamegraph.html"))):
+        fn = option(fn)
+    return fn
