@@ -78,6 +78,7 @@ class Browser:
         os.close(cmd_r)
         os.close(out_w)
         self._buf, self._next_id, self.session = b"", 0, None
+        self.requests: list[str] = []   # every URL the page asked for
         try:
             self._open(page)
         except BaseException:
@@ -89,6 +90,7 @@ class Browser:
         target = next(t["targetId"] for t in targets if t["type"] == "page")
         self.session = self.call("Target.attachToTarget", targetId=target,
                                  flatten=True)["sessionId"]
+        self.call("Network.enable")
         self.call("Page.navigate", url=page.resolve().as_uri())
         deadline = time.monotonic() + self.timeout
         while self.evaluate("document.readyState") != "complete":
@@ -104,6 +106,8 @@ class Browser:
         os.write(self._cmd_w, json.dumps(msg).encode() + b"\0")
         while True:
             reply = self._read()
+            if reply.get("method") == "Network.requestWillBeSent":
+                self.requests.append(reply["params"]["request"]["url"])
             if reply.get("id") == self._next_id:
                 if "error" in reply:
                     raise BrowserError(f"{method}: {reply['error']}")

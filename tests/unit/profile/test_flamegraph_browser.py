@@ -1,7 +1,8 @@
 """The interactive flame graph in a real browser: headless Chromium
 (Debian's chromium package) loads flamegraph.html and the test drives it
 with real input events over the DevTools protocol (tests/browser.py),
-then reads the DOM: frames' widths against the samples under each stack
+then reads the DOM (and the page's network requests: none but its own
+file): frames' widths against the samples under each stack
 counted here from the session (sessions.expected_stacks), search
 highlights and the matched share, zoom re-laying the frames, tooltips,
 the totals against the text report, the differential graph's colours.
@@ -60,6 +61,11 @@ def assert_laid_out(got: dict, top: tuple, width: float, x0: float,
                 assert f["w"] == pytest.approx(want, abs=0.05), p
         else:
             assert not f["shown"], p
+
+
+def test_the_page_fetches_nothing(page):
+    b, _ = page
+    assert b.requests == [b.evaluate("location.href")]
 
 
 def test_frames_are_as_wide_as_their_samples(fresh):
