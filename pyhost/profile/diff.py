@@ -1,26 +1,26 @@
 """``pvperf report --diff A B``: what changed between two saved profiles.
 
-Rows are functions ((space, symbol), the leaf a sample was taken in, as
-report.txt's "Top functions" count them; host-kernel functions apart from
-the emulator's, as in the flame graph; with ``--view behalf`` a guest
-function also gets the emulator's work on its behalf, as the report's
-domain switch and the translation table count it) and spaces
-(guest-user, guest-kernel, emulator, host-kernel).  For each, perf diff's columns
-(Baseline: A's share of its samples; Delta: B's share minus A's) and host
-time: samples / sampling rate, so two profiles taken at different rates
-compare.  Rows are ranked by the change of host time (largest first),
-because an experiment compares two configurations doing the same work
-(two QEMU builds, two translator options, two builds of one program),
-where shares move together: a function that doubles takes share from all
-the others, but only its own time grows.
+Rows are functions and spaces (guest-user, guest-kernel, emulator,
+host-kernel).  A function is a (space, symbol): by default the leaf a
+sample was taken in, as report.txt's "Top functions" count them, with
+host-kernel functions apart from the emulator's as in the flame graph;
+with ``--view behalf`` a guest function also gets the emulator's work on
+its behalf, as the report's domain switch and the translation table
+count it.  For each row, perf diff's columns (Baseline: A's share of its
+samples; Delta: B's share minus A's) and host time (samples / sampling
+rate, so profiles taken at different rates compare).  Rows are ranked by
+the change of host time, largest first: an experiment compares two
+configurations doing the same work (two QEMU builds, two translator
+options, two builds of one program), where shares all move together (a
+function that doubles takes share from every other) but only the
+changed function's time moves.
 
 Normalized by guest instructions where both profiles have them: a
 session that counts the guest instructions each function executed (the
 translation table, session.json's translation_table) adds host
-nanoseconds per guest instruction, A, B and delta, per function and per
-space (over the run's guest instructions), the figure translation
-research compares;
-``--sort per-insn`` ranks by its change.
+nanoseconds per guest instruction (ns/gi), A, B and delta, per function
+and per space (over the run's guest instructions), the figure
+translation research compares; ``--sort per-insn`` ranks by its change.
 
 ``diff_tree`` gives the differential flame graph (flamegraph_html's
 viewer): B's frame tree, each frame carrying A's samples at the same
@@ -101,6 +101,9 @@ class Side:
     def ms(self, samples: float) -> float:
         return 1000.0 * samples / self.hz
 
+    def share(self, samples: int) -> float:
+        return 100.0 * samples / self.total if self.total else 0.0
+
     def insns_of(self, key) -> int | None:
         """Guest instructions of a function; for a space (key: str), of
         the whole run: a space's ns/gi is its host time per guest
@@ -139,10 +142,8 @@ def _row(key, a: Side, b: Side, na: int, nb: int) -> Row:
     a_ms, b_ms = a.ms(na), b.ms(nb)
     ia, ib = a.insns_of(key), b.insns_of(key)
     both = ia is not None and ib is not None
-    return Row(key, na, nb, a_ms, b_ms,
-               100.0 * na / a.total if a.total else 0.0,
-               (100.0 * nb / b.total if b.total else 0.0) -
-               (100.0 * na / a.total if a.total else 0.0),
+    return Row(key, na, nb, a_ms, b_ms, a.share(na),
+               b.share(nb) - a.share(na),
                1e6 * a_ms / ia if both else None,
                1e6 * b_ms / ib if both else None)
 
@@ -167,9 +168,10 @@ def space_rows(a: Side, b: Side) -> list[Row]:
 
 
 def _ns(x: float | None, signed: bool = False) -> str:
+    width = 11 if signed else 9
     if x is None:
-        return f"{'-':>9}"
-    return f"{x:+9.2f}" if signed else f"{x:9.2f}"
+        return f"{'-':>{width}}"
+    return f"{x:+{width}.2f}" if signed else f"{x:{width}.2f}"
 
 
 def _line(r: Row, name: str) -> str:
@@ -179,7 +181,7 @@ def _line(r: Row, name: str) -> str:
 
 
 HEADER = (f"# {'Baseline':>8}  {'Delta':>8}  {'Delta ms':>10}  {'A ms':>9}  "
-          f"{'B ms':>9}  {'A ns/gi':>9}  {'B ns/gi':>9}  {'Delta':>9}  ")
+          f"{'B ms':>9}  {'A ns/gi':>9}  {'B ns/gi':>9}  {'Delta ns/gi':>11}  ")
 
 
 def _side_line(tag: str, side: Side) -> str:
