@@ -25,7 +25,9 @@
     node.depth = depth;
     node.id = nodes.length;
     maxDepth = Math.max(maxDepth, depth);
-    if (DATA.diff) maxDelta = Math.max(maxDelta, Math.abs(node.d));
+    // The scale of the delta colours: the root and the threads sum every
+    // change below them, and would leave the functions pale.
+    if (DATA.diff && depth >= 2) maxDelta = Math.max(maxDelta, Math.abs(node.d));
     nodes.push(node);
     for (const child of node.c) index(child, node, depth + 1);
   }
@@ -42,7 +44,7 @@
   }
 
   function deltaColor(node) {  // red: more in the second profile; blue: less
-    const r = maxDelta ? Math.abs(node.d) / maxDelta : 0;
+    const r = maxDelta ? Math.min(1, Math.abs(node.d) / maxDelta) : 0;
     const light = Math.round(97 - 47 * r);
     return node.d >= 0 ? `hsl(0, 85%, ${light}%)` : `hsl(220, 85%, ${light}%)`;
   }
