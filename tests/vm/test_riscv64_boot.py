@@ -119,7 +119,9 @@ def test_perf_stat_counts_the_loop_exactly_and_the_driver_loads_clean(
     dmesg = lines[2:]
     assert any("overflow interrupt: doorbell MSI-X" in l for l in dmesg)
     assert any("sampling with exact IPs" in l for l in dmesg)
-    assert not [l for l in dmesg if any(
+    # (an unsigned out-of-tree module taints the kernel, and the kernel
+    # says "module verification failed": expected, as on x86_64)
+    assert not [l for l in dmesg if "module verification" not in l and any(
         bad in l for bad in ("WARNING", "Call Trace", "would not be exact",
                              "failed", "not registering", "not bound"))]
     assert leftovers() == []
