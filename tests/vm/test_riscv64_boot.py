@@ -98,26 +98,42 @@ def test_ctrl_c_stops_and_cleans_up(image, tmp_path):
     interrupt_and_expect_clean(proc, signal.SIGINT, EXIT_INTERRUPTED)
 
 
-def test_perf_stat_counts_the_loop_exactly_and_the_driver_loads_clean(
+# Two vCPUs: two perf stat at once, then perf record of one loop; the
+# driver's lines in dmesg last.
+DRIVER_SCRIPT = (
+    "perf stat -x, -o /tmp/a -e instructions:u,branches:u ./loop 1000 & "
+    "perf stat -x, -o /tmp/b -e instructions:u,branches:u ./loop 200000 & "
+    "wait; cat /tmp/a /tmp/b | grep , | cut -d, -f1,3; "
+    "perf record -q -e instructions:u -c 1009 -o /tmp/p.data ./loop 100000; "
+    "perf script -i /tmp/p.data -F ip,sym | awk '{print $2}' "
+    "| sort | uniq -c; "
+    "dmesg | grep -E 'pvperf|WARNING|Call Trace'")
+
+
+def test_driver_counts_exactly_on_two_vcpus_samples_and_loads_clean(
         image, loop, tmp_path):
     """In-guest perf stat through pvperf's driver against the loop's
     analytic count (loop.c: 2N + 10d + 24 instructions for a d-digit N;
     N + d + 6 branches: the loop's bnez, the parse's branches, the
-    _start call and the jump to the exit), and the driver's load in
-    dmesg: the doorbell bound, the fault hook in, no warning."""
+    _start call and the jump to the exit), two processes at once on two
+    vCPUs; perf record's samples (one per 1009 instructions: all in the
+    loop, whose run-up is 75 instructions); and the driver's load in
+    dmesg: the doorbell's vector per CPU, sampling, no warning."""
     shutil.copy(loop, tmp_path / "loop")
-    r = run_pvperf(["run", *ARCH, "--share", str(tmp_path), "--", "sh", "-c",
-                    "perf stat -x, -e instructions:u,branches:u ./loop 1000 "
-                    "2>&1 >/dev/null | cut -d, -f1,3; "
-                    "dmesg | grep -E 'pvperf|WARNING|Call Trace'"],
-                   timeout=180)
+    r = run_pvperf(["run", *ARCH, "--smp", "2", "--share", str(tmp_path),
+                    "--", "sh", "-c", DRIVER_SCRIPT], timeout=240)
     print(r.stdout)
     assert r.returncode == 0, r.stderr[-2000:]
     lines = r.stdout.splitlines()
-    assert lines[:2] == [f"{2 * 1000 + 10 * 4 + 24},instructions:u",
-                         f"{1000 + 4 + 6},branches:u"]
-    dmesg = lines[2:]
-    assert any("overflow interrupt: doorbell MSI-X" in l for l in dmesg)
+    assert lines[:4] == [f"{2 * 1000 + 10 * 4 + 24},instructions:u",
+                         f"{1000 + 4 + 6},branches:u",
+                         f"{2 * 200000 + 10 * 6 + 24},instructions:u",
+                         f"{200000 + 6 + 6},branches:u"]
+    assert lines[4].split() == [str((2 * 100000 + 10 * 6 + 24) // 1009),
+                                "main_sp"]
+    dmesg = lines[5:]
+    assert any("overflow interrupt: doorbell MSI-X, 2 vectors" in l
+               for l in dmesg)
     assert any("sampling with exact IPs" in l for l in dmesg)
     # (an unsigned out-of-tree module taints the kernel, and the kernel
     # says "module verification failed": expected, as on x86_64)
