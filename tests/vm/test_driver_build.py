@@ -1,8 +1,9 @@
 """The guest driver (guest_kernel_patch/): the module builds clean against
 the Debian headers of both guest kernels (6.1, and 6.12 for the
-linux-6.12 image), carries the right metadata and exactly one marker
-store (the hypercall's instruction), and the in-tree patches (x86_64's
-and arm64's) are generated from the same source, apply to
+linux-6.12 image; arm64's and riscv64's cross-built), carries the right
+metadata and exactly one marker store (the hypercall's instruction),
+and the in-tree patches (x86_64's, arm64's and riscv64's) are generated
+from the same source, apply to
 linux-source-6.1 and linux-source-6.12 and compile.
 
 The first run downloads the headers (14 MB, 16 MB for 6.12) and the
@@ -53,6 +54,10 @@ IN_TREE = {
                       "arch/arm64/pvperf",
                       "pvperf-$(CONFIG_ARM64)\t+= pvperf_aarch64.o",
                       "pvperf_aarch64.c"),
+    "riscv64": InTree(GKP / "0001-riscv-pvperf-paravirtual-PMU.patch",
+                      "arch/riscv/pvperf",
+                      "pvperf-$(CONFIG_RISCV)\t+= pvperf_riscv64.o",
+                      "pvperf_riscv64.c"),
 }
 MARKER = "c7 00 50 56 50 46"     # x86_64's marker store
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pvperf"
@@ -204,10 +209,7 @@ def test_cross_module_builds_with_one_marker(build, karch):
     warnings, for the kernel fetch-kbuild.sh resolves (vermagic), with
     its one marker store in pvperf_arch_marker."""
     c = CROSS[karch]
-    if not shutil.which(c.prefix + "gcc") or not any(
-            (CACHE / "apt" / c.apt / "lists").glob("*_Packages*")):
-        pytest.skip(f"no {karch} cross compiler or {karch} package lists "
-                    f"(pvperf image build --arch {c.pvperf_arch} fetches them)")
+    cross_kdir(karch)               # or skip
     r = run(["make", "-C", GKP, f"KARCH={karch}", "W=1"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning:" not in r.stdout + r.stderr
@@ -260,8 +262,8 @@ def test_patch_is_generated_from_module_source(arch):
 
 def test_make_patch_defaults_to_x86_64_and_refuses_other_arches():
     assert run([GKP / "make-patch.sh"]).stdout == PATCH.read_text()
-    r = run([GKP / "make-patch.sh", "riscv64"])
-    assert r.returncode != 0 and "x86_64 or aarch64" in r.stderr
+    r = run([GKP / "make-patch.sh", "mips64"])
+    assert r.returncode != 0 and "x86_64, aarch64 or riscv64" in r.stderr
 
 
 def new_files(patch_text: str) -> dict[str, str]:
@@ -304,13 +306,16 @@ def test_patch_carries_the_module_source_verbatim(arch):
     assert files == {}
 
 
-def test_the_two_patches_touch_no_file_in_common():
-    """So one tree can take both."""
+def test_no_two_patches_touch_a_file_in_common():
+    """So one tree can take them all."""
     def touched(patch: Path) -> set[str]:
         return set(re.findall(r"^diff --git a/(\S+)", patch.read_text(),
                               re.M))
-    x86, arm64 = (touched(it.patch) for it in IN_TREE.values())
-    assert x86 and arm64 and not x86 & arm64
+    files = [touched(it.patch) for it in IN_TREE.values()]
+    assert len(files) == 3 and all(files)
+    for i, a in enumerate(files):
+        for b in files[i + 1:]:
+            assert not a & b
 
 
 def test_kbuild_names_every_driver_source():
@@ -419,22 +424,35 @@ def test_patch_applies_to_linux_source(source, release, arch):
 @pytest.fixture(scope="module")
 def kdir_arm64() -> Path:
     """Debian's arm64 6.1 headers (fetch-kbuild.sh KARCH=arm64), or skip."""
-    if not shutil.which("aarch64-linux-gnu-gcc") or not any(
-            (CACHE / "apt" / "arm64" / "lists").glob("*_Packages*")):
-        pytest.skip("no arm64 cross compiler or arm64 package lists "
-                    "(pvperf image build --arch aarch64 fetches them)")
-    r = run([GKP / "fetch-kbuild.sh"], env=dict(os.environ, KARCH="arm64"))
+    return cross_kdir("arm64")
+
+
+@pytest.fixture(scope="module")
+def kdir_riscv64() -> Path:
+    """trixie's riscv64 6.12 headers (fetch-kbuild.sh KARCH=riscv64), or
+    skip."""
+    return cross_kdir("riscv64")
+
+
+def cross_kdir(karch: str) -> Path:
+    c = CROSS[karch]
+    if not shutil.which(c.prefix + "gcc") or not any(
+            (CACHE / "apt" / c.apt / "lists").glob("*_Packages*")):
+        pytest.skip(f"no {karch} cross compiler or {karch} package lists "
+                    f"(pvperf image build --arch {c.pvperf_arch} fetches them)")
+    r = run([GKP / "fetch-kbuild.sh"], env=dict(os.environ, KARCH=karch))
     assert r.returncode == 0, r.stderr
     return Path(r.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("arch,headers", [
-    ("x86_64", "kdir"), ("x86_64", "kdir612"), ("aarch64", "kdir_arm64")])
+    ("x86_64", "kdir"), ("x86_64", "kdir612"), ("aarch64", "kdir_arm64"),
+    ("riscv64", "kdir_riscv64")])
 def test_patched_files_compile_in_tree_layout(request, arch, headers):
     """Build the patch's files as a module with the in-tree layout (the
     ABI header beside the sources, no include path) and its own Makefile,
-    against the headers of 6.1 and 6.12 (x86_64) and of arm64's 6.1
-    (cross-compiled)."""
+    against the headers of 6.1 and 6.12 (x86_64), of arm64's 6.1 and of
+    riscv64's 6.12 (cross-compiled)."""
     it = IN_TREE[arch]
     kdir = request.getfixturevalue(headers)
     work = CACHE / f"test-intree-build-{headers}"
@@ -447,8 +465,10 @@ def test_patched_files_compile_in_tree_layout(request, arch, headers):
         # The in-tree Makefile, plus what the arch Makefile would provide.
         (src / "Kbuild").write_text(
             "CONFIG_PVPERF_PMU := m\n" + (src / "Makefile").read_text())
-        cross = (["ARCH=arm64", "CROSS_COMPILE=aarch64-linux-gnu-"]
-                 if arch == "aarch64" else [])
+        # what the Makefile passes for KARCH=arm64 / riscv64
+        cross = {"aarch64": ["ARCH=arm64", "CROSS_COMPILE=aarch64-linux-gnu-"],
+                 "riscv64": ["ARCH=riscv", "CROSS_COMPILE=riscv64-linux-gnu-",
+                             "CC=riscv64-linux-gnu-gcc-12"]}.get(arch, [])
         # No module BTF (as the Makefile): 6.12's needs pahole and the
         # kernel's vmlinux, neither of which the headers bring.
         r = run(["make", "-C", kdir, f"M={src}", *cross, "KCFLAGS=-Werror",
