@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # make-patch.sh [ARCH] - print the in-tree form of the pvperf guest driver
-# for ARCH (x86_64, the default, or aarch64), a git-format patch against
+# for ARCH (x86_64, the default, aarch64 or riscv64), a git-format patch against
 # Linux 6.1 that applies to 6.12 as well, on stdout.  It is generated from
 # the module's own files so the two never diverge:
 #
@@ -25,12 +25,16 @@
 #            drivers/perf/Kconfig's "Performance monitor support" menu,
 #            where arm64's own PMU drivers are configured; the line in
 #            arch/arm64/Kbuild -> 0001-arm64-pvperf-paravirtual-PMU.patch
+#   riscv64  DIR = arch/riscv/pvperf; the entry and the line at the top
+#            of arch/riscv/Kconfig and arch/riscv/Kbuild (their only
+#            lines that 6.1.y and 6.12.y share at the same place)
+#            -> 0001-riscv-pvperf-paravirtual-PMU.patch
 #
-# The two patches touch no file in common, so one tree can take both
+# No two patches touch a file in common, so one tree can take them all
 # (each architecture then builds its own copy of the generic files).
 #
 # Output is deterministic (fixed author and date): `make patch` rewrites
-# both patches, tests/vm/test_driver_build.py checks the committed ones
+# every patch, tests/vm/test_driver_build.py checks the committed ones
 # are what this script prints, and `make check-patch` dry-runs them on
 # linux-source-6.1.
 set -eu
@@ -58,17 +62,28 @@ kconfig_entry() {
 		"	  will be called pvperf."
 }
 
+# Per architecture, where things go: its Kbuild symbol, the patch's
+# directory and subject (arch_at); the file, first line and git's
+# function line of its Kconfig and its build-line hunks (kconfig_at,
+# mk_at).
+arch_at() {
+	kbuild_config=$1 dir=$2 subject=$3
+}
+kconfig_at() {
+	kconfig_file=$1 kconfig_line=$2 kconfig_func=$3
+}
+mk_at() {
+	mk_file=$1 mk_line=$2 mk_func=$3
+}
+
 # Per architecture: the Kbuild symbol of its object line, where the files
 # go (the ABI header with them), the patch's subject, and the two hunks on existing files (their
 # context is the same, at the same lines, in Linux 6.1.y and 6.12.y).
 case $arch in
 x86_64)
-	kbuild_config=CONFIG_X86_64
-	dir=arch/x86/events/pvperf
-	subject='x86/events: pvperf paravirtual PMU for guests under QEMU TCG'
-	kconfig_file=arch/x86/events/Kconfig
-	kconfig_line=52
-	kconfig_func='config PERF_EVENTS_AMD_BRS'
+	arch_at CONFIG_X86_64 arch/x86/events/pvperf \
+		'x86/events: pvperf paravirtual PMU for guests under QEMU TCG'
+	kconfig_at arch/x86/events/Kconfig 52 'config PERF_EVENTS_AMD_BRS'
 	kconfig_ctx_before='	  Enable AMD Zen3 branch sampling support (BRS) which samples up to
 	  16 consecutive taken branches in registers.
 
@@ -79,9 +94,8 @@ x86_64)
 "
 	kconfig_ctx_after='endmenu
 '
-	mk_file=arch/x86/events/Makefile
-	mk_line=6
-	mk_func='obj-$(CONFIG_X86_LOCAL_APIC)            += msr.o'
+	mk_at arch/x86/events/Makefile 6 \
+		'obj-$(CONFIG_X86_LOCAL_APIC)            += msr.o'
 	mk_ctx_before='obj-$(CONFIG_CPU_SUP_INTEL)		+= intel/
 obj-$(CONFIG_CPU_SUP_CENTAUR)		+= zhaoxin/
 obj-$(CONFIG_CPU_SUP_ZHAOXIN)		+= zhaoxin/
@@ -91,12 +105,9 @@ obj-$(CONFIG_CPU_SUP_ZHAOXIN)		+= zhaoxin/
 	mk_ctx_after=
 	;;
 aarch64)
-	kbuild_config=CONFIG_ARM64
-	dir=arch/arm64/pvperf
-	subject='arm64: pvperf paravirtual PMU for guests under QEMU TCG'
-	kconfig_file=drivers/perf/Kconfig
-	kconfig_line=6
-	kconfig_func=
+	arch_at CONFIG_ARM64 arch/arm64/pvperf \
+		'arm64: pvperf paravirtual PMU for guests under QEMU TCG'
+	kconfig_at drivers/perf/Kconfig 6 ''
 	kconfig_ctx_before='menu "Performance monitor support"
 	depends on PERF_EVENTS
 
@@ -109,9 +120,8 @@ aarch64)
 	tristate "ARM CCI PMU driver"
 	depends on (ARM && CPU_V7) || ARM64
 '
-	mk_file=arch/arm64/Kbuild
-	mk_line=7
-	mk_func='subdir-ccflags-$(CONFIG_TRACE_BRANCH_PROFILING) += -DDISABLE_BRANCH_PROFILING'
+	mk_at arch/arm64/Kbuild 7 \
+		'subdir-ccflags-$(CONFIG_TRACE_BRANCH_PROFILING) += -DDISABLE_BRANCH_PROFILING'
 	mk_ctx_before='obj-$(CONFIG_KVM)	+= kvm/
 obj-$(CONFIG_XEN)	+= xen/
 obj-$(subst m,y,$(CONFIG_HYPERV))	+= hyperv/
@@ -123,8 +133,39 @@ obj-$(subst m,y,$(CONFIG_HYPERV))	+= hyperv/
 # for cleaning
 '
 	;;
+riscv64)
+	arch_at CONFIG_RISCV arch/riscv/pvperf \
+		'riscv: pvperf paravirtual PMU for guests under QEMU TCG'
+	# The top of arch/riscv/Kconfig and arch/riscv/Kbuild: the only
+	# places whose lines are the same in 6.1.y and 6.12.y (and
+	# drivers/perf/Kconfig is arm64's patch's).
+	kconfig_at arch/riscv/Kconfig 4 ''
+	kconfig_ctx_before='# see Documentation/kbuild/kconfig-language.rst.
+#
+
+'
+	# KPROBES: the page-fault hook is a kprobe on handle_page_fault.
+	kconfig_new="$(kconfig_entry \
+		'RISCV && 64BIT && PERF_EVENTS && TRACEPOINTS && KPROBES' \
+		riscv64 'riscv64 ')
+
+"
+	kconfig_ctx_after='config 64BIT
+	bool
+
+'
+	mk_at arch/riscv/Kbuild 1 ''
+	mk_ctx_before='# SPDX-License-Identifier: GPL-2.0-only
+
+'
+	mk_new='obj-$(CONFIG_PVPERF_PMU) += pvperf/
+'
+	mk_ctx_after='obj-y += kernel/ mm/ net/
+obj-$(CONFIG_BUILTIN_DTB) += boot/dts/
+'
+	;;
 *)
-	echo "make-patch.sh: ARCH is x86_64 or aarch64, not '$arch'" >&2
+	echo "make-patch.sh: ARCH is x86_64, aarch64 or riscv64, not '$arch'" >&2
 	exit 2
 	;;
 esac

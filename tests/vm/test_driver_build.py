@@ -1,8 +1,9 @@
 """The guest driver (guest_kernel_patch/): the module builds clean against
 the Debian headers of both guest kernels (6.1, and 6.12 for the
-linux-6.12 image), carries the right metadata and exactly one marker
-store (the hypercall's instruction), and the in-tree patches (x86_64's
-and arm64's) are generated from the same source, apply to
+linux-6.12 image; arm64's and riscv64's cross-built), carries the right
+metadata and exactly one marker store (the hypercall's instruction),
+and the in-tree patches (x86_64's, arm64's and riscv64's) are generated
+from the same source, apply to
 linux-source-6.1 and linux-source-6.12 and compile.
 
 The first run downloads the headers (14 MB, 16 MB for 6.12) and the
@@ -53,6 +54,10 @@ IN_TREE = {
                       "arch/arm64/pvperf",
                       "pvperf-$(CONFIG_ARM64)\t+= pvperf_aarch64.o",
                       "pvperf_aarch64.c"),
+    "riscv64": InTree(GKP / "0001-riscv-pvperf-paravirtual-PMU.patch",
+                      "arch/riscv/pvperf",
+                      "pvperf-$(CONFIG_RISCV)\t+= pvperf_riscv64.o",
+                      "pvperf_riscv64.c"),
 }
 MARKER = "c7 00 50 56 50 46"     # x86_64's marker store
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pvperf"
@@ -129,12 +134,14 @@ def test_modinfo_license_and_vermagic(build, kver):
 
 
 def objdump_functions(ko: Path, objdump: str = "objdump") -> dict[str, str]:
-    """Disassembly of every function in the module, by name."""
+    """Disassembly of every function in the module, by name (a riscv
+    object keeps its local .L labels for the linker's relaxation: they are
+    inside the function they follow)."""
     out = run([objdump, "-d", ko]).stdout
     funcs, name = {}, None
     for line in out.splitlines():
         m = re.match(r"^[0-9a-f]+ <([^>]+)>:$", line)
-        if m:
+        if m and not m.group(1).startswith(".L"):
             name = m.group(1)
             funcs[name] = ""
         elif name:
@@ -175,24 +182,47 @@ def test_612_module_builds_clean_for_the_images_kernel(build):
     assert modinfo(KO)["vermagic"].startswith("6.1.")
 
 
-@pytest.mark.skipif(not shutil.which("aarch64-linux-gnu-gcc") or
-                    not any((CACHE / "apt" / "arm64" / "lists").glob(
-                        "*_Packages*")),
-                    reason="no arm64 cross compiler or arm64 package lists "
-                    "(pvperf image build --arch aarch64 fetches them)")
-def test_arm64_module_builds_with_one_stur_marker(build):
-    """make KARCH=arm64 cross-builds arm64/pvperf.ko without warnings, its
-    one marker store `stur w16, [x17]` (b8000230) in pvperf_arch_marker."""
-    r = run(["make", "-C", GKP, "KARCH=arm64", "W=1"])
+@dataclass(frozen=True)
+class Cross:
+    """A cross-built driver (make KARCH=...): the private apt directory
+    its headers come from, the toolchain prefix, and its marker store
+    (pvperf_abi.h) as objdump prints it: the word and the instruction."""
+    apt: str
+    pvperf_arch: str
+    prefix: str
+    word: str
+    insn: str
+
+
+CROSS = {
+    "arm64": Cross("arm64", "aarch64", "aarch64-linux-gnu-", "b8000230",
+                   r"stur\s+w16, \[x17\]"),
+    # the 32-bit form: a c.sw would be another word
+    "riscv64": Cross("riscv64-trixie", "riscv64", "riscv64-linux-gnu-",
+                     "00a5a023", r"sw\s+a0,0\(a1\)"),
+}
+
+
+@pytest.mark.parametrize("karch", CROSS)
+def test_cross_module_builds_with_one_marker(build, karch):
+    """make KARCH=arm64 / riscv64 cross-builds KARCH/pvperf.ko without
+    warnings, for the kernel fetch-kbuild.sh resolves (vermagic), with
+    its one marker store in pvperf_arch_marker."""
+    c = CROSS[karch]
+    cross_kdir(karch)               # or skip
+    r = run(["make", "-C", GKP, f"KARCH={karch}", "W=1"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning:" not in r.stdout + r.stderr
-    ko = GKP / "arm64" / "pvperf.ko"
-    funcs = objdump_functions(ko, "aarch64-linux-gnu-objdump")
-    where = {f: body.count("\tb8000230 \t") for f, body in funcs.items()
-             if "\tb8000230 \t" in body}
+    ko = GKP / karch / "pvperf.ko"
+    r = run([GKP / "fetch-kbuild.sh", "--kver"],
+            env=dict(os.environ, KARCH=karch))
+    assert modinfo(ko)["vermagic"].split()[0] == r.stdout.strip()
+    funcs = objdump_functions(ko, c.prefix + "objdump")
+    marker = re.compile(rf"\t{c.word}\s+\t")
+    where = {f: len(marker.findall(body)) for f, body in funcs.items()
+             if marker.search(body)}
     assert where == {"pvperf_arch_marker": 1}
-    assert re.search(r"stur\s+w16, \[x17\]",
-                     funcs["pvperf_arch_marker"]), funcs
+    assert re.search(c.insn, funcs["pvperf_arch_marker"]), funcs
 
 
 def test_hctest_uses_the_drivers_marker_store(kdir):
@@ -232,8 +262,8 @@ def test_patch_is_generated_from_module_source(arch):
 
 def test_make_patch_defaults_to_x86_64_and_refuses_other_arches():
     assert run([GKP / "make-patch.sh"]).stdout == PATCH.read_text()
-    r = run([GKP / "make-patch.sh", "riscv64"])
-    assert r.returncode != 0 and "x86_64 or aarch64" in r.stderr
+    r = run([GKP / "make-patch.sh", "mips64"])
+    assert r.returncode != 0 and "x86_64, aarch64 or riscv64" in r.stderr
 
 
 def new_files(patch_text: str) -> dict[str, str]:
@@ -276,13 +306,16 @@ def test_patch_carries_the_module_source_verbatim(arch):
     assert files == {}
 
 
-def test_the_two_patches_touch_no_file_in_common():
-    """So one tree can take both."""
+def test_no_two_patches_touch_a_file_in_common():
+    """So one tree can take them all."""
     def touched(patch: Path) -> set[str]:
         return set(re.findall(r"^diff --git a/(\S+)", patch.read_text(),
                               re.M))
-    x86, arm64 = (touched(it.patch) for it in IN_TREE.values())
-    assert x86 and arm64 and not x86 & arm64
+    files = [touched(it.patch) for it in IN_TREE.values()]
+    assert len(files) == 3 and all(files)
+    for i, a in enumerate(files):
+        for b in files[i + 1:]:
+            assert not a & b
 
 
 def test_kbuild_names_every_driver_source():
@@ -364,7 +397,8 @@ def test_arch_file_implements_the_seam_and_nothing_generic():
                         "pvperf_arch_overflow_irq_register",
                         "pvperf_arch_fault_hook_register"}
     arch_files = [n for n in driver_sources() if ARCH_FILE.fullmatch(n)]
-    assert arch_files == ["pvperf_aarch64.c", "pvperf_x86_64.c"]
+    assert arch_files == ["pvperf_aarch64.c", "pvperf_riscv64.c",
+                          "pvperf_x86_64.c"]
     for name in arch_files:
         code = strip_c_comments((GKP / name).read_text())
         defined = set(re.findall(r"^\w[\w ]*\b(pvperf_arch_\w+)\(", code,
@@ -390,22 +424,35 @@ def test_patch_applies_to_linux_source(source, release, arch):
 @pytest.fixture(scope="module")
 def kdir_arm64() -> Path:
     """Debian's arm64 6.1 headers (fetch-kbuild.sh KARCH=arm64), or skip."""
-    if not shutil.which("aarch64-linux-gnu-gcc") or not any(
-            (CACHE / "apt" / "arm64" / "lists").glob("*_Packages*")):
-        pytest.skip("no arm64 cross compiler or arm64 package lists "
-                    "(pvperf image build --arch aarch64 fetches them)")
-    r = run([GKP / "fetch-kbuild.sh"], env=dict(os.environ, KARCH="arm64"))
+    return cross_kdir("arm64")
+
+
+@pytest.fixture(scope="module")
+def kdir_riscv64() -> Path:
+    """trixie's riscv64 6.12 headers (fetch-kbuild.sh KARCH=riscv64), or
+    skip."""
+    return cross_kdir("riscv64")
+
+
+def cross_kdir(karch: str) -> Path:
+    c = CROSS[karch]
+    if not shutil.which(c.prefix + "gcc") or not any(
+            (CACHE / "apt" / c.apt / "lists").glob("*_Packages*")):
+        pytest.skip(f"no {karch} cross compiler or {karch} package lists "
+                    f"(pvperf image build --arch {c.pvperf_arch} fetches them)")
+    r = run([GKP / "fetch-kbuild.sh"], env=dict(os.environ, KARCH=karch))
     assert r.returncode == 0, r.stderr
     return Path(r.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("arch,headers", [
-    ("x86_64", "kdir"), ("x86_64", "kdir612"), ("aarch64", "kdir_arm64")])
+    ("x86_64", "kdir"), ("x86_64", "kdir612"), ("aarch64", "kdir_arm64"),
+    ("riscv64", "kdir_riscv64")])
 def test_patched_files_compile_in_tree_layout(request, arch, headers):
     """Build the patch's files as a module with the in-tree layout (the
     ABI header beside the sources, no include path) and its own Makefile,
-    against the headers of 6.1 and 6.12 (x86_64) and of arm64's 6.1
-    (cross-compiled)."""
+    against the headers of 6.1 and 6.12 (x86_64), of arm64's 6.1 and of
+    riscv64's 6.12 (cross-compiled)."""
     it = IN_TREE[arch]
     kdir = request.getfixturevalue(headers)
     work = CACHE / f"test-intree-build-{headers}"
@@ -418,8 +465,10 @@ def test_patched_files_compile_in_tree_layout(request, arch, headers):
         # The in-tree Makefile, plus what the arch Makefile would provide.
         (src / "Kbuild").write_text(
             "CONFIG_PVPERF_PMU := m\n" + (src / "Makefile").read_text())
-        cross = (["ARCH=arm64", "CROSS_COMPILE=aarch64-linux-gnu-"]
-                 if arch == "aarch64" else [])
+        # what the Makefile passes for KARCH=arm64 / riscv64
+        cross = {"aarch64": ["ARCH=arm64", "CROSS_COMPILE=aarch64-linux-gnu-"],
+                 "riscv64": ["ARCH=riscv", "CROSS_COMPILE=riscv64-linux-gnu-",
+                             "CC=riscv64-linux-gnu-gcc-12"]}.get(arch, [])
         # No module BTF (as the Makefile): 6.12's needs pahole and the
         # kernel's vmlinux, neither of which the headers bring.
         r = run(["make", "-C", kdir, f"M={src}", *cross, "KCFLAGS=-Werror",
