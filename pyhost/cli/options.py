@@ -36,7 +36,7 @@ def parse_mem(text: str) -> int:
     try:
         check_mem(mib)
     except PvperfError as e:
-        raise click.BadParameter(f"{text}: {e.cause}")
+        raise click.BadParameter(f"{text}: {e.cause}; {e.hint}")
     return mib
 
 
