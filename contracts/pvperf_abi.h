@@ -164,12 +164,14 @@
 #define PVPERF_COUNT_LINGER_MS		2000
 
 /*
- * Largest guest RAM the host serves, in MiB.  The host reads guest memory
- * through the RAM file, whose offsets equal guest physical addresses only
- * below the machine's low-memory hole (3 GiB on pc, 2 GiB on q35 when RAM
- * exceeds 2.75 GiB); one limit for both keeps every side simple.
+ * Largest guest RAM the host serves, in MiB: 512 GiB.  The host reads
+ * guest memory through the RAM file, whose layout in guest physical
+ * memory (one range, or two around the pc machine's PCI hole below 4 GiB)
+ * holds up to here; on pc, RAM reaching the AMD HyperTransport hole at
+ * 1012 GiB would move to 1 TiB.  Below this, the host's memory sets the
+ * limit (checked before boot).
  */
-#define PVPERF_MAX_RAM_MB		2048
+#define PVPERF_MAX_RAM_MB		524288
 
 /* Smallest period the host programs (x86's limit_period analogue). */
 #define PVPERF_MIN_PERIOD		128

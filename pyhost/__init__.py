@@ -26,6 +26,7 @@ circle, within a package either:
   abi        the Python mirror of contracts/pvperf_abi.h
   guest_contract  the names pyhost and the image's /init agree on
   elf        in-memory ELF files (pyelftools)
+  ram        where guest RAM sits: guest physical addresses <-> RAM file
   paths      where pvperf's files and cache are
   errors     the exception hierarchy (one root: PvperfError)
 

@@ -78,9 +78,10 @@ ATTR_KNOWN = (1 << 15) - 1
 
 # Counting stays on this long after the last CLOSE (pvperf_abi.h).
 COUNT_LINGER_MS = 2000
-# The largest guest RAM pvperf serves, for every side (vm.launcher refuses
-# more before boot; the plugin refuses a larger RAM file).
-MAX_RAM_MB = 2048
+# The largest guest RAM pvperf's RAM layouts describe, for every side
+# (pvperf_abi.h says why); the host's memory is the usual limit
+# (vm.launcher refuses more than it can give, before boot).
+MAX_RAM_MB = 512 << 10
 MIN_PERIOD = 128
 MAX_PERIOD = 1 << 62
 SAMPLE_BUF_MIN = 4096

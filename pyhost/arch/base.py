@@ -8,6 +8,9 @@ import platform
 from dataclasses import dataclass
 from typing import Callable
 
+from .. import abi
+from ..ram import RamLayout
+
 
 class UnbootableKernel(Exception):
     """A kernel image QEMU cannot boot on this architecture's machine."""
@@ -92,6 +95,9 @@ class Arch:
     # the boot image's name in the kernel package's /boot, before
     # "-<release>"
     kernel_file: str = "vmlinuz"
+    # the gpa range [start, end) RAM skips if it reaches start (the
+    # machine's hole below 4 GiB; ram.py), or None: one range
+    ram_hole: tuple[int, int] | None = None
     # what pvperf still lacks to be this architecture's guest PMU (the
     # plugin's table, the guest driver); "": nothing, runs may use it
     pmu_missing: str = ""
@@ -104,9 +110,15 @@ class Arch:
         """Can the host run this architecture's programs (busybox, ldd)?"""
         return self.name == platform.machine()
 
-    def ram_offset(self, gpa: int) -> int:
-        """The RAM file offset of guest physical address ``gpa``."""
-        return gpa - self.ram_base
+    def ram_layout(self, size: int) -> RamLayout:
+        """Where ``size`` bytes of guest RAM sit in guest physical
+        memory (ram.py)."""
+        return RamLayout(self.ram_base, size, self.ram_hole)
+
+    def ram_offset(self, gpa: int) -> int | None:
+        """The RAM file offset of guest physical address ``gpa`` in the
+        largest RAM pvperf serves (None: not RAM)."""
+        return self.ram_layout(abi.MAX_RAM_MB << 20).offset(gpa)
 
     def disassembler(self):
         """A capstone disassembler for this architecture's code (capstone

@@ -12,7 +12,6 @@ from pathlib import Path
 import click
 
 from .. import arch as arches
-from .. import abi
 from ..errors import PvperfError
 from ..guest_contract import SHARE_MOUNT
 from ..image import build as image_build
@@ -20,14 +19,15 @@ from ..image import recipe as image_recipe
 from ..image import stage
 from ..image import userkernel
 from ..pmu import events, geometry
-from ..vm import determinism
+from ..vm import determinism, hostmem
 from ..vm.launcher import MIN_MEM_MB, VMConfig, check_mem, preflight
 
 SIZE_RE = re.compile(r"^(\d+)([MmGg]?)$")
 
 
 def parse_mem(text: str) -> int:
-    """'1G' / '512M' / '768' (MiB) -> MiB, within the ABI's RAM limit."""
+    """'1G' / '512M' / '768' (MiB) -> MiB, within the ABI's RAM limit and
+    what the host can give (vm.launcher.check_mem)."""
     m = SIZE_RE.match(text.strip())
     if not m:
         raise click.BadParameter(f"{text!r} is not a size like 512M or 1G")
@@ -36,7 +36,7 @@ def parse_mem(text: str) -> int:
     try:
         check_mem(mib)
     except PvperfError as e:
-        raise click.BadParameter(f"{text}: {e.cause}")
+        raise click.BadParameter(f"{text}: {e.cause}; {e.hint}")
     return mib
 
 
@@ -120,8 +120,9 @@ def vm_options(pmu_switch: bool = True):
                      show_default=True, help="number of vCPUs"),
         click.option("--mem", "mem", default="1G", show_default=True,
                      callback=_mem_callback,
-                     help=f"guest RAM, {MIN_MEM_MB}M.."
-                     f"{abi.MAX_RAM_MB // 1024}G (e.g. 512M, 2G)"),
+                     help=f"guest RAM, {MIN_MEM_MB}M up to what the host "
+                     f"can give (MemAvailable less {hostmem.RESERVE_MB}M, "
+                     "/dev/shm's free space) (e.g. 512M, 6G)"),
         click.option("--share", type=click.Path(exists=True, file_okay=False,
                                                 path_type=Path),
                      default=None, help="host directory mounted read-write "

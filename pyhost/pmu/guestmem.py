@@ -1,12 +1,11 @@
 """Bounds-checked access to guest physical memory.
 
-Guest RAM is a memory-backend-file shared with QEMU, one contiguous range
-of guest physical addresses (gpa) from the machine's RAM base (Arch.ram_base):
-the file offset of a byte is its gpa less that base (on the pc machine,
-below the low-memory hole, the gpa itself, so RAM is limited to
-abi.MAX_RAM_MB).  Every access a guest can steer is checked here: inside RAM,
-aligned, and never straddling the end.  Out-of-range input raises
-``GuestMemoryError`` (the hypercall backend turns it into -EFAULT).
+Guest RAM is a memory-backend-file shared with QEMU, laid out in guest
+physical memory (gpa) as the machine's RamLayout says (pyhost/ram.py: one
+range from its RAM base, or two around the pc machine's hole below
+4 GiB).  Every access a guest can steer is checked here: inside one range
+of RAM, aligned, and never straddling a range's end.  Out-of-range input
+raises ``GuestMemoryError`` (the hypercall backend turns it into -EFAULT).
 """
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ import mmap
 import os
 
 from .. import abi
+from ..ram import RamLayout
 
 
 class GuestMemoryError(ValueError):
@@ -23,10 +23,12 @@ class GuestMemoryError(ValueError):
 class GuestMemory:
     """Guest RAM seen through a buffer (an mmap of the RAM file in real use)."""
 
-    def __init__(self, buf, size: int | None = None, base: int = 0):
+    def __init__(self, buf, layout: RamLayout | None = None):
+        """``layout``: where buf's bytes sit in guest physical memory
+        (default: all of buf from gpa 0)."""
         self._buf = memoryview(buf)
-        self.base = base            # the gpa of buf[0]
-        self.size = len(self._buf) if size is None else size
+        self.layout = layout or RamLayout(0, len(self._buf))
+        self.size = self.layout.size
         if self.size > abi.MAX_RAM_MB << 20:
             raise GuestMemoryError(f"guest RAM above {abi.MAX_RAM_MB} MiB "
                                    "is not supported")
@@ -34,18 +36,19 @@ class GuestMemory:
         self._fd = None
 
     @classmethod
-    def open_file(cls, path: str, base: int = 0) -> "GuestMemory":
-        """Map the guest RAM file read-write, shared with QEMU; its first
-        byte is at gpa ``base``."""
+    def open_file(cls, path: str, layout: RamLayout) -> "GuestMemory":
+        """Map the guest RAM file read-write, shared with QEMU; ``layout``
+        says where its bytes are in guest physical memory."""
         fd = os.open(path, os.O_RDWR)
         try:
-            size = os.fstat(fd).st_size
-            mm = mmap.mmap(fd, size, mmap.MAP_SHARED,
+            if os.fstat(fd).st_size < layout.size:
+                raise GuestMemoryError(f"{path} is smaller than {layout}")
+            mm = mmap.mmap(fd, layout.size, mmap.MAP_SHARED,
                            mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             raise
-        mem = cls(mm, size, base)
+        mem = cls(mm, layout)
         mem._mmap, mem._fd = mm, fd
         return mem
 
@@ -56,23 +59,24 @@ class GuestMemory:
             os.close(self._fd)
             self._mmap = self._fd = None
 
-    def check(self, gpa: int, size: int, align: int = 1) -> None:
-        """Raise unless [gpa, gpa+size) lies in RAM and gpa is aligned."""
+    def check(self, gpa: int, size: int, align: int = 1) -> int:
+        """The file offset of [gpa, gpa+size); raise unless it lies in one
+        range of RAM and gpa is aligned."""
         if size <= 0 or gpa < 0:
             raise GuestMemoryError(f"bad range gpa={gpa:#x} size={size}")
         if gpa % align:
             raise GuestMemoryError(f"gpa {gpa:#x} not {align}-byte aligned")
-        if gpa < self.base or gpa + size > self.base + self.size:
+        off = self.layout.offset(gpa, size)
+        if off is None:
             raise GuestMemoryError(f"gpa {gpa:#x}+{size} outside guest RAM "
-                                   f"({self.size:#x} bytes)")
+                                   f"({self.layout})")
+        return off
 
     def read(self, gpa: int, size: int, align: int = 1) -> bytes:
         """Return a private copy of guest memory (read once, then validate)."""
-        self.check(gpa, size, align)
-        off = gpa - self.base
+        off = self.check(gpa, size, align)
         return bytes(self._buf[off:off + size])
 
     def write(self, gpa: int, data: bytes, align: int = 1) -> None:
-        self.check(gpa, len(data), align)
-        off = gpa - self.base
+        off = self.check(gpa, len(data), align)
         self._buf[off:off + len(data)] = data

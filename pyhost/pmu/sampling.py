@@ -40,6 +40,7 @@ decision was based on except ``tail``, which is range-checked.
 from __future__ import annotations
 
 import errno
+import logging
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -55,6 +56,8 @@ from .model import PmuError, PmuEvent
 NMI_RETRY_S = proto.IRQ_RETRY_US / 1e6
 NMI_RETRY_OVERFLOWS = 64
 U32 = (1 << 32) - 1
+
+log = logging.getLogger("pvperf.pmu")
 
 
 @dataclass
@@ -128,6 +131,9 @@ class Sampler:
                            f"1..{capacity}")
         self.memory.write(gpa, bytes(abi.SAMPLE_BUF.size), align=8)
         self.rings[vcpu] = SampleRing(gpa, capacity, watermark)
+        # Where the guest put it (tests/vm/test_bigmem.py: beyond 4 GiB).
+        log.debug("vcpu %d: sample ring at gpa %#x, %d bytes", vcpu, gpa,
+                  size)
 
     def deliver(self, msg: proto.OverflowMessage, event: PmuEvent) -> None:
         """Steps 1-3 above for one overflow of ``event``."""

@@ -401,8 +401,7 @@ def _check_pmu_state(config: VMConfig, what: str) -> None:
     """Restore the service's state into a throwaway backend of the same
     shape (the launcher does it again for real): refused here, it is
     refused before anything is printed or started."""
-    memory = GuestMemory(b"", size=config.mem_mb << 20,
-                         base=config.arch.ram_base)
+    memory = GuestMemory(b"", config.arch.ram_layout(config.mem_mb << 20))
     backend = PerfBackend(memory, max_vcpus=config.smp, timing=config.timing,
                           deterministic=config.deterministic,
                           kernel_half_start=config.arch.kernel_half_start)

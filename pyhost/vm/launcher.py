@@ -56,7 +56,7 @@ from ..pmu.doorbell import Doorbell, check_overflow_irq, uses_doorbell
 from ..pmu.nmi import NmiInjector
 from ..pmu.service import PluginService
 from ..pmu import snapshot
-from . import channels, determinism, qmp
+from . import channels, determinism, hostmem, qmp
 from .boot import BootImage
 from .console import Console
 from .qemu import check_qemu_for_plugin, find_qemu, \
@@ -72,15 +72,17 @@ POWEROFF_TIMEOUT = 15.0
 MIN_MEM_MB = 64
 
 
-def check_mem(mem_mb: int) -> None:
-    """Refuse guest RAM outside MIN_MEM_MB..abi.MAX_RAM_MB (one limit for
-    every side, pvperf_abi.h PVPERF_MAX_RAM_MB: below the low-memory hole
-    RAM file offsets are guest physical addresses)."""
+def check_mem(mem_mb: int, host: "hostmem.HostMemory | None" = None) -> None:
+    """Refuse guest RAM outside MIN_MEM_MB..abi.MAX_RAM_MB (what pvperf's
+    RAM layouts describe, pvperf_abi.h PVPERF_MAX_RAM_MB) or beyond what
+    this host can give (hostmem.py; ``host``: its figures, default read
+    now)."""
     if not MIN_MEM_MB <= mem_mb <= abi.MAX_RAM_MB:
         raise VMError("bad --mem", f"{mem_mb} MiB is outside "
                       f"{MIN_MEM_MB}M..{abi.MAX_RAM_MB}M",
                       f"use at most {abi.MAX_RAM_MB}M "
                       f"({abi.MAX_RAM_MB // 1024}G)")
+    hostmem.check_host(mem_mb, host)
 
 
 def preflight(config: "VMConfig") -> None:
@@ -308,8 +310,8 @@ class VM:
             determinism.write_initrd(self.initrd_path, c.image.initramfs,
                                      c.initrd_overlay)
         if c.pmu:
-            self.memory = GuestMemory.open_file(str(self.ram_path),
-                                                base=c.arch.ram_base)
+            self.memory = GuestMemory.open_file(
+                str(self.ram_path), c.arch.ram_layout(c.mem_mb << 20))
             # The doorbell, or NMIs over QMP (bound below, once QMP is up).
             self.irq = Doorbell(c.smp) if uses_doorbell(
                 c.arch, c.overflow_irq, c.deterministic) else NmiInjector()

@@ -90,9 +90,12 @@ struct arch {
 	/* The first virtual address of the kernel half: code at or above
 	 * it counts as kernel code, the rest as user code. */
 	uint64_t kernel_start;
-	/* The gpa of the RAM file's first byte (the machine's RAM base):
-	 * a gpa indexes the file at gpa - ram_base. */
+	/* The gpa of the RAM file's first byte (the machine's RAM base),
+	 * and the gpa range [ram_hole_start, ram_hole_end) RAM skips if it
+	 * reaches it (ram_hole_end 0: none, RAM is one range): the RAM
+	 * layout (pvperf/ramlayout.h; pyhost's Arch.ram_base, ram_hole). */
 	uint64_t ram_base;
+	uint64_t ram_hole_start, ram_hole_end;
 	/* QEMU's names (qemu_plugin_get_registers) of enum guest_reg. */
 	const char *reg_names[N_GUEST_REGS];
 	/* The marker instruction, the hypercall's store (pvperf_abi.h):

@@ -39,10 +39,12 @@
  * task= path (pvperf-rmap.so) starts at the kernel GS base, this CPU's
  * per-cpu base (runqueues.curr of this CPU).
  *
- * Guest physical addresses.  On the pc machine the RAM file's offset
- * equals the guest physical address below the 3 GiB hole (2 GiB on q35);
- * the ABI limit PVPERF_MAX_RAM_MB keeps all of RAM below it.  A FAULT's
- * page walk is the 4-level one (no LA57) at the vCPU's cr3.
+ * Guest physical addresses.  On the pc machine RAM starts at 0 and runs
+ * up to the PCI hole at 3 GiB, where the launcher pins it
+ * (max-ram-below-4g, pyhost/arch/x86_64.py RAM_BELOW_4G); the rest of the
+ * RAM file is mapped from 4 GiB (QEMU 10.0 hw/i386/pc.c pc_memory_init,
+ * "ram-above-4g").  A FAULT's page walk is the 4-level one (no LA57) at
+ * the vCPU's cr3.
  */
 #include <glib.h>
 #include <capstone/capstone.h>
@@ -513,6 +515,8 @@ const struct arch arch_x86_64 = {
 	.target = "x86_64",
 	.kernel_start = PVPERF_X86_64_KERNEL_HALF_START,
 	.ram_base = 0,
+	.ram_hole_start = 0xc0000000,		/* pc, max-ram-below-4g=3G */
+	.ram_hole_end = 0x100000000,
 	.reg_names = {
 		"rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
 		"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",

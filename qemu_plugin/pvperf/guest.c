@@ -4,10 +4,11 @@
  *
  * RAM.  Guest RAM is a memory-backend-file (share=on) that we map
  * MAP_SHARED read-write at install (QEMU creates the backend before it
- * loads plugins: system/vl.c qemu_create_late_backends).  Its file
- * offset is the guest physical address less the machine's RAM base
- * (arch.h ram_base; the architecture's file says why that holds on the
- * machine pvperf boots).
+ * loads plugins: system/vl.c qemu_create_late_backends).  Where its bytes
+ * sit in guest physical memory is the machine's RAM layout (ramlayout.h,
+ * from arch.h's ram_base and ram_hole; the architecture's file says why
+ * that holds on the machine pvperf boots): every gpa <-> offset here
+ * goes through it.
  *
  * Physical addresses of code.  System-mode TBs are PC-relative
  * (CF_PCREL): one TB serves every process that maps its physical page, at whatever
@@ -37,9 +38,11 @@
 
 #include "core.h"
 #include "guest.h"
+#include "ramlayout.h"
 
 static uint8_t *ram;		/* our mapping, or NULL */
 static uint64_t ram_size;
+static struct ram_layout ram_layout;
 static char *ram_real_path;	/* for QEMU's mapping in /proc/self/maps */
 /* QEMU's host address of the RAM file's first byte, or UINTPTR_MAX. */
 static uintptr_t qemu_ram_base = UINTPTR_MAX;
@@ -69,6 +72,8 @@ static int map_ram(int fd, const char *path, uint64_t *size)
 		return -errno;
 	}
 	ram_size = *size;
+	ram_layout_init(&ram_layout, pv.arch->ram_base, ram_size,
+			pv.arch->ram_hole_start, pv.arch->ram_hole_end);
 	return 0;
 }
 
@@ -131,10 +136,9 @@ void guest_ram_exit(void)
 /* [gpa, gpa + len) inside RAM: our pointer to it, else NULL. */
 void *guest_ram_block(uint64_t gpa, uint64_t len)
 {
-	uint64_t off = gpa - pv.arch->ram_base;
+	uint64_t off;
 
-	if (!ram || gpa < pv.arch->ram_base || len > ram_size ||
-	    off > ram_size - len)
+	if (!ram || !ram_layout_offset(&ram_layout, gpa, len, &off))
 		return NULL;
 	return ram + off;
 }
@@ -144,10 +148,12 @@ uint64_t guest_insn_gpa(const struct qemu_plugin_insn *insn)
 {
 	uintptr_t h = (uintptr_t)qemu_plugin_insn_haddr(insn);
 	uintptr_t base = qemu_ram_base;
+	uint64_t gpa;
 
-	if (base == UINTPTR_MAX || !h || h < base || h - base >= ram_size)
+	if (base == UINTPTR_MAX || !h || h < base ||
+	    !ram_layout_gpa(&ram_layout, h - base, &gpa))
 		return GPA_NONE;
-	return h - base + pv.arch->ram_base;
+	return gpa;
 }
 
 static bool read_ram_u64(uint64_t gpa, uint64_t *val)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from pyhost import abi
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "qemu_plugin" / "tests"))
 import pvharness as h  # noqa: E402
 
@@ -307,16 +309,23 @@ def test_other_architectures_targets_load(qemu):
 
 
 def test_ram_size_limits():
-    """RAM above 2 GiB is refused unless ramsize= limits the mapping."""
+    """RAM above PVPERF_MAX_RAM_MB is refused unless ramsize= limits the
+    mapping; RAM beyond 4 GiB below it is mapped."""
     h.build()
-    big = h.GuestRam(size=3 << 30)          # sparse: costs no memory
+    limit = abi.MAX_RAM_MB << 20
+    big = h.GuestRam(size=limit + (1 << 20))    # sparse: costs no memory
     small = h.GuestRam()
+    beyond_4g = h.GuestRam(size=6 << 30)
     try:
         res = h.run_guest(h.TESTS_DIR / "pvtest.bin",
                           plugin_opts=[f"ram={big.path}"], timeout=30)
-        assert res.returncode == 1 and "2048 MiB" in res.stderr
+        assert res.returncode == 1 and \
+            f"{abi.MAX_RAM_MB} MiB" in res.stderr, res.stderr
         res = h.run_guest(h.TESTS_DIR / "pvtest.bin",
                           plugin_opts=[f"ram={big.path}", f"ramsize={1 << 30}"])
+        assert res.exit_code == exit_value(4, 4), res.stderr
+        res = h.run_guest(h.TESTS_DIR / "pvtest.bin",
+                          plugin_opts=[f"ram={beyond_4g.path}"])
         assert res.exit_code == exit_value(4, 4), res.stderr
         res = h.run_guest(h.TESTS_DIR / "pvtest.bin",
                           plugin_opts=[f"ram={small.path}", f"ramsize={3 << 30}"],
@@ -325,6 +334,7 @@ def test_ram_size_limits():
     finally:
         big.close()
         small.close()
+        beyond_4g.close()
 
 
 def test_classifier_and_models_unit():

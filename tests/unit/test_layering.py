@@ -6,7 +6,7 @@ architectures in one place (qemu_plugin/arch/).  The plugins' units by
 symbols and the README's table of them: test_link_layering.py.
 
     cli -> sweep -> profile, results -> image -> vm -> pmu, arch
-        -> abi, errors, paths, digest, guest_contract, elf
+        -> abi, errors, paths, digest, guest_contract, elf, ram
 
 The image builder sits above the VM launcher because its smoke boot uses
 that one launcher; the launcher never imports the image package.
@@ -23,7 +23,7 @@ from support import REPO
 
 PYHOST = REPO / "pyhost"
 LAYERS = {"abi": 0, "errors": 0, "paths": 0, "digest": 0,
-          "guest_contract": 0, "elf": 0, "arch": 1, "pmu": 1, "vm": 2,
+          "guest_contract": 0, "elf": 0, "ram": 0, "arch": 1, "pmu": 1, "vm": 2,
           "image": 3, "profile": 4, "results": 4, "sweep": 5, "cli": 6}
 MAX_LINES = 600
 

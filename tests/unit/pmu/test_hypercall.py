@@ -11,6 +11,7 @@ import random
 import pytest
 
 from pyhost import abi
+from pyhost.ram import RamLayout
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.guestmem import GuestMemory, GuestMemoryError
 from pyhost.pmu.hypercall import PerfBackend, RateLimiter
@@ -199,11 +200,27 @@ def test_guest_memory_from_a_ram_base():
     """RAM from gpa 0x40000000 (arm64's virt): the gpa less the base
     indexes the buffer, and gpas below the base are outside RAM."""
     buf = bytearray(4096)
-    mem = GuestMemory(buf, base=0x40000000)
+    mem = GuestMemory(buf, RamLayout(0x40000000, len(buf)))
     mem.write(0x40000008, b"abcd", align=8)
     assert buf[8:12] == b"abcd"
     assert mem.read(0x40000008, 4) == b"abcd"
     for gpa, size in ((8, 4), (0x3ffffffc, 8), (0x40000ffc, 8)):
+        with pytest.raises(GuestMemoryError):
+            mem.read(gpa, size)
+
+
+def test_guest_memory_around_a_hole():
+    """RAM in two ranges (x86's pc beyond 3 GiB; here the hole starts
+    after one page): the second range is the file after the first, and
+    the hole and a read straddling it are outside RAM."""
+    buf = bytearray(8192)
+    mem = GuestMemory(buf, RamLayout(0, len(buf), hole=(4096, 1 << 32)))
+    mem.write(1 << 32, b"high", align=4)
+    assert buf[4096:4100] == b"high"
+    mem.write(4092, b"low!", align=4)
+    assert buf[4092:4096] == b"low!"
+    for gpa, size in ((4096, 4), (4092, 8), ((1 << 32) - 4, 8),
+                      ((1 << 32) + 4092, 8)):
         with pytest.raises(GuestMemoryError):
             mem.read(gpa, size)
 

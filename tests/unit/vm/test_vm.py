@@ -7,7 +7,8 @@ import tempfile
 
 import pytest
 
-from pyhost.vm import channels, launcher as vm_mod
+from pyhost import abi
+from pyhost.vm import channels, hostmem, launcher as vm_mod
 from pyhost.errors import SetupError, VMError
 from pyhost.image.store import GuestImage
 from pyhost.vm.channels import sweep_stale_shm
@@ -66,9 +67,17 @@ def test_failed_start_returns_to_idle_and_leaves_nothing(tmp_path):
     assert not machine.ram_path.exists()
 
 
-def test_bad_mem_is_refused_before_anything_starts(tmp_path):
+@pytest.mark.parametrize("beyond", ["abi", "host"])
+def test_bad_mem_is_refused_before_anything_starts(tmp_path, monkeypatch,
+                                                    beyond):
+    """Above the ABI's ceiling, or above what the host can give."""
+    mem_mb = abi.MAX_RAM_MB + 1
+    if beyond == "host":
+        small = hostmem.HostMemory(available_mb=4096, shm_free_mb=4096)
+        monkeypatch.setattr(hostmem, "host_memory", lambda: small)
+        mem_mb = 4096
     cfg = VMConfig(image=fake_image(tmp_path), share=tmp_path, pmu=False,
-                   mem_mb=8192)
+                   mem_mb=mem_mb)
     machine = VM(cfg)
     with pytest.raises(VMError, match="--mem"):
         asyncio.run(machine.start())
