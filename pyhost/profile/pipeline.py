@@ -25,7 +25,7 @@ class Profiled:
 
 
 def profile(config: VMConfig, output: Path, *, tb_size_mb: int | None = None,
-            perfmap: bool = False,
+            perfmap: bool = False, table_sort: str = "host",
             run: Callable[[Coroutine], Any] = asyncio.run) -> Profiled:
     """Run ``config``'s command while sampling QEMU, resolve every sample
     and write session.json and its renderings into ``output``.  ``run``
@@ -40,4 +40,5 @@ def profile(config: VMConfig, output: Path, *, tb_size_mb: int | None = None,
     finally:
         record.remove_workdir(rec.workdir)
     session.write_session(sess, output)
-    return Profiled(rec.status, session.render_all(sess, output))
+    return Profiled(rec.status, session.render_all(sess, output,
+                                                   table_sort))

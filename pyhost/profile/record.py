@@ -77,6 +77,12 @@ def with_tb_size(argv: list[str], tb_size_mb: int) -> list[str]:
     """QEMU's argv with a code buffer of tb_size_mb MiB: ``-accel
     tcg,tb-size=N`` (QEMU refuses it together with -machine accel=)."""
     argv = list(argv)
+    if "-accel" in argv:            # --tcg: add to its options
+        i = argv.index("-accel") + 1
+        argv[i] = ",".join([o for o in argv[i].split(",")
+                            if not o.startswith("tb-size=")] +
+                           [f"tb-size={tb_size_mb}"])
+        return argv
     i = argv.index("-machine") + 1
     opts = argv[i].split(",")
     if "accel=tcg" not in opts:
@@ -109,7 +115,8 @@ class ProfiledVM(VM):
 
     def plugin_arg(self) -> str:
         opts = [str(RMAP_PLUGIN_PATH),
-                f"out={qemu_escape(str(self.rmap_path))}"]
+                f"out={qemu_escape(str(self.rmap_path))}",
+                "counts=on"]     # guest instructions per TB: bt_table.py
         if self.task is not None:
             opts.append(f"task={self.task.plugin_option()}")
         if self.verbose:
