@@ -32,6 +32,7 @@ The file (TOML; docs/sweep.md has a full example)::
   mem = "512M"
   tcg = "tb-size=64,one-insn-per-tb=on"   # as `pvperf run --tcg`: the
                                    # translator as an experiment's axis
+  dir = "build/qemu/VER/build"     # as `pvperf run --qemu`: another QEMU
 
 Cells are the cartesian product workload x model x smp x qemu x arch, in
 that order.  Each has a readable name (the axis entries' names; the
@@ -62,7 +63,7 @@ GEOMETRY_KEYS = {"I1": geometry.parse_geometry, "D1": geometry.parse_geometry,
                  "dTLB": geometry.parse_tlb}
 MODEL_KEYS = {"name", "cachegrind_compat", "timing", "penalties",
               *GEOMETRY_KEYS}
-QEMU_KEYS = {"name", "deterministic", "mem", "tcg"}
+QEMU_KEYS = {"name", "deterministic", "mem", "tcg", "dir"}
 NAME = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
 MAX_SMP = 8
 
@@ -138,6 +139,8 @@ class Cell:
             args += ["--mem", q["mem"]]
         if q.get("tcg"):
             args += ["--tcg", q["tcg"]]
+        if q.get("dir"):
+            args += ["--qemu", q["dir"]]
         if self.timeout is not None:
             args += ["--timeout", str(self.timeout)]
         command = self.workload["command"].replace("{arch}", self.arch)
@@ -235,6 +238,9 @@ def _qemu(where: str, entry) -> dict:
             parse_tcg_options(str(entry["tcg"]))
         except ValueError as e:
             raise MatrixError(f"{where}.tcg", str(e)) from e
+    if "dir" in entry and not Path(str(entry["dir"])).is_dir():
+        raise MatrixError(f"{where}.dir", "must be a directory holding "
+                          "qemu-system-ARCH (scripts/build-qemu.sh)")
     return entry
 
 

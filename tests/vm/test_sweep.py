@@ -96,13 +96,14 @@ def test_bad_matrices_are_refused_in_one_line(tmp_path, change, message):
 
 
 def test_the_qemu_axis_passes_translator_options(tmp_path):
-    m = sweep_matrix.load(write(tmp_path, MATRIX + """
+    m = sweep_matrix.load(write(tmp_path, MATRIX + f"""
 [[qemu]]
 name = "tcg"
 
 [[qemu]]
 name = "one-insn"
 tcg = "one-insn-per-tb=on,tb-size=64"
+dir = "{tmp_path}"
 """))
     cells = [c for c in m.cells if c.name.startswith("loop.default.smp1.")]
     assert [c.name.rsplit(".", 1)[1] for c in cells] == ["tcg", "one-insn"]
@@ -110,6 +111,7 @@ tcg = "one-insn-per-tb=on,tb-size=64"
     assert "--tcg" not in args[0]
     assert args[1][args[1].index("--tcg") + 1] == \
         "one-insn-per-tb=on,tb-size=64"
+    assert args[1][args[1].index("--qemu") + 1] == str(tmp_path)
     assert cells[0].id != cells[1].id
 
 
