@@ -26,6 +26,7 @@ class Profiled:
 
 def profile(config: VMConfig, output: Path, *, tb_size_mb: int | None = None,
             perfmap: bool = False, table_sort: str = "host",
+            counts: bool = True,
             run: Callable[[Coroutine], Any] = asyncio.run) -> Profiled:
     """Run ``config``'s command while sampling QEMU, resolve every sample
     and write session.json and its renderings into ``output``.  ``run``
@@ -34,7 +35,7 @@ def profile(config: VMConfig, output: Path, *, tb_size_mb: int | None = None,
     interrupts it at once."""
     output.mkdir(parents=True, exist_ok=True)
     rec = run(record.record(config, output.resolve(), tb_size_mb=tb_size_mb,
-                            perfmap=perfmap))
+                            perfmap=perfmap, counts=counts))
     try:
         sess = resolve.resolve(rec, config.image, config.share)
     finally:
