@@ -46,6 +46,13 @@
  *   kernel code (x86_64 `mov %reg,%cr3`, aarch64 `msr ttbr0_el1, xN`):
  *   the base written, the vCPU, and (with the plugin's task= option) the
  *   tgid and comm of the task the CPU switches to, or RMAP_NO_PID.
+ * RMAP_REC_COUNTS, at exit with the counts=on option (file flag
+ *   RMAP_FILE_COUNTS): header, struct rmap_counts, then u64
+ *   executions[n_tbs]: how many times the TB records first_tb ..
+ *   first_tb + n_tbs - 1 (0-based, in file order of RMAP_REC_TB) ran,
+ *   summed over vCPUs; counted at each TB's start (a TB left in its
+ *   middle by a fault counts whole).  Records cover the TB records in
+ *   order; a TB record without a count (file cut short) ran unknown times.
  */
 #ifndef PVPERF_RMAP_FORMAT_H
 #define PVPERF_RMAP_FORMAT_H
@@ -59,9 +66,11 @@
 #define RMAP_REC_FLUSH		2
 #define RMAP_REC_VCPU		3
 #define RMAP_REC_ASPACE		4
+#define RMAP_REC_COUNTS		5
 
 /* rmap_file_header.flags */
 #define RMAP_FILE_TASKS		0x1	/* ASPACE records name tasks (task=) */
+#define RMAP_FILE_COUNTS	0x2	/* COUNTS records at exit (counts=on) */
 
 /* rmap_tb.flags */
 #define RMAP_TB_KERNEL		0x1	/* guestpc in the kernel half */
@@ -108,10 +117,17 @@ struct rmap_aspace {
 	char comm[RMAP_COMM_LEN];	/* NUL-padded; empty if unknown */
 };
 
+struct rmap_counts {
+	uint64_t first_tb;	/* index of the first TB record counted */
+	uint32_t n_tbs;
+	uint32_t reserved;	/* 0 */
+};
+
 _Static_assert(sizeof(struct rmap_file_header) == 32, "file header");
 _Static_assert(sizeof(struct rmap_rec_header) == 16, "record header");
 _Static_assert(sizeof(struct rmap_tb) == 32, "rmap_tb");
 _Static_assert(sizeof(struct rmap_vcpu) == 8, "rmap_vcpu");
 _Static_assert(sizeof(struct rmap_aspace) == 40, "rmap_aspace");
+_Static_assert(sizeof(struct rmap_counts) == 16, "rmap_counts");
 
 #endif

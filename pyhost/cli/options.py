@@ -6,6 +6,7 @@ the boot): a bad one is a click usage error naming the option.
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -20,7 +21,10 @@ from ..image import stage
 from ..image import userkernel
 from ..pmu import events, geometry
 from ..vm import determinism, hostmem
-from ..vm.launcher import MIN_MEM_MB, VMConfig, check_mem, preflight
+from ..vm.qemu import QEMU_MIN_VERSION, parse_tcg_options, qemu_version, \
+    tcg_slowdown
+from ..vm.launcher import BOOT_TIMEOUT, MIN_MEM_MB, VMConfig, check_mem, \
+    preflight
 
 SIZE_RE = re.compile(r"^(\d+)([MmGg]?)$")
 
@@ -55,6 +59,32 @@ def _checked_by(parse, as_text: bool = True):
             raise click.BadParameter(f"{value}: {e}")
         return str(parsed) if as_text else parsed
     return callback
+
+
+FIRMWARE_DIR = "/usr/share/qemu"     # qemu-system-data's firmware
+
+
+def _tcg_callback(ctx, param, value: str | None) -> tuple[str, ...]:
+    try:
+        return parse_tcg_options(value or "")
+    except ValueError as e:
+        raise click.BadParameter(str(e))
+
+
+def qemu_in(directory: Path, arch) -> str:
+    """qemu-system-ARCH of a --qemu directory (a build tree or an install
+    prefix's bin/), refused in one line if missing or older than 10.0."""
+    for p in (directory / arch.qemu, directory / "bin" / arch.qemu):
+        if p.is_file() and os.access(p, os.X_OK):
+            have = qemu_version(str(p))
+            if have < QEMU_MIN_VERSION:
+                raise click.BadParameter(
+                    f"{p} is QEMU {have[0]}.{have[1]}, pvperf needs >= "
+                    f"{QEMU_MIN_VERSION[0]}.{QEMU_MIN_VERSION[1]}",
+                    param_hint="'--qemu'")
+            return str(p.resolve())
+    raise click.BadParameter(f"no {arch.qemu} in {directory} (or its bin/)",
+                             param_hint="'--qemu'")
 
 
 def _image_callback(ctx, param, value: str) -> str:
@@ -133,6 +163,16 @@ def vm_options(pmu_switch: bool = True):
                      callback=_device_callback, metavar="DEV[,PROPS]",
                      help="add a QEMU device to the VM (as -device; "
                      "repeatable), e.g. edu"),
+        click.option("--tcg", "tcg", default=None, metavar="OPT=V,..",
+                     callback=_tcg_callback,
+                     help="TCG translator options, as -accel tcg,OPTS: "
+                     "tb-size=MiB, one-insn-per-tb=on, split-wx=on, "
+                     "thread=single|multi"),
+        click.option("--qemu", "qemu_dir", default=None,
+                     type=click.Path(exists=True, file_okay=False,
+                                     path_type=Path),
+                     help="use qemu-system-ARCH from this directory (a "
+                     "scripts/build-qemu.sh build, or any QEMU >= 10.0)"),
         click.option("--console", "echo_console", is_flag=True,
                      help="show the guest's serial console on stderr"),
         click.option("--image", "image_name", default="default",
@@ -233,7 +273,9 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
                 deterministic: bool = False, kernel: Path | None = None,
                 kernel_build: Path | None = None,
                 staged: bool = False,
-                overflow_irq: str = "doorbell") -> VMConfig:
+                overflow_irq: str = "doorbell",
+                tcg: tuple[str, ...] = (),
+                qemu_dir: Path | None = None) -> VMConfig:
     """The VMConfig of a run: checked (preflight), then the image.
     ``staged``: the share goes into guest RAM and 9p is mounted only after
     the command, as for --deterministic (checkpoints need it)."""
@@ -262,7 +304,14 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
                       accounting=accounting, devices=tuple(devices),
                       deterministic=deterministic,
                       overflow_irq=overflow_irq,
-                      staged=deterministic or staged, arch=arch)
+                      staged=deterministic or staged, arch=arch,
+                      tcg=tuple(tcg),
+                      boot_timeout=BOOT_TIMEOUT * tcg_slowdown(tcg),
+                      qemu=qemu_in(qemu_dir, arch) if qemu_dir else None,
+                      # a build tree has no firmware of its own (Debian's
+                      # +ds source drops the blobs): the installed ones
+                      data_dirs=(FIRMWARE_DIR,) if qemu_dir and
+                      os.path.isdir(FIRMWARE_DIR) else ())
     preflight(config)
     if config.staged:
         # In guest RAM: at most a quarter of it (image/stage.py).

@@ -25,7 +25,8 @@ class Profiled:
 
 
 def profile(config: VMConfig, output: Path, *, tb_size_mb: int | None = None,
-            perfmap: bool = False,
+            perfmap: bool = False, table_sort: str = "host",
+            counts: bool = True,
             run: Callable[[Coroutine], Any] = asyncio.run) -> Profiled:
     """Run ``config``'s command while sampling QEMU, resolve every sample
     and write session.json and its renderings into ``output``.  ``run``
@@ -34,10 +35,11 @@ def profile(config: VMConfig, output: Path, *, tb_size_mb: int | None = None,
     interrupts it at once."""
     output.mkdir(parents=True, exist_ok=True)
     rec = run(record.record(config, output.resolve(), tb_size_mb=tb_size_mb,
-                            perfmap=perfmap))
+                            perfmap=perfmap, counts=counts))
     try:
         sess = resolve.resolve(rec, config.image, config.share)
     finally:
         record.remove_workdir(rec.workdir)
     session.write_session(sess, output)
-    return Profiled(rec.status, session.render_all(sess, output))
+    return Profiled(rec.status, session.render_all(sess, output,
+                                                   table_sort))

@@ -77,6 +77,12 @@ def with_tb_size(argv: list[str], tb_size_mb: int) -> list[str]:
     """QEMU's argv with a code buffer of tb_size_mb MiB: ``-accel
     tcg,tb-size=N`` (QEMU refuses it together with -machine accel=)."""
     argv = list(argv)
+    if "-accel" in argv:            # --tcg: add to its options
+        i = argv.index("-accel") + 1
+        argv[i] = ",".join([o for o in argv[i].split(",")
+                            if not o.startswith("tb-size=")] +
+                           [f"tb-size={tb_size_mb}"])
+        return argv
     i = argv.index("-machine") + 1
     opts = argv[i].split(",")
     if "accel=tcg" not in opts:
@@ -96,7 +102,8 @@ class ProfiledVM(VM):
     def __init__(self, config: VMConfig, outdir: Path,
                  task: kernel_layout.TaskLayout | None = None,
                  tb_size_mb: int | None = None, perfmap: bool = False,
-                 plugin: bool = True, verbose: bool = False):
+                 plugin: bool = True, verbose: bool = False,
+                 counts: bool = True):
         super().__init__(config)
         self.outdir = outdir
         self.rmap_path = outdir / RMAP_FILE
@@ -105,11 +112,16 @@ class ProfiledVM(VM):
         self.perfmap = perfmap
         self.plugin = plugin
         self.verbose = verbose          # the plugin's summary at exit
+        # TB execution counts for the translation table (bt_table.py):
+        # an inline add per TB, 1.07x task-clock on hotcold's tight loop
+        # (bench/bench_rmap.py, 2 rounds, 2026-11-29), so it can be off
+        self.counts = counts
         self.pid: int | None = None
 
     def plugin_arg(self) -> str:
         opts = [str(RMAP_PLUGIN_PATH),
-                f"out={qemu_escape(str(self.rmap_path))}"]
+                f"out={qemu_escape(str(self.rmap_path))}",
+                f"counts={'on' if self.counts else 'off'}"]
         if self.task is not None:
             opts.append(f"task={self.task.plugin_option()}")
         if self.verbose:
@@ -219,8 +231,8 @@ def remove_workdir(workdir: Path) -> None:
 
 
 async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
-                 perfmap: bool = False, stdout=None, stderr=None
-                 ) -> Recording:
+                 perfmap: bool = False, stdout=None, stderr=None,
+                 counts: bool = True) -> Recording:
     """Boot, run config.command while sampling QEMU; keep the raw data."""
     stdout = stdout or sys.stdout.buffer
     stderr = stderr or sys.stderr.buffer
@@ -239,7 +251,7 @@ async def record(config: VMConfig, outdir: Path, tb_size_mb: int | None = None,
     perf, vm = None, ProfiledVM(wrapped, outdir,
                                 guest_task_layout(config.image,
                                                   config.arch),
-                                tb_size_mb, perfmap)
+                                tb_size_mb, perfmap, counts=counts)
     try:
         async with vm:
             pumps = await vm.pump_output(stdout, stderr)

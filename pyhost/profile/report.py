@@ -33,6 +33,7 @@ import json
 from collections import Counter, defaultdict
 
 from ..arch import get as get_arch, host
+from . import bt_table
 
 SPACES = ("emulator", "guest-kernel", "guest-user")
 
@@ -149,7 +150,8 @@ def _table(rows: list[dict], title: str) -> list[str]:
     return lines + [""]
 
 
-def text_report(session: dict, n: int = 20) -> str:
+def text_report(session: dict, n: int = 20, table_sort: str = "host"
+                ) -> str:
     s = summary(session, n)
     total = s["samples_total"]
     spaces = ", ".join(f"{k} {_pct(v, total):.1f}%"
@@ -173,6 +175,8 @@ def text_report(session: dict, n: int = 20) -> str:
     lines += [f"  {r['share']:7.2f}%  {r['samples']:7d}  "
               f"{'?' if r['pid'] is None else r['pid']:>7}  {r['comm']}"
               for r in s["processes"]]
+    lines += ["#", *bt_table.render(session.get("translation_table"),
+                                    table_sort)]
     return "\n".join(lines + [""])
 
 

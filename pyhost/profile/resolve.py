@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..errors import ProfileError
+from . import bt_table
 from . import rmap as rmap_mod
 from .hostperf import EVENT, SAMPLE_FREQ, Frame, PerfSample, perf_lost, \
     perf_script
@@ -172,19 +173,21 @@ class Resolver:
                      pid: int | None) -> dict:
         """The guest function of translation ``tr`` at ``guestpc``, as
         process ``pid`` maps its code (None: unknown, or a kernel TB):
-        the dict's space, symbol, dso and sym_start."""
+        the dict's space, symbol, dso, sym_start and named (False: no
+        function symbol, named by address or DSO offset)."""
         if tr.kernel:
             sym = self.kernel.lookup(guestpc)
             name = sym.name if sym else f"[guest kernel {guestpc:#x}]"
             dso = sym.dso if sym else "[kernel]"
             return {"space": "guest-kernel", "symbol": name, "dso": dso,
-                    "sym_start": sym.start if sym else guestpc}
+                    "sym_start": sym.start if sym else guestpc,
+                    "named": sym is not None}
         found = self.user.guestpc_to_symbol(guestpc, tr.code or b"", pid)
         if found is None:
             return self._guest_dso_offset(tr, guestpc, pid)
         sym, img = found
         return {"space": "guest-user", "symbol": sym.name,
-                "dso": str(img.path), "sym_start": sym.start}
+                "dso": str(img.path), "sym_start": sym.start, "named": True}
 
     def _guest_dso_offset(self, tr, guestpc: int, pid: int | None) -> dict:
         """No function symbol: DSO+offset if the file is known (one row
@@ -193,10 +196,11 @@ class Resolver:
         if at is None:
             return {"space": "guest-user", "symbol":
                     f"[guest user {guestpc:#x}]", "dso": "?",
-                    "sym_start": guestpc}
+                    "sym_start": guestpc, "named": False}
         path, offset = at
         return {"space": "guest-user", "dso": path, "sym_start": guestpc,
-                "symbol": f"{PurePosixPath(path).name}+{offset:#x}"}
+                "symbol": f"{PurePosixPath(path).name}+{offset:#x}",
+                "named": False}
 
     def host_name(self, frame: Frame) -> str:
         if frame.dso == "[kernel.kallsyms]":
@@ -335,6 +339,7 @@ def resolve(rec: Recording, image, share: Path) -> dict:
     return {"version": SESSION_VERSION, "meta": meta, "samples": samples,
             "processes": process_table(resolver),
             "hot_guest_code": hot_guest_code(resolver, samples),
+            "translation_table": bt_table.build(resolver, samples),
             "translations": perf_map_entries(resolver)}
 
 

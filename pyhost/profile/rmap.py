@@ -29,7 +29,8 @@ Two recordings of one QEMU run are joined here:
   guest instruction sizes and bytes, kernel/user, the translating vCPU's
   page-table base, its thread and time; code-cache flushes; each vCPU's
   host thread; and every guest write of the user page-table base (the
-  address-space timeline: the register qemu_plugin/rmap/<arch>.c names).
+  address-space timeline: the register qemu_plugin/rmap/<arch>.c names);
+  with its counts=on option, how many times each TB record ran.
 
 Index spaces (named once, used in every name below):
 
@@ -103,8 +104,8 @@ from ..arch import Arch, host
 
 MAGIC = b"PVRMAP\0\0"
 VERSION = 3
-REC_TB, REC_FLUSH, REC_VCPU, REC_ASPACE = 1, 2, 3, 4
-FILE_TASKS = 0x1
+REC_TB, REC_FLUSH, REC_VCPU, REC_ASPACE, REC_COUNTS = 1, 2, 3, 4, 5
+FILE_TASKS, FILE_COUNTS = 0x1, 0x2
 TB_KERNEL, TB_BASE_VALID = 0x1, 0x2
 NO_PID = (1 << 32) - 1
 COMM_LEN = 16
@@ -114,8 +115,10 @@ REC_HEADER = struct.Struct("<HHIQ")           # rmap_rec_header
 TB_BODY = struct.Struct("<QQIIII")            # rmap_tb
 VCPU_BODY = struct.Struct("<II")              # rmap_vcpu
 ASPACE_BODY = struct.Struct(f"<QQII{COMM_LEN}s")  # rmap_aspace
+COUNTS_BODY = struct.Struct("<QII")           # rmap_counts
 assert FILE_HEADER.size == 32 and REC_HEADER.size == 16
 assert TB_BODY.size == 32 and VCPU_BODY.size == 8 and ASPACE_BODY.size == 40
+assert COUNTS_BODY.size == 16
 
 # -- QEMU's jitdump (tcg/perf.c; perf's jitdump.h) -------------------------------
 
@@ -148,6 +151,7 @@ class TbRecord:
     kernel: bool
     insn_sizes: list[int]
     code: bytes
+    executions: int | None = None   # counts=on: times it ran
 
 
 @dataclass(slots=True)
@@ -169,6 +173,7 @@ class PluginRecords:
     vcpu_tids: dict[int, int] = field(default_factory=dict)
     aspace_events: list[AspaceEvent] = field(default_factory=list)
     names_tasks: bool = False
+    counts: bool = False        # the plugin counted TB executions
     max_vcpus: int = 1
     truncated: bool = False
 
@@ -205,6 +210,7 @@ class Translation:
     code: bytes | None
     page_table_base: int | None   # the translating vCPU's address space
     host_end: int = 0        # extent; set by ReverseMap
+    executions: int | None = None    # times it ran (plugin's counts=on)
 
     @property
     def matched(self) -> bool:
@@ -239,7 +245,9 @@ def parse_records(data: bytes) -> PluginRecords:
         raise RmapFormatError(f"not a pvperf-rmap v{VERSION} file "
                               f"(magic {magic!r}, version {version})")
     out = PluginRecords(names_tasks=bool(flags & FILE_TASKS),
+                        counts=bool(flags & FILE_COUNTS),
                         max_vcpus=max_vcpus)
+    counts: list[tuple[int, memoryview]] = []
     off = hsize
     while off + REC_HEADER.size <= len(data):
         rtype, _, size, time_ns = REC_HEADER.unpack_from(data, off)
@@ -255,10 +263,24 @@ def parse_records(data: bytes) -> PluginRecords:
             out.vcpu_tids[vcpu] = tid
         elif rtype == REC_ASPACE:
             out.aspace_events.append(_parse_aspace(time_ns, body))
+        elif rtype == REC_COUNTS:
+            counts.append((COUNTS_BODY.unpack_from(body)[0], body))
         off += size
     out.truncated = off != len(data)
+    for first, body in counts:
+        _set_executions(out.tbs, first, body)
     out.flushes_ns.sort()
     return out
+
+
+def _set_executions(tbs: list[TbRecord], first: int, body) -> None:
+    """A COUNTS record's executions onto TB records first.. (file order)."""
+    _, n, _ = COUNTS_BODY.unpack_from(body)
+    n = min(n, max(0, len(tbs) - first),
+            (len(body) - COUNTS_BODY.size) // 8)
+    for i, c in enumerate(struct.unpack_from(f"<{n}Q", body,
+                                             COUNTS_BODY.size)):
+        tbs[first + i].executions = c
 
 
 # -- reading the jitdump ---------------------------------------------------------
@@ -335,9 +357,17 @@ class ReverseMap:
         self.n_unmatched = 0
         self._by_gen: dict[int, list[Translation]] = {}
         self._starts: dict[int, list[int]] = {}
+        self.counts = records.counts
         by_tid = records_by_tid(records.tbs)
+        matched = set()
         for load in jit.loads:
-            self._add(self._translation(load, match_record(load, by_tid)))
+            rec = match_record(load, by_tid)
+            matched.add(id(rec))
+            self._add(self._translation(load, rec))
+        # guest instructions the plugin counted in TBs no load names
+        self.unmatched_insns = sum(
+            (r.executions or 0) * len(r.insn_sizes)
+            for r in records.tbs if id(r) not in matched)
         self._index()
 
     def _translation(self, load: JitLoad, rec: TbRecord | None
@@ -351,7 +381,8 @@ class ReverseMap:
             kernel=rec.kernel if rec else self.arch.is_kernel(guestpc),
             insn_sizes=rec.insn_sizes if rec else None,
             code=rec.code if rec else None,
-            page_table_base=rec.page_table_base if rec else None)
+            page_table_base=rec.page_table_base if rec else None,
+            executions=rec.executions if rec else None)
 
     def _add(self, tr: Translation) -> None:
         self._by_gen.setdefault(tr.generation, []).append(tr)

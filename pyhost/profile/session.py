@@ -61,9 +61,11 @@ def load_session(outdir: Path) -> dict:
     return session
 
 
-def render_all(session: dict, outdir: Path) -> str:
-    """Write every output into ``outdir``; returns the text report."""
-    text = report.text_report(session)
+def render_all(session: dict, outdir: Path, table_sort: str = "host"
+               ) -> str:
+    """Write every output into ``outdir``; returns the text report
+    (its translation table sorted by ``table_sort``: bt_table.SORT_KEYS)."""
+    text = report.text_report(session, table_sort=table_sort)
     (outdir / "report.txt").write_text(text + "\n")
     (outdir / "summary.json").write_text(report.summary_json(session))
     (outdir / "stacks.folded").write_text(report.folded(session))

@@ -30,6 +30,9 @@ The file (TOML; docs/sweep.md has a full example)::
   name = "icount"
   deterministic = true
   mem = "512M"
+  tcg = "tb-size=64,one-insn-per-tb=on"   # as `pvperf run --tcg`: the
+                                   # translator as an experiment's axis
+  dir = "build/qemu/VER/build"     # as `pvperf run --qemu`: another QEMU
 
 Cells are the cartesian product workload x model x smp x qemu x arch, in
 that order.  Each has a readable name (the axis entries' names; the
@@ -50,6 +53,7 @@ from pathlib import Path
 from .. import arch as arches
 from ..errors import PvperfError
 from ..pmu import geometry
+from ..vm.qemu import parse_tcg_options
 
 TOP_KEYS = {"events", "share", "smp", "arch", "timeout", "image",
             "workload", "model", "qemu"}
@@ -59,7 +63,7 @@ GEOMETRY_KEYS = {"I1": geometry.parse_geometry, "D1": geometry.parse_geometry,
                  "dTLB": geometry.parse_tlb}
 MODEL_KEYS = {"name", "cachegrind_compat", "timing", "penalties",
               *GEOMETRY_KEYS}
-QEMU_KEYS = {"name", "deterministic", "mem"}
+QEMU_KEYS = {"name", "deterministic", "mem", "tcg", "dir"}
 NAME = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
 MAX_SMP = 8
 
@@ -133,6 +137,10 @@ class Cell:
             args.append("--deterministic")
         if "mem" in q:
             args += ["--mem", q["mem"]]
+        if q.get("tcg"):
+            args += ["--tcg", q["tcg"]]
+        if q.get("dir"):
+            args += ["--qemu", q["dir"]]
         if self.timeout is not None:
             args += ["--timeout", str(self.timeout)]
         command = self.workload["command"].replace("{arch}", self.arch)
@@ -225,6 +233,14 @@ def _qemu(where: str, entry) -> dict:
     _flags(where, entry, ("deterministic",))
     if "mem" in entry and not re.fullmatch(r"\d+[MG]", str(entry["mem"])):
         raise MatrixError(f"{where}.mem", "must be like 512M or 2G")
+    if "tcg" in entry:
+        try:
+            parse_tcg_options(str(entry["tcg"]))
+        except ValueError as e:
+            raise MatrixError(f"{where}.tcg", str(e)) from e
+    if "dir" in entry and not Path(str(entry["dir"])).is_dir():
+        raise MatrixError(f"{where}.dir", "must be a directory holding "
+                          "qemu-system-ARCH (scripts/build-qemu.sh)")
     return entry
 
 

@@ -61,7 +61,7 @@ except ImportError as e:      # an optional extra: say how to get it
 
 COLUMNS = ["cell", "id", "workload", "command", "model", "smp", "qemu", "arch",
            "cachegrind_compat", "timing", *GEOMETRY_KEYS, "deterministic",
-           "mem", "event", "value", "unit", "status", "error"]
+           "mem", "tcg", "qemu_dir", "event", "value", "unit", "status", "error"]
 OBJECT_STORE_BYTES = 80 << 20       # Ray's minimum is 75 MiB
 PR_SET_PDEATHSIG = 1
 
@@ -223,7 +223,9 @@ def _rows(cell: Cell, cell_dir: Path) -> list[dict]:
             "timing": bool(m.get("timing")),
             **{k: m.get(k, "") for k in GEOMETRY_KEYS},
             "deterministic": bool(q.get("deterministic")),
-            "mem": q.get("mem", ""), "event": "", "value": None,
+            "mem": q.get("mem", ""), "tcg": q.get("tcg", ""),
+            "qemu_dir": q.get("dir", ""),
+            "event": "", "value": None,
             "unit": "", "status": "not run", "error": ""}
     try:
         state = json.loads((cell_dir / "cell.json").read_text())

@@ -59,8 +59,8 @@ from ..pmu import snapshot
 from . import channels, determinism, hostmem, qmp
 from .boot import BootImage
 from .console import Console
-from .qemu import check_qemu_for_plugin, find_qemu, \
-    qemu_escape, set_pdeathsig
+from .qemu import check_qemu_for_plugin, find_qemu, qemu_escape, \
+    set_pdeathsig, tcg_machine_args
 
 log = logging.getLogger("pvperf.vm")
 
@@ -164,6 +164,10 @@ class VMConfig:
     pmu_state: dict | None = None
     arch: Arch = field(default_factory=host)
     qemu: str | None = None            # the QEMU binary (None: the arch's)
+    # -accel tcg,OPTS (qemu.parse_tcg_options): options that change how
+    # TCG translates, the translation experiments' axes.
+    tcg: tuple[str, ...] = ()
+    data_dirs: tuple[str, ...] = ()    # -L: where QEMU looks for firmware
     # The overflow interrupt: "doorbell" (pmu/doorbell.py) or "qmp"
     # (inject-nmi; deterministic runs always: QMP answers once raised).
     overflow_irq: str = "doorbell"
@@ -213,12 +217,13 @@ class VM:
                   "cryptomgr.notests", *arch.kernel_args,
                   guest.kernel_arg(guest.ACTION_KEY, c.guest_action),
                   *c.kernel_args]
-        firmware = ["-bios", arch.firmware] if arch.firmware else []
+        firmware = [a for d in c.data_dirs for a in ("-L", d)]
+        firmware += ["-bios", arch.firmware] if arch.firmware else []
         # debug-threads: QEMU names its threads ("CPU 0/TCG"), so that the
         # host's /proc, top and perf tell the vCPUs from the I/O threads.
         argv = [find_qemu(c.qemu, arch), "-nodefaults", "-no-user-config",
                 "-name", "pvperf,debug-threads=on", *firmware,
-                "-machine", f"{arch.machine},accel=tcg,memory-backend=ram",
+                *tcg_machine_args(arch.machine, c.tcg),
                 "-cpu", arch.cpu, "-smp", str(c.smp), "-m", f"{c.mem_mb}M",
                 "-object", f"memory-backend-file,id=ram,size={c.mem_mb}M,"
                            f"mem-path={self.ram_path},share=on",

@@ -60,6 +60,57 @@ def check_qemu_for_plugin(path: str) -> None:
             "bookworm-backports), or use --no-pmu")
 
 
+# The TCG accelerator's properties in QEMU 10.0 (accel/tcg/tcg-all.c
+# tcg_accel_class_init), each with a check of its value: what
+# `-accel tcg,NAME=VALUE` accepts.  tb-size is the code buffer in MiB
+# (QEMU takes any uint; 1 GiB is far past what a guest fills);
+# one-insn-per-tb ends every TB after one instruction.
+BOOL_VALUES = ("on", "off", "yes", "no", "true", "false")
+TCG_OPTIONS = {
+    "tb-size": lambda v: v.isdigit() and 1 <= int(v) <= 2048,
+    "one-insn-per-tb": lambda v: v in BOOL_VALUES,
+    "split-wx": lambda v: v in BOOL_VALUES,
+    "thread": lambda v: v in ("single", "multi"),
+}
+
+
+def tcg_slowdown(tcg: tuple[str, ...]) -> float:
+    """How much longer a guest boots with these TCG options: one
+    instruction per TB dispatches every instruction through the TB lookup
+    and chains nothing (measured on 2 shared cores: a guest that boots
+    in seconds without it had not booted after 600 s; docs/guide.md)."""
+    one = {o.partition("=")[2] for o in tcg
+           if o.startswith("one-insn-per-tb=")}
+    return 60.0 if one & {"on", "yes", "true"} else 1.0
+
+
+def parse_tcg_options(text: str) -> tuple[str, ...]:
+    """``tb-size=64,one-insn-per-tb=on`` -> ("tb-size=64",
+    "one-insn-per-tb=on"), checked against TCG_OPTIONS; ValueError
+    naming the option otherwise."""
+    out = []
+    for item in filter(None, text.split(",")):
+        name, eq, value = item.partition("=")
+        if name not in TCG_OPTIONS:
+            raise ValueError(f"unknown TCG option {name!r} (QEMU 10.0 "
+                             f"knows {', '.join(TCG_OPTIONS)})")
+        if not eq or not TCG_OPTIONS[name](value):
+            raise ValueError(f"bad value in TCG option {item!r}")
+        out.append(item)
+    if len({i.partition("=")[0] for i in out}) != len(out):
+        raise ValueError(f"a TCG option given twice in {text!r}")
+    return tuple(out)
+
+
+def tcg_machine_args(machine: str, tcg: tuple[str, ...]) -> list[str]:
+    """-machine with accel=tcg, or, with TCG options, -machine and
+    -accel tcg,OPTS (QEMU refuses accel= in -machine beside -accel)."""
+    if not tcg:
+        return ["-machine", f"{machine},accel=tcg,memory-backend=ram"]
+    return ["-machine", f"{machine},memory-backend=ram",
+            "-accel", ",".join(("tcg", *tcg))]
+
+
 def set_pdeathsig(parent: int | None = None) -> None:
     """In the QEMU child: die when the pvperf process (pid ``parent``)
     dies, also if it died between fork and here (prctl(2))."""

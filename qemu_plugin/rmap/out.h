@@ -41,6 +41,7 @@ struct rmap_state {
 	int fd;
 	const char *out_path;
 	bool verbose;
+	bool counts;			/* counts=on: counts.c */
 	unsigned max_vcpus;
 	const struct arch *arch;	/* set at install */
 	struct task_layout task;
@@ -54,6 +55,7 @@ struct rmap_state {
 	GHashTable *sites;		/* guestpc -> aspace.c's sites */
 	bool closing;
 	uint64_t n_tbs, n_tb_no_base, n_flushes, n_vcpus;
+	uint64_t n_tb_recs;		/* TB records in the file */
 	uint64_t trans_ns;		/* time spent in tb_trans */
 	uint64_t n_aspace_writes, n_named, n_unnamed, n_reg_errors;  /* atomic */
 	uint64_t n_write_errors, aspace_ns;			  /* atomic */

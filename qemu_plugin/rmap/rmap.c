@@ -21,6 +21,9 @@
  *                     address is pgd - base) or @ADDR where the kernel
  *                     keeps it (@ a variable's address).  Without it
  *                     switch records carry RMAP_NO_PID.
+ *   counts=on|off     count each TB's executions (an inline add at its
+ *                     start: counts.c) and write them at exit, for the
+ *                     translation table's guest instructions per function
  *   verbose=on|off    a summary on stderr at exit
  *
  * Division of labour.  QEMU writes one jitdump JIT_CODE_LOAD record per TB
@@ -36,7 +39,7 @@
  *   - each vCPU's host thread id (host perf samples carry the tid).
  * pyhost/profile/rmap.py joins a TB record with the jitdump record of the same
  * thread and vaddr that follows it (translation on one thread is serial).
- * Nothing of this runs when TBs execute.
+ * Nothing of this runs when TBs execute (but counts=on's inline adds).
  *
  * The one execution-time hook: system-mode TBs may be PC-relative
  * (CF_PCREL), so a TB translated while process A ran a shared page also
@@ -75,6 +78,7 @@
 #include <qemu-plugin.h>
 
 #include "aspace.h"
+#include "counts.h"
 #include "out.h"
 #include "targets.h"
 
@@ -145,6 +149,9 @@ static void vcpu_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	g_mutex_lock(&rm.lock);
 	rm.n_tbs++;
 	rm.n_tb_no_base += !(r->flags & RMAP_TB_BASE_VALID);
+	if (rm.counts && !rm.closing)	/* its index: TB records before it */
+		counts_hook_tb(tb, rm.n_tb_recs);
+	rm.n_tb_recs += !rm.closing;
 	obuf_append(rec->data, rec->len);
 	rm.trans_ns += now_ns() - h->monotonic_ns;	/* the record's start */
 	g_mutex_unlock(&rm.lock);
@@ -213,6 +220,8 @@ static void plugin_exit(qemu_plugin_id_t id, void *p)
 {
 	g_mutex_lock(&rm.lock);
 	if (!rm.closing) {
+		if (rm.counts)
+			counts_write(rm.n_tb_recs);
 		obuf_drain();
 		rm.closing = true;
 		if (rm.verbose)
@@ -283,10 +292,12 @@ static int parse_option(const char *arg)
 		rm.out_path = g_strdup(val);
 	} else if (!strcmp(key, "task")) {
 		ok = parse_task(val);
+	} else if (!strcmp(key, "counts")) {
+		ok = qemu_plugin_bool_parse(key, val, &rm.counts);
 	} else if (!strcmp(key, "verbose")) {
 		ok = qemu_plugin_bool_parse(key, val, &rm.verbose);
 	} else {
-		rmap_log("unknown option '%s' (known: out, task, verbose)\n",
+		rmap_log("unknown option '%s' (known: out, task, counts, verbose)\n",
 			 key);
 		return -1;
 	}
@@ -300,7 +311,8 @@ static int open_output(void)
 	struct rmap_file_header fh = {
 		.version = RMAP_VERSION,
 		.header_size = sizeof(fh),
-		.flags = rm.task.valid ? RMAP_FILE_TASKS : 0,
+		.flags = (rm.task.valid ? RMAP_FILE_TASKS : 0) |
+			 (rm.counts ? RMAP_FILE_COUNTS : 0),
 		.max_vcpus = rm.max_vcpus,
 	};
 

@@ -22,18 +22,24 @@ def test_sizes_and_offsets_match_c(tmp_path):
         "offsetof(struct rmap_tb, flags)",
         "offsetof(struct rmap_aspace, page_table_base)",
         "offsetof(struct rmap_aspace, tgid)",
-        "offsetof(struct rmap_aspace, comm)") == [
+        "offsetof(struct rmap_aspace, comm)",
+        "sizeof(struct rmap_counts)",
+        "offsetof(struct rmap_counts, n_tbs)") == [
         rmap.FILE_HEADER.size, rmap.REC_HEADER.size, rmap.TB_BODY.size,
         rmap.VCPU_BODY.size, rmap.ASPACE_BODY.size,
         # the struct formats' field order: guestpc, page_table_base, tid,
         # n_insns, n_bytes, flags; page_table_base, guestpc, vcpu, tgid,
         # comm
-        8, 28, 0, 20, 24]
+        8, 28, 0, 20, 24,
+        # rmap_counts: first_tb, n_tbs
+        rmap.COUNTS_BODY.size, 8]
 
 
 @pytest.mark.parametrize("macro,value", [
     ("RMAP_REC_TB", rmap.REC_TB), ("RMAP_REC_FLUSH", rmap.REC_FLUSH),
     ("RMAP_REC_VCPU", rmap.REC_VCPU), ("RMAP_REC_ASPACE", rmap.REC_ASPACE),
+    ("RMAP_REC_COUNTS", rmap.REC_COUNTS),
+    ("RMAP_FILE_COUNTS", rmap.FILE_COUNTS),
     ("RMAP_FILE_TASKS", rmap.FILE_TASKS), ("RMAP_TB_KERNEL", rmap.TB_KERNEL),
     ("RMAP_TB_BASE_VALID", rmap.TB_BASE_VALID),
     ("RMAP_COMM_LEN", rmap.COMM_LEN), ("RMAP_VERSION", rmap.VERSION),

@@ -86,11 +86,33 @@ def test_matrix_expands_in_order_with_stable_ids(tmp_path):
     ('\n[[model]]\nname = "default"\n', "name 'default' used twice"),
     ('\n[[qemu]]\nname = "ic"\ndeterministic = true\n', "need smp 1"),
     ('\n[[model]]\nname = "p"\npenalties = "L1=x"\n', "model[2].penalties"),
+    ('\n[[qemu]]\nname = "t"\ntcg = "one-insn=on"\n',
+     "qemu[0].tcg: unknown TCG option"),
 ])
 def test_bad_matrices_are_refused_in_one_line(tmp_path, change, message):
     with pytest.raises(MatrixError) as e:
         sweep_matrix.load(write(tmp_path, MATRIX + change))
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_qemu_axis_passes_translator_options(tmp_path):
+    m = sweep_matrix.load(write(tmp_path, MATRIX + f"""
+[[qemu]]
+name = "tcg"
+
+[[qemu]]
+name = "one-insn"
+tcg = "one-insn-per-tb=on,tb-size=64"
+dir = "{tmp_path}"
+"""))
+    cells = [c for c in m.cells if c.name.startswith("loop.default.smp1.")]
+    assert [c.name.rsplit(".", 1)[1] for c in cells] == ["tcg", "one-insn"]
+    args = [c.pvperf_args(Path("r.json")) for c in cells]
+    assert "--tcg" not in args[0]
+    assert args[1][args[1].index("--tcg") + 1] == \
+        "one-insn-per-tb=on,tb-size=64"
+    assert args[1][args[1].index("--qemu") + 1] == str(tmp_path)
+    assert cells[0].id != cells[1].id
 
 
 def test_empty_axis_and_bad_toml_are_refused(tmp_path):

@@ -57,6 +57,12 @@ def aspace_record(t, vcpu, base, tgid=None, comm=b"") -> bytes:
     return padded(rmap.REC_ASPACE, t, body)
 
 
+def counts_record(t, first, executions) -> bytes:
+    body = rmap.COUNTS_BODY.pack(first, len(executions), 0) + \
+        struct.pack(f"<{len(executions)}Q", *executions)
+    return padded(rmap.REC_COUNTS, t, body)
+
+
 def jit_header(pid=4242, flags=0) -> bytes:
     return rmap.JIT_HEADER.pack(rmap.JIT_MAGIC, rmap.JIT_VERSION,
                                 rmap.JIT_HEADER.size, 62, 0, pid, 1, flags)
@@ -182,6 +188,20 @@ def test_discarded_translation_at_the_same_start():
     assert m.hostpc_to_translation(HOST, 25).guestpc == 0x405000
 
 
+def test_counts_go_to_tb_records_in_file_order():
+    data = (file_header(flags=rmap.FILE_COUNTS) +
+            tb_record(10, 7, 0x1000, [1, 2]) + flush_record(11) +
+            tb_record(12, 8, 0x2000, [3]) + tb_record(13, 7, 0x1000, [1, 2])
+            + counts_record(20, 1, [5, 9]) + counts_record(21, 0, [4]))
+    recs = rmap.parse_records(data)
+    assert recs.counts and not recs.truncated
+    assert [r.executions for r in recs.tbs] == [4, 5, 9]
+    # a count past the last TB record (a file cut short) is dropped
+    recs = rmap.parse_records(file_header() + tb_record(10, 7, 0x1000, [1])
+                              + counts_record(20, 0, [3, 8]))
+    assert not recs.counts and [r.executions for r in recs.tbs] == [3]
+
+
 def test_address_space_timeline():
     m = build([], [vcpu_record(1, 0, 100), vcpu_record(1, 1, 101),
                    aspace_record(10, 0, 0x5000, 7, b"big"),
@@ -227,7 +247,8 @@ def test_perfmap_lookup_is_timeless():
 # -- the plugin and -jitdump in a real qemu-system-x86_64 ----------------------
 
 def run_firmware(tmp_path: Path, seconds: float, *opts: str,
-                 sig=signal.SIGTERM) -> subprocess.CompletedProcess:
+                 sig=signal.SIGTERM, accel: str = "tcg"
+                 ) -> subprocess.CompletedProcess:
     """Run QEMU's firmware (it loops looking for a boot device) with
     -jitdump (written into tmp_path) and the plugin for `seconds`."""
     if shutil.which("qemu-system-x86_64") is None:
@@ -236,7 +257,7 @@ def run_firmware(tmp_path: Path, seconds: float, *opts: str,
         pytest.skip(f"{PLUGIN} not built (make -C qemu_plugin "
                     "pvperf-rmap.so)")
     argv = ["qemu-system-x86_64", "-display", "none", "-nodefaults",
-            "-machine", "pc", "-accel", "tcg", "-m", "128", "-jitdump",
+            "-machine", "pc", "-accel", accel, "-m", "128", "-jitdump",
             "-plugin", ",".join([str(PLUGIN), *opts])]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=tmp_path)
@@ -278,12 +299,49 @@ def test_plugin_and_jitdump_in_real_qemu(tmp_path):
     assert {t.page_table_base for t in trs} == {0}
 
 
+def test_plugin_counts_tb_executions_in_real_qemu(tmp_path):
+    """counts=on: every TB record gets a count, and the firmware's code
+    ran: the reset vector's far jump exactly once per reset (one, the
+    machine is reset once at start), and the firmware's boot-device loop
+    far more often than it was translated."""
+    out = tmp_path / "fw.rmap"
+    r = run_firmware(tmp_path, 2.0, f"out={out}", "counts=on", "verbose=on")
+    assert "0 write errors" in r.stderr, r.stderr
+    recs = rmap.read_records(out)
+    assert recs.counts
+    assert all(t.executions is not None for t in recs.tbs)
+    reset = [t for t in recs.tbs if t.guestpc == 0xFFFFFFF0]
+    assert [t.executions for t in reset] == [1]
+    assert max(t.executions for t in recs.tbs) > 1000
+    (jit,) = tmp_path.glob("jit-*.dump")
+    m = rmap.read(jit, out)
+    assert m.counts and m.unmatched_insns == 0
+    assert sum(t.executions for t in m.translations()) == \
+        sum(t.executions for t in recs.tbs)
+
+
+def test_one_insn_per_tb_makes_one_instruction_tbs(tmp_path):
+    """QEMU's one-insn-per-tb (what --tcg passes) as the records see it:
+    every TB one instruction; without it the firmware's straight-line
+    code makes longer TBs.  (How many more TBs a run translates with it:
+    tests/vm/test_bt_table.py.)"""
+    sizes = {}
+    for accel in ("tcg", "tcg,one-insn-per-tb=on"):
+        out = tmp_path / f"{len(accel)}.rmap"
+        r = run_firmware(tmp_path, 2.0, f"out={out}", accel=accel)
+        assert r.returncode in (0, -signal.SIGTERM), r.stderr
+        sizes[accel] = [len(t.insn_sizes) for t in
+                        rmap.read_records(out).tbs]
+    assert max(sizes["tcg"]) > 1
+    assert set(sizes["tcg,one-insn-per-tb=on"]) == {1}
+
+
 @pytest.mark.parametrize("opt, word", [
     ("bogus=1", "bogus"), ("task=1:2:3", "task"),
     ("task=0x1:2:3:4:5:zz", "task"),
     ("task=1/2/3/4/5/6/7/8/9:2:3:4:5:6", "task"),     # path too long
     ("task=1//2:2:3:4:5:6", "task"), ("task=:2:3:4:5:6", "task"),
-    ("task=1:2:3:4:5:@", "task")])
+    ("task=1:2:3:4:5:@", "task"), ("counts=maybe", "counts")])
 def test_plugin_rejects_bad_options(tmp_path, opt, word):
     r = run_firmware(tmp_path, 20.0, f"out={tmp_path / 'x'}", opt,
                      sig=signal.SIGKILL)

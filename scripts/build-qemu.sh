@@ -1,0 +1,124 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# build-qemu.sh - build QEMU from the Debian source package the installed
+# qemu-system-x86 comes from, with symbols and frame pointers, so that a
+# host profile names the emulator's functions (Debian's binaries are
+# stripped and their -dbgsym packages live in another archive) and host
+# callchains climb from a helper into the translated code that called it.
+#
+#   scripts/build-qemu.sh [TARGET...]     e.g. x86_64 aarch64 riscv64
+#   .venv/bin/pvperf profile --qemu build/qemu/VERSION/build -- ./prog
+#
+# Opt-in: nothing else in pvperf or the default test suite runs it.  It is
+# long: measured on 2 shared cores (nice'd) in docs/guide.md, "A QEMU with
+# symbols".  Targets default to x86_64 (one softmmu target; name aarch64
+# and riscv64 to build theirs too: configure then runs again with the new
+# target list, in the same build tree).
+#
+# The source: the orig tarball fetch-plugin-header.sh already keeps in the
+# cache (apt-get source of exactly the installed version), plus the Debian
+# patch series when the registry has the .debian.tar (it has not for the
+# bookworm backport 1:10.0.2+ds-2+deb13u1~bpo12+1: then the build is the
+# upstream 10.0.2 tarball, without whatever that upload patches, and says
+# so).  meson: QEMU 10.0 needs >= 1.5, and the +ds tarball drops QEMU's
+# bundled wheels (meson, pycotap), so a venv under build/qemu takes them
+# from PyPI.  Firmware stays the installed one (-L /usr/share/qemu, which
+# `pvperf ... --qemu DIR` adds: pyhost/cli/options.py).
+#
+# Output: build/qemu/VERSION/build/qemu-system-TARGET, and the time and
+# size of the build in build/qemu/VERSION/build-times.txt.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(x86_64)
+list=$(printf '%s-softmmu,' "${targets[@]}")
+list=${list%,}
+
+# Headers QEMU's configure requires for system emulation that the plugin's
+# own build does not: pixman (the display core is always built), libfdt
+# (device trees for aarch64 and riscv64 machines), flex/bison never (no
+# dtc subproject with a system libfdt).
+deps="libpixman-1-dev libfdt-dev ninja-build python3-venv xz-utils"
+missing=$(for d in $deps; do
+	dpkg-query -W -f='${db:Status-Abbrev}' "$d" 2>/dev/null | grep -q '^ii' || echo "$d"
+done)
+if [ -n "$missing" ]; then
+	echo "build-qemu: apt-get install $missing"
+	apt-get install -y --no-install-recommends $missing
+fi
+
+inc=$(qemu_plugin/fetch-plugin-header.sh)	# also fetches the tarball
+ver_dir=$(dirname "$inc")
+ver=$(basename "$ver_dir")
+orig=$(ls "$ver_dir"/download/*.orig.tar.* | head -n 1)
+debian=$(ls "$ver_dir"/download/*.debian.tar.* 2>/dev/null | head -n 1 || true)
+
+out=build/qemu/$ver
+src=$out/src
+mkdir -p "$out"
+if [ ! -e "$src/configure" ]; then
+	echo "build-qemu: unpacking $(basename "$orig")"
+	rm -rf "$src.tmp" && mkdir -p "$src.tmp"
+	tar -xf "$orig" -C "$src.tmp" --strip-components=1
+	if [ -n "$debian" ]; then
+		tar -xf "$debian" -C "$src.tmp"
+		while read -r p _; do
+			case $p in ''|'#'*) continue ;; esac
+			patch -d "$src.tmp" -p1 -s < "$src.tmp/debian/patches/$p"
+		done < "$src.tmp/debian/patches/series"
+		echo "build-qemu: applied the Debian patch series"
+	else
+		echo "build-qemu: no Debian patches for $ver in the registry: building the upstream tarball"
+	fi
+	# The +ds tarball drops the prebuilt firmware (Debian builds it from
+	# source in other packages), but QEMU 10.0's meson.build unpacks the
+	# EDK2 images whenever bzip2 is found, and fails on their absence.
+	sed -i 's/^    unpack_edk2_blobs = bzip2.found()$/    unpack_edk2_blobs = false/' \
+		"$src.tmp/meson.build"
+	grep -q 'unpack_edk2_blobs = false$' "$src.tmp/meson.build"
+	mv "$src.tmp" "$src"
+fi
+
+venv=build/qemu/venv
+if [ ! -x "$venv/bin/meson" ] || ! "$venv/bin/python3" -c 'import pycotap' 2>/dev/null; then
+	/usr/bin/python3 -m venv "$venv"
+	"$venv/bin/pip" install -q 'meson>=1.5,<1.9' 'pycotap>=1.1'
+fi
+
+bld=$out/build
+start=$(date +%s)
+if [ ! -e "$bld/build.ninja" ] || ! grep -q -- "--target-list=$list" "$bld/config.status" 2>/dev/null; then
+	mkdir -p "$bld"
+	# Frame pointers everywhere, leaf functions too, so that perf's
+	# frame-pointer unwinding (--call-graph fp) climbs from a helper
+	# through its caller; -O2 -g as Debian builds it.
+	(cd "$bld" && PATH="$top/$venv/bin:$PATH" ../src/configure \
+		--python="$top/$venv/bin/python3" \
+		--target-list="$list" \
+		--enable-plugins --enable-debug-info --disable-strip \
+		--disable-docs --disable-werror --disable-download \
+		--disable-gtk --disable-sdl --disable-opengl --disable-vnc \
+		--disable-spice --disable-xen --disable-kvm \
+		--disable-capstone --disable-rust --disable-install-blobs \
+		--extra-cflags="-O2 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer") \
+		> "$out/configure.log" 2>&1 ||
+		{ tail -30 "$out/configure.log"; echo "build-qemu: configure failed ($out/configure.log)"; exit 1; }
+fi
+echo "build-qemu: building $list in $bld (log $out/ninja.log)"
+PATH="$top/$venv/bin:$PATH" nice -n 19 ninja -C "$bld" -j "$(nproc)" \
+	$(printf 'qemu-system-%s ' "${targets[@]}") > "$out/ninja.log" 2>&1 ||
+	{ tail -30 "$out/ninja.log"; echo "build-qemu: build failed ($out/ninja.log)"; exit 1; }
+end=$(date +%s)
+size=$(du -sh "$bld" | cut -f1)
+for t in "${targets[@]}"; do
+	"$bld/qemu-system-$t" --version | head -n 1
+done
+if ! grep -Eq 'Compiling|Linking' "$out/ninja.log"; then
+	echo "build-qemu: $list up to date in $bld (build tree $size)"
+else
+	printf '%s %s: %d s, build tree %s\n' "$(date -Is)" "$list" \
+		$((end - start)) "$size" | tee -a "$out/build-times.txt"
+fi
