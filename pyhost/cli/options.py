@@ -23,15 +23,15 @@ from ..pmu import events, geometry
 from ..vm import determinism, hostmem
 from ..vm.qemu import QEMU_MIN_VERSION, parse_tcg_options, qemu_version, \
     tcg_slowdown
-from ..vm.launcher import BOOT_TIMEOUT, MIN_MEM_MB, VMConfig, check_mem, \
-    preflight
+from ..vm.hostmem import MIN_MEM_MB, check_mem
+from ..vm.launcher import BOOT_TIMEOUT, VMConfig, preflight
 
 SIZE_RE = re.compile(r"^(\d+)([MmGg]?)$")
 
 
 def parse_mem(text: str) -> int:
     """'1G' / '512M' / '768' (MiB) -> MiB, within the ABI's RAM limit and
-    what the host can give (vm.launcher.check_mem)."""
+    what the host can give (vm.hostmem.check_mem)."""
     m = SIZE_RE.match(text.strip())
     if not m:
         raise click.BadParameter(f"{text!r} is not a size like 512M or 1G")

@@ -61,7 +61,8 @@ from ..pmu.guestmem import GuestMemory
 from ..pmu.hypercall import PerfBackend
 from . import qmp
 from .boot import BootFiles
-from .launcher import MIN_MEM_MB, POWEROFF_TIMEOUT, VM, Runstate, \
+from .hostmem import MIN_MEM_MB
+from .launcher import POWEROFF_TIMEOUT, VM, Runstate, \
     VMConfig
 from .qemu import find_qemu, version_line
 

@@ -14,12 +14,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .. import abi
 from ..errors import VMError
 
 # What QEMU, the plugin and the service need beside guest RAM (MiB).
 RESERVE_MB = 1024
 MEMINFO = "/proc/meminfo"
 SHM_DIR = "/dev/shm"
+# the smallest guest RAM pvperf boots (MiB)
+MIN_MEM_MB = 64
 
 
 @dataclass(frozen=True)
@@ -61,3 +64,16 @@ def check_host(mem_mb: int, host: HostMemory | None = None) -> None:
             f"(MemAvailable {host.available_mb} MiB less {RESERVE_MB} MiB "
             f"for QEMU; {SHM_DIR} {host.shm_free_mb} MiB free)",
             f"use at most {host.limit_mb}M")
+
+
+def check_mem(mem_mb: int, host: "HostMemory | None" = None) -> None:
+    """Refuse guest RAM outside MIN_MEM_MB..abi.MAX_RAM_MB (what pvperf's
+    RAM layouts describe, pvperf_abi.h PVPERF_MAX_RAM_MB) or beyond what
+    this host can give (check_host; ``host``: its figures, default read
+    now)."""
+    if not MIN_MEM_MB <= mem_mb <= abi.MAX_RAM_MB:
+        raise VMError("bad --mem", f"{mem_mb} MiB is outside "
+                      f"{MIN_MEM_MB}M..{abi.MAX_RAM_MB}M",
+                      f"use at most {abi.MAX_RAM_MB}M "
+                      f"({abi.MAX_RAM_MB // 1024}G)")
+    check_host(mem_mb, host)

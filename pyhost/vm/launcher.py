@@ -44,7 +44,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import abi
 from .. import guest_contract as guest
 from ..arch import Arch, host
 from ..errors import GuestPanicError, GuestStatusError, GuestTimeoutError, \
@@ -69,26 +68,10 @@ OUTPUT_PORTS = ("stdout", "stderr")
 BOOT_TIMEOUT = 60.0
 PLUGIN_CONNECT_TIMEOUT = 10.0
 POWEROFF_TIMEOUT = 15.0
-MIN_MEM_MB = 64
-
-
-def check_mem(mem_mb: int, host: "hostmem.HostMemory | None" = None) -> None:
-    """Refuse guest RAM outside MIN_MEM_MB..abi.MAX_RAM_MB (what pvperf's
-    RAM layouts describe, pvperf_abi.h PVPERF_MAX_RAM_MB) or beyond what
-    this host can give (hostmem.py; ``host``: its figures, default read
-    now)."""
-    if not MIN_MEM_MB <= mem_mb <= abi.MAX_RAM_MB:
-        raise VMError("bad --mem", f"{mem_mb} MiB is outside "
-                      f"{MIN_MEM_MB}M..{abi.MAX_RAM_MB}M",
-                      f"use at most {abi.MAX_RAM_MB}M "
-                      f"({abi.MAX_RAM_MB // 1024}G)")
-    hostmem.check_host(mem_mb, host)
-
-
 def preflight(config: "VMConfig") -> None:
     """The checks that need no guest: RAM size, QEMU, the plugin.  The CLI
     runs them before any slow step (the image check or build)."""
-    check_mem(config.mem_mb)
+    hostmem.check_mem(config.mem_mb)
     if config.deterministic:
         determinism.check(config.smp)
     check_overflow_irq(config.arch, config.overflow_irq)
