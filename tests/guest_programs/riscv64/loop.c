@@ -5,12 +5,11 @@
  * program's own status come back.
  *
  * Built as riscv64/Makefile's flags say (gcc 12.2), `loop N S` retires
- * 2N + 11d + 11e + 31 user instructions for a d-digit N > 0 and an
- * e-digit S (`loop N`: 2N + 11d + 24), counted by hand from its
- * disassembly: _start 3, argc test 3, each number's parse 8 + 11 per
+ * 2N + 10d + 10e + 31 user instructions for a d-digit N > 0 and an
+ * e-digit S (`loop N`: 2N + 10d + 24), counted by hand from its
+ * disassembly: _start 3, argc test 3, each number's parse 8 + 10 per
  * digit, the loop's guard 1, the argc == 2 test 2, the jump to the exit
- * 1 (2 without S), the exit call 5 (ecall included).  Not yet checked
- * by a counter: the riscv64 plugin table comes later.
+ * 1 (2 without S), the exit call 5 (ecall included).
  */
 #include "freestanding.h"
 
