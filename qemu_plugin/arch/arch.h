@@ -140,8 +140,9 @@ struct arch {
 	const char *const *gpr_names;
 	/* The table's address bits in REG_PAGE_TABLE's value, and how far
 	 * they lie right of the address: (value & aspace_mask) <<
-	 * aspace_shift is the table's gpa (riscv64's satp holds a page
-	 * number; x86_64's cr3 and arm64's TTBR hold the address, shift 0). */
+	 * aspace_shift is the table's gpa (a register that holds the
+	 * table's page number shifts by the page size's bits; one that
+	 * holds its address, by 0). */
 	uint64_t aspace_mask;
 	unsigned aspace_shift;
 	/* QEMU's name of the register the task= path to the task switched
