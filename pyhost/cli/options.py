@@ -13,6 +13,7 @@ import click
 
 from .. import arch as arches
 from .. import abi
+from ..arch.base import MAX_SMP
 from ..errors import PvperfError
 from ..guest_contract import SHARE_MOUNT
 from ..image import build as image_build
@@ -22,6 +23,7 @@ from ..image import userkernel
 from ..pmu import events, geometry
 from ..vm import determinism
 from ..vm.launcher import MIN_MEM_MB, VMConfig, check_mem, preflight
+from ..vm.boot import check_smp
 
 SIZE_RE = re.compile(r"^(\d+)([MmGg]?)$")
 
@@ -116,8 +118,9 @@ def vm_options(pmu_switch: bool = True):
     """Options shared by run, shell and profile (decorator factory)."""
     opts = [
         arch_option,
-        click.option("--smp", type=click.IntRange(1, 8), default=1,
-                     show_default=True, help="number of vCPUs"),
+        click.option("--smp", type=click.IntRange(1, MAX_SMP), default=1,
+                     show_default=True, help=f"number of vCPUs, 1..{MAX_SMP} "
+                     "(fewer where the guest's machine serves fewer)"),
         click.option("--mem", "mem", default="1G", show_default=True,
                      callback=_mem_callback,
                      help=f"guest RAM, {MIN_MEM_MB}M.."
@@ -248,6 +251,10 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
         raise click.BadParameter("domain accounting counts host time: "
                                  "no timing model with it",
                                  param_hint="'--accounting'")
+    try:
+        check_smp(smp, arch)
+    except PvperfError as e:
+        raise click.BadParameter(e.cause, param_hint="'--smp'")
     if deterministic:
         try:
             determinism.check(smp)

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import arch as arches
+from ..arch.base import MAX_SMP
 from ..errors import PvperfError
 from ..pmu import geometry
 
@@ -61,7 +62,6 @@ MODEL_KEYS = {"name", "cachegrind_compat", "timing", "penalties",
               *GEOMETRY_KEYS}
 QEMU_KEYS = {"name", "deterministic", "mem"}
 NAME = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
-MAX_SMP = 8
 
 
 class MatrixError(PvperfError):

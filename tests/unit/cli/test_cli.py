@@ -30,9 +30,12 @@ def test_run_without_command_is_a_usage_error():
     assert r.returncode == 64 and "Missing argument" in r.stderr
 
 
-def test_bad_smp_is_a_usage_error():
-    r = run_pvperf(["run", "--smp", "0", "--", "true"])
-    assert r.returncode == 64 and "--smp" in r.stderr
+@pytest.mark.parametrize("args", [["--smp", "0"], ["--smp", "17"],
+                                  ["--arch", "aarch64", "--smp", "9"]],
+                         ids=["zero", "over-16", "arm64-over-8"])
+def test_bad_smp_is_a_usage_error(args):
+    r = run_pvperf(["run", *args, "--", "true"])
+    assert r.returncode == 64 and "--smp" in r.stderr, r.stderr
 
 
 def test_events_lists_the_model():
