@@ -17,16 +17,35 @@ build, the boot).  Errors print one line, "pvperf: <what failed>: <cause>
 """
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
-import shlex
 import signal
 import sys
-import time
-from pathlib import Path
+import threading
 
-import click
+
+def _interrupted_while_starting(signum, frame):
+    """Ctrl-C while Python still imports the CLI (below; a second and more
+    on a loaded host): nothing has started, so there is nothing to clean
+    up, and the user gets one line, not a KeyboardInterrupt traceback."""
+    sys.stderr.write("pvperf: interrupted while starting \u2014 nothing "
+                     "was started\n")
+    os._exit(130)           # EXIT_INTERRUPTED
+
+
+# Only where Python's own handler is in place: a SIGINT ignored (a job
+# started with `&`) stays ignored, a host program's handler stays its own.
+_GUARD = (threading.current_thread() is threading.main_thread() and
+          signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+if _GUARD:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import asyncio  # noqa: E402
+import logging  # noqa: E402
+import shlex  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import click  # noqa: E402
 
 # parse_mem: re-exported (the tests check it through the CLI module).
 from .options import arch_option, ensure_image, make_config, parse_mem, \
@@ -46,6 +65,9 @@ from ..vm import checkpoint as vm_checkpoint
 from ..vm import determinism
 from ..vm.launcher import VMConfig, run_command, run_shell
 from ..vm.qemu import find_qemu
+
+if _GUARD:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 log = logging.getLogger("pvperf")
 

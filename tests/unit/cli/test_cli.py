@@ -1,11 +1,14 @@
 """The pvperf command's argument handling and error format."""
+import subprocess
+import sys
+
 import click
 import pytest
 
 from pyhost.cli import parse_mem
 from pyhost.errors import PvperfError
 
-from support import run_pvperf
+from support import REPO, run_pvperf
 
 
 @pytest.mark.parametrize("text,mib", [("1G", 1024), ("512M", 512),
@@ -118,3 +121,22 @@ def test_a_commands_debug_does_not_turn_on_pvperfs(monkeypatch, caplog,
     with pytest.raises(SystemExit):
         cli_mod.main(["--debug", "run", "--", "tool"])
     assert [r for r in caplog.records if r.exc_info]
+
+
+def test_ctrl_c_while_the_cli_imports_is_one_line():
+    """A SIGINT while Python still imports the CLI (the soak's kill at
+    0.3-5 s hit it on a loaded host: a KeyboardInterrupt traceback);
+    sent here from an import hook, at click's import."""
+    code = ("import os, signal, sys\n"
+            "class Hook:\n"
+            "    def find_spec(self, name, path, target=None):\n"
+            "        if name == 'click':\n"
+            "            os.kill(os.getpid(), signal.SIGINT)\n"
+            "sys.meta_path.insert(0, Hook())\n"
+            "import pyhost.cli\n"
+            "print('imported')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, cwd=REPO, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        130, "", "pvperf: interrupted while starting \u2014 nothing was "
+        "started\n"), r
