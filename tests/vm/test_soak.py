@@ -13,6 +13,10 @@ of five ways:
                     is shut down inside pvperf (gdb calls shutdown(2) on
                     it): the plugin declares the service dead, the guest's
                     hypercalls fail, the run goes on to its end
+The last two wait, at the chosen moment, until pvperf has a QEMU or a
+connected plugin socket (at most TARGET_WAIT_S): under load pvperf may
+still be starting then.  A signal may come while pvperf still imports
+its modules: one line, no traceback (pyhost/cli/__init__.py).
 
 After each kill: pvperf exits within a minute (no hang; a run that was
 not stopped, after a socket shutdown or one that ended first, within
@@ -55,19 +59,27 @@ EXIT_WAIT_S = 60
 # nothing killed): a boot and 200 M instructions, on a loaded host too.
 RUN_WAIT_S = 300
 STOPPED = ("SIGINT", "SIGTERM", "SIGKILL", "qemu")
+TARGET_WAIT_S = 60
 SEQPACKET = 5                           # /proc/net/unix Type column
+CONNECTED = 3                           # its St column: SS_CONNECTED
 
 
 def service_sockets(pid: int) -> list[int]:
-    """pvperf's SOCK_SEQPACKET unix sockets: its ends of the plugin's
-    connections (QMP and the ports are SOCK_STREAM)."""
+    """pvperf's connected SOCK_SEQPACKET unix sockets: its ends of the
+    plugin's connections (QMP and the ports are SOCK_STREAM; the
+    service's listener is SEQPACKET too, but shutting it down would only
+    keep the plugin from connecting).  [] once pvperf is gone."""
     seqpacket = set()
     for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
         f = line.split()
-        if int(f[4], 16) == SEQPACKET:
+        if int(f[4], 16) == SEQPACKET and int(f[5], 16) == CONNECTED:
             seqpacket.add(f[6])
     fds = []
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
+    try:
+        entries = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return []
+    for fd in entries:
         try:
             m = re.fullmatch(r"socket:\[(\d+)\]", os.readlink(fd))
         except OSError:
@@ -83,17 +95,29 @@ def qemu_of(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+def once_there(find, proc: subprocess.Popen) -> list[int]:
+    """find(pid) once it finds something, while the run lasts, at most
+    TARGET_WAIT_S: on a loaded host pvperf may not have started QEMU or
+    its service by the chosen moment (3 of 20 socket kills found no
+    socket at load 8-17), and the cycle would test nothing."""
+    deadline = time.monotonic() + TARGET_WAIT_S
+    while not (found := find(proc.pid)) and proc.poll() is None and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
 def kill(kind: str, proc: subprocess.Popen) -> str:
     """Do ``kind`` to the run; say what was actually done."""
     if kind in ("SIGINT", "SIGTERM", "SIGKILL"):
         proc.send_signal(getattr(signal, kind))
         return kind
     if kind == "qemu":
-        pids = qemu_of(proc.pid)
+        pids = once_there(qemu_of, proc)
         for p in pids:
             os.kill(p, signal.SIGKILL)
         return "qemu" if pids else "qemu (not started yet)"
-    fds = service_sockets(proc.pid)
+    fds = once_there(service_sockets, proc)
     if not fds:
         return "socket (none yet)"
     try:
