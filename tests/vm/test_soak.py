@@ -15,7 +15,8 @@ of five ways:
                     hypercalls fail, the run goes on to its end
 The last two wait, at the chosen moment, until pvperf has a QEMU or a
 connected plugin socket (at most TARGET_WAIT_S): under load pvperf may
-still be starting then.  A signal may come while pvperf still imports
+still be starting then ("socket (none open)": the run's VM had already
+stopped, at 3-5 s on a quiet host).  A signal may come while pvperf still imports
 its modules: one line, no traceback (pyhost/cli/__init__.py).
 
 After each kill: pvperf exits within a minute (no hang; a run that was
@@ -119,7 +120,7 @@ def kill(kind: str, proc: subprocess.Popen) -> str:
         return "qemu" if pids else "qemu (not started yet)"
     fds = once_there(service_sockets, proc)
     if not fds:
-        return "socket (none yet)"
+        return "socket (none open)"
     try:
         subprocess.run(["gdb", "-p", str(proc.pid), "-batch", "-nx",
                         "-ex", f"call (int)shutdown({fds[0]}, 2)"],
