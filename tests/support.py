@@ -105,19 +105,30 @@ def run_pvperf(args, cwd=None, timeout=300, **kw) -> subprocess.CompletedProcess
                           capture_output=True, text=True, **kw)
 
 
-def leftovers() -> list[str]:
+def leftovers(owners: set[int] | None = None) -> list[str]:
     """pvperf files in /dev/shm, /tmp and $XDG_RUNTIME_DIR (run
     directories), and QEMU processes we started, that no live pvperf
     owns: another pvperf still running on the machine (a second test
-    session, a user's run) is not a leftover of the test asking."""
+    session, a user's run) is not a leftover of the test asking.
+    ``owners``: only what these pvperf pids left (their files are named
+    pvperf-PID-..., their QEMU's RAM file too), so that what another
+    test session's killed pvperf left for its own next run to sweep is
+    not counted against the test asking."""
+    def ours(name: str) -> bool:
+        return owners is None or any(
+            int(pid) in owners for pid in re.findall(r"pvperf-(\d+)-", name))
+
     dirs = [Path("/dev/shm"), Path("/tmp")]
     if os.environ.get("XDG_RUNTIME_DIR"):
         dirs.append(Path(os.environ["XDG_RUNTIME_DIR"]))
     found = [str(p) for d in dirs for p in d.glob("pvperf-*")
-             if not _owned_by_live_pvperf(p.name)]
-    ps = subprocess.run(["pgrep", "-f", "qemu-system-.*org.pvperf"],
+             if ours(p.name) and not _owned_by_live_pvperf(p.name)]
+    ps = subprocess.run(["pgrep", "-a", "-f", "qemu-system-.*org.pvperf"],
                         capture_output=True, text=True)
-    found += [f"qemu pid {p}" for p in ps.stdout.split() if _orphaned(p)]
+    for line in ps.stdout.splitlines():
+        pid, _, cmdline = line.partition(" ")
+        if ours(cmdline) and _orphaned(pid):
+            found.append(f"qemu pid {pid}")
     return found
 
 

@@ -119,4 +119,7 @@ ARCH = Arch(
     task_path=task_path,
     # a 32-byte header then 16-byte stubs: adrp, ldr, add, br x17
     plt_entry=16,
+    # virt's GICv2 (above) serves 8 vCPUs; more would need GICv3 and
+    # the doorbell's MSI-X through its ITS
+    max_smp=8,
 )

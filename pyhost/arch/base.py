@@ -48,6 +48,13 @@ class TaskPath:
 TaskPathFn = Callable[[Callable[[str, str], int], Callable[[str], int]],
                       TaskPath]
 
+# --smp's limit where the machine allows more: what is checked on a 2-core
+# host (tests/vm/test_smp.py: exact per-task counts, no lost samples).
+# Nothing in pvperf's code stops here: the plugin's counter store holds
+# 4096 vCPUs, the service, the doorbell and the driver size everything by
+# the vCPU count; what grows is the boot's host CPU (docs/options.md).
+MAX_SMP = 16
+
 
 @dataclass(frozen=True)
 class Arch:
@@ -101,6 +108,8 @@ class Arch:
     # what pvperf still lacks to be this architecture's guest PMU (the
     # plugin's table, the guest driver); "": nothing, runs may use it
     pmu_missing: str = ""
+    # vCPUs its machine serves with pvperf's devices (at most MAX_SMP)
+    max_smp: int = MAX_SMP
 
     def is_kernel(self, guestpc: int) -> bool:
         """Is ``guestpc`` in the guest kernel's half of the address space?"""

@@ -18,20 +18,40 @@ build, the boot).  Errors print one line, "pvperf: <what failed>: <cause>
 """
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
-import shlex
 import signal
 import sys
-import time
-from pathlib import Path
+import threading
 
-import click
+
+def _interrupted_while_starting(signum, frame):
+    """Ctrl-C while Python still imports the CLI (below; a second and more
+    on a loaded host): nothing has started, so there is nothing to clean
+    up, and the user gets one line, not a KeyboardInterrupt traceback."""
+    sys.stderr.write("pvperf: interrupted while starting \u2014 nothing "
+                     "was started\n")
+    os._exit(130)           # EXIT_INTERRUPTED
+
+
+# Only where Python's own handler is in place: a SIGINT ignored (a job
+# started with `&`) stays ignored, a host program's handler stays its own.
+_GUARD = (threading.current_thread() is threading.main_thread() and
+          signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+if _GUARD:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import asyncio  # noqa: E402
+import logging  # noqa: E402
+import shlex  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import click  # noqa: E402
 
 # parse_mem: re-exported (the tests check it through the CLI module).
 from .options import PROFILE_DIR, arch_option, diff_options, ensure_image, \
     make_config, parse_mem, resolve_image, vm_options  # noqa: F401
+from .compare import compare
 from .. import guest_contract as guest
 from ..errors import GuestTimeoutError, PvperfError
 from ..image import build as image_build
@@ -47,6 +67,9 @@ from ..vm import checkpoint as vm_checkpoint
 from ..vm import determinism
 from ..vm.launcher import VMConfig, run_command, run_shell
 from ..vm.qemu import find_qemu
+
+if _GUARD:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 log = logging.getLogger("pvperf")
 
@@ -326,41 +349,7 @@ def sweep(matrix, output, parallel, address) -> None:
     sys.exit(1 if failed else 0)
 
 
-EXIT_REGRESSION = 1
-EXIT_BAD_INPUT = 2
-
-
-@cli.command()
-@click.argument("base")
-@click.argument("new")
-@click.option("--threshold", default="0%", show_default=True,
-              help="allowed increase, percent of BASE (e.g. 0.5%)")
-def compare(base: str, new: str, threshold: str) -> None:
-    """Compare two `--json` results event by event; exit 1 if an event
-    went up by more than --threshold (more counted work is a regression),
-    0 if none did, 2 on bad input."""
-    try:
-        limit = results.parse_threshold(threshold)
-        old, cur = results.load_result(base), results.load_result(new)
-    except ValueError as e:
-        click.echo(f"pvperf: compare: bad --threshold {threshold!r}: {e}",
-                   err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except results.ResultError as e:
-        click.echo(f"pvperf: compare: {e.one_line()}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    rows = results.compare(old, cur, limit)
-    if not any(r.delta is not None for r in rows):
-        click.echo("pvperf: compare: no event counted in both files \u2014 "
-                   "compare results of the same events", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    for note in results.notes(old, cur):
-        click.echo(f"# note: {note}")
-    click.echo(results.render(rows, limit))
-    bad = [r.name for r in rows if r.regressed]
-    click.echo(f"pvperf: {len(bad)} regression(s): {', '.join(bad)}" if bad
-               else "pvperf: no regression", err=True)
-    sys.exit(EXIT_REGRESSION if bad else 0)
+cli.add_command(compare)
 
 
 @cli.command(epilog=EPILOG)

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from .. import arch as arches
+from ..arch.base import MAX_SMP
 from ..errors import PvperfError
 from ..guest_contract import SHARE_MOUNT
 from ..image import build as image_build
@@ -21,10 +22,11 @@ from ..image import stage
 from ..image import userkernel
 from ..pmu import events, geometry
 from ..vm import determinism, hostmem
+from ..vm.boot import boot_timeout, check_smp
+from ..vm.hostmem import MIN_MEM_MB, check_mem
+from ..vm.launcher import VMConfig, preflight
 from ..vm.qemu import QEMU_MIN_VERSION, parse_tcg_options, qemu_version, \
     tcg_slowdown
-from ..vm.hostmem import MIN_MEM_MB, check_mem
-from ..vm.launcher import BOOT_TIMEOUT, VMConfig, preflight
 
 SIZE_RE = re.compile(r"^(\d+)([MmGg]?)$")
 
@@ -146,8 +148,9 @@ def vm_options(pmu_switch: bool = True):
     """Options shared by run, shell and profile (decorator factory)."""
     opts = [
         arch_option,
-        click.option("--smp", type=click.IntRange(1, 8), default=1,
-                     show_default=True, help="number of vCPUs"),
+        click.option("--smp", type=click.IntRange(1, MAX_SMP), default=1,
+                     show_default=True, help=f"number of vCPUs, 1..{MAX_SMP} "
+                     "(fewer where the guest's machine serves fewer)"),
         click.option("--mem", "mem", default="1G", show_default=True,
                      callback=_mem_callback,
                      help=f"guest RAM, {MIN_MEM_MB}M up to what the host "
@@ -291,6 +294,10 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
         raise click.BadParameter("domain accounting counts host time: "
                                  "no timing model with it",
                                  param_hint="'--accounting'")
+    try:
+        check_smp(smp, arch)
+    except PvperfError as e:
+        raise click.BadParameter(e.cause, param_hint="'--smp'")
     if deterministic:
         try:
             determinism.check(smp)
@@ -306,7 +313,7 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
                       overflow_irq=overflow_irq,
                       staged=deterministic or staged, arch=arch,
                       tcg=tuple(tcg),
-                      boot_timeout=BOOT_TIMEOUT * tcg_slowdown(tcg),
+                      boot_timeout=boot_timeout(smp) * tcg_slowdown(tcg),
                       qemu=qemu_in(qemu_dir, arch) if qemu_dir else None,
                       # a build tree has no firmware of its own (Debian's
                       # +ds source drops the blobs): the installed ones

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import arch as arches
+from ..arch.base import MAX_SMP
 from ..errors import PvperfError
 from ..pmu import geometry
 from ..vm.qemu import parse_tcg_options
@@ -65,7 +66,6 @@ MODEL_KEYS = {"name", "cachegrind_compat", "timing", "penalties",
               *GEOMETRY_KEYS}
 QEMU_KEYS = {"name", "deterministic", "mem", "tcg", "dir"}
 NAME = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
-MAX_SMP = 8
 
 
 class MatrixError(PvperfError):

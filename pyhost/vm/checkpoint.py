@@ -52,6 +52,7 @@ from pathlib import Path
 
 from .. import __version__, abi
 from .. import arch as arches
+from ..arch.base import MAX_SMP
 from .. import guest_contract as guest
 from ..digest import sha256_file
 from ..errors import SetupError, VMError
@@ -439,7 +440,7 @@ def _manifest(directory: Path, what: str) -> dict:
                 for k, v in vm["plugin_options"].items()) and \
             isinstance(vm["vmlinux"], str) and \
             isinstance(vm["initramfs"], str) and vm["pmu"] and \
-            vm["mode"] == guest.RUN and 1 <= vm["smp"] <= 8 and \
+            vm["mode"] == guest.RUN and 1 <= vm["smp"] <= MAX_SMP and \
             MIN_MEM_MB <= vm["mem_mb"] <= abi.MAX_RAM_MB and \
             all(_model_option(k) for k in vm["plugin_options"])
     except (ValueError, KeyError, AttributeError, TypeError) as e:

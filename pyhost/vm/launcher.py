@@ -56,7 +56,7 @@ from ..pmu.nmi import NmiInjector
 from ..pmu.service import PluginService
 from ..pmu import snapshot
 from . import channels, determinism, hostmem, qmp
-from .boot import BootImage
+from .boot import BootImage, boot_timeout, check_smp
 from .console import Console
 from .qemu import check_qemu_for_plugin, find_qemu, qemu_escape, \
     set_pdeathsig, tcg_machine_args
@@ -65,7 +65,6 @@ log = logging.getLogger("pvperf.vm")
 
 # Ports that write into files in deterministic runs (vm/channels.py).
 OUTPUT_PORTS = ("stdout", "stderr")
-BOOT_TIMEOUT = 60.0
 PLUGIN_CONNECT_TIMEOUT = 10.0
 POWEROFF_TIMEOUT = 15.0
 def preflight(config: "VMConfig") -> None:
@@ -74,6 +73,7 @@ def preflight(config: "VMConfig") -> None:
     hostmem.check_mem(config.mem_mb)
     if config.deterministic:
         determinism.check(config.smp)
+    check_smp(config.smp, config.arch)
     check_overflow_irq(config.arch, config.overflow_irq)
     if config.pmu and config.arch.pmu_missing:
         raise SetupError(f"cannot count or sample on "
@@ -122,7 +122,7 @@ class VMConfig:
     share: Path | None = None
     pmu: bool = True
     timeout: float | None = None       # command timeout (guest.RUN)
-    boot_timeout: float = BOOT_TIMEOUT
+    boot_timeout: float | None = None  # None: boot_timeout(smp)
     echo_console: bool = False
     plugin_options: dict[str, str] = field(default_factory=dict)
     timing: bool = False               # cycles from the timing model
@@ -459,7 +459,8 @@ class VM:
     @require(Runstate.RUNNING)
     async def wait_ready(self) -> None:
         """Wait for READY on the control port (boot finished)."""
-        line = await self._control_line(self.config.boot_timeout, "boot")
+        line = await self._control_line(self.config.boot_timeout or
+                                        boot_timeout(self.config.smp), "boot")
         if line != guest.READY:
             raise GuestStatusError("guest boot", f"unexpected control "
                                    f"message {line!r}",

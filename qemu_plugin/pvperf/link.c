@@ -46,6 +46,12 @@
 static int service_dead;
 static int inflight;
 static int exiting;
+/*
+ * The longest a hypercall waited for the service's answer, any vCPU
+ * (atomic max; verbose report): how close a host with more vCPUs than
+ * cores, whose service threads wait for a core, comes to the timeout.
+ */
+static int64_t hcall_wait_max_us;
 
 /*
  * Spin this long for the answer before sleeping in poll(): a wake-up costs
@@ -203,12 +209,22 @@ static void service_failed(unsigned vcpu, int64_t err)
 			   err == -ETIMEDOUT ? "timed out" : "unreachable");
 }
 
+static void note_hcall_wait(int64_t us)
+{
+	int64_t seen = __atomic_load_n(&hcall_wait_max_us, __ATOMIC_RELAXED);
+
+	while (us > seen &&
+	       !__atomic_compare_exchange_n(&hcall_wait_max_us, &seen, us, false,
+					    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
 /* A hypercall to the service.  0: it answered (and wrote ->ret). */
 int64_t link_exchange(unsigned vcpu, const struct pvperf_proto_hcall *msg,
 		      struct pvperf_proto_reply *reply)
 {
 	int fd;
-	int64_t err = -ENODEV;
+	int64_t err = -ENODEV, t0 = g_get_monotonic_time();
 
 	if (!link_usable())
 		return -ENODEV;
@@ -218,6 +234,8 @@ int64_t link_exchange(unsigned vcpu, const struct pvperf_proto_hcall *msg,
 		err = recv_reply(fd, reply, &pv.vcpu[vcpu]);
 	if (err)
 		service_failed(vcpu, err);
+	else if (pv.verbose)
+		note_hcall_wait(g_get_monotonic_time() - t0);
 	return err;
 }
 
@@ -299,6 +317,10 @@ void link_vcpu_exit(unsigned vcpu)
  */
 bool link_exit(void)
 {
+	if (pv.verbose)
+		pvperf_log("hypercalls waited for the service %" PRId64 " us at the longest (timeout %d ms)\n",
+			   __atomic_load_n(&hcall_wait_max_us, __ATOMIC_RELAXED),
+			   PVPERF_PROTO_TIMEOUT_MS);
 	__atomic_store_n(&exiting, 1, __ATOMIC_SEQ_CST);
 	for (int i = 0; i < 100; i++) {
 		if (!__atomic_load_n(&inflight, __ATOMIC_SEQ_CST)) {

@@ -13,11 +13,22 @@ of five ways:
                     is shut down inside pvperf (gdb calls shutdown(2) on
                     it): the plugin declares the service dead, the guest's
                     hypercalls fail, the run goes on to its end
+The last two wait, at the chosen moment, until pvperf has a QEMU or a
+connected plugin socket (at most TARGET_WAIT_S): under load pvperf may
+still be starting then ("socket (none open)": the run's VM had already
+stopped, at 3-5 s on a quiet host).  A signal may come while pvperf still imports
+its modules: one line, no traceback (pyhost/cli/__init__.py).
 
-After each kill: pvperf exits within a minute (no hang), then a short
-`pvperf stat` counts a program exactly (valgrind's Ir), and nothing is
-left: no QEMU, no pvperf file in /tmp or /dev/shm (support.leftovers).
-20 cycles by default; PVPERF_SLOW=1: 100.
+After each kill: pvperf exits within a minute (no hang; a run that was
+not stopped, after a socket shutdown or one that ended first, within
+RUN_WAIT_S), then a short `pvperf stat` counts a program exactly
+(valgrind's Ir), and nothing is left: no QEMU, no pvperf file in /tmp or
+/dev/shm (support.leftovers) of the two pvperf processes of the cycle.
+Only theirs: another test session beside this one may have SIGKILLed a
+pvperf of its own, whose files wait for that session's next run.
+Every failure names the cycle (what ran, how it was killed and when)
+and what it saw: the killed run's stderr, the next run's output, the
+files or processes left.  20 cycles by default; PVPERF_SLOW=1: 100.
 """
 from __future__ import annotations
 
@@ -34,8 +45,8 @@ import pytest
 
 from pyhost.profile.record import GUEST_WORKDIR, sweep_workdirs
 
-from support import (PROGRAMS, leftovers, pvperf_cmd, run_pvperf,
-                      sigint_default, valgrind_irefs)
+from support import (PROGRAMS, leftovers, pvperf_cmd, sigint_default,
+                     valgrind_irefs)
 
 pytestmark = pytest.mark.vm
 
@@ -45,19 +56,31 @@ KILLS = ("SIGINT", "SIGTERM", "SIGKILL", "qemu", "socket")
 LONG = ["./loop", "100000000"]          # 200 M instructions: a few seconds
 SHORT = ["./loop", "1000"]
 EXIT_WAIT_S = 60
+# A run that goes on to its end (the service's socket shut down, or
+# nothing killed): a boot and 200 M instructions, on a loaded host too.
+RUN_WAIT_S = 300
+STOPPED = ("SIGINT", "SIGTERM", "SIGKILL", "qemu")
+TARGET_WAIT_S = 60
 SEQPACKET = 5                           # /proc/net/unix Type column
+CONNECTED = 3                           # its St column: SS_CONNECTED
 
 
 def service_sockets(pid: int) -> list[int]:
-    """pvperf's SOCK_SEQPACKET unix sockets: its ends of the plugin's
-    connections (QMP and the ports are SOCK_STREAM)."""
+    """pvperf's connected SOCK_SEQPACKET unix sockets: its ends of the
+    plugin's connections (QMP and the ports are SOCK_STREAM; the
+    service's listener is SEQPACKET too, but shutting it down would only
+    keep the plugin from connecting).  [] once pvperf is gone."""
     seqpacket = set()
     for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
         f = line.split()
-        if int(f[4], 16) == SEQPACKET:
+        if int(f[4], 16) == SEQPACKET and int(f[5], 16) == CONNECTED:
             seqpacket.add(f[6])
     fds = []
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
+    try:
+        entries = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return []
+    for fd in entries:
         try:
             m = re.fullmatch(r"socket:\[(\d+)\]", os.readlink(fd))
         except OSError:
@@ -73,22 +96,37 @@ def qemu_of(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+def once_there(find, proc: subprocess.Popen) -> list[int]:
+    """find(pid) once it finds something, while the run lasts, at most
+    TARGET_WAIT_S: on a loaded host pvperf may not have started QEMU or
+    its service by the chosen moment (3 of 20 socket kills found no
+    socket at load 8-17), and the cycle would test nothing."""
+    deadline = time.monotonic() + TARGET_WAIT_S
+    while not (found := find(proc.pid)) and proc.poll() is None and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
 def kill(kind: str, proc: subprocess.Popen) -> str:
     """Do ``kind`` to the run; say what was actually done."""
     if kind in ("SIGINT", "SIGTERM", "SIGKILL"):
         proc.send_signal(getattr(signal, kind))
         return kind
     if kind == "qemu":
-        pids = qemu_of(proc.pid)
+        pids = once_there(qemu_of, proc)
         for p in pids:
             os.kill(p, signal.SIGKILL)
         return "qemu" if pids else "qemu (not started yet)"
-    fds = service_sockets(proc.pid)
+    fds = once_there(service_sockets, proc)
     if not fds:
-        return "socket (none yet)"
-    subprocess.run(["gdb", "-p", str(proc.pid), "-batch", "-nx",
-                    "-ex", f"call (int)shutdown({fds[0]}, 2)"],
-                   capture_output=True, timeout=60)
+        return "socket (none open)"
+    try:
+        subprocess.run(["gdb", "-p", str(proc.pid), "-batch", "-nx",
+                        "-ex", f"call (int)shutdown({fds[0]}, 2)"],
+                       capture_output=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "socket (gdb timed out)"
     return "socket"
 
 
@@ -99,6 +137,21 @@ def start(what: str, out: Path) -> subprocess.Popen:
         pvperf_cmd() + [*args, "--share", str(PROGRAMS), "--", *LONG],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=sigint_default)
+
+
+def next_run() -> tuple[int, subprocess.CompletedProcess]:
+    """The short exact run after a kill: (its pid, what it did)."""
+    args = ["run", "--share", str(PROGRAMS), "--", "perf", "stat", "-x,",
+            "-e", "instructions:u", *SHORT]
+    p = subprocess.Popen(pvperf_cmd() + args, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=RUN_WAIT_S)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        err += f"\n(still running {RUN_WAIT_S} s later: killed)"
+    return p.pid, subprocess.CompletedProcess(args, p.returncode, out, err)
 
 
 def test_kill_anything_soak(tmp_path):
@@ -117,16 +170,21 @@ def test_kill_anything_soak(tmp_path):
         proc = start(what, tmp_path / f"prof{cycle}")
         time.sleep(delay)
         did = kill(kind, proc) if proc.poll() is None else "none (ended)"
+        where = f"cycle {cycle} (seed {SEED:#x}): {what}, {did} at " \
+                f"{delay:.1f} s, pvperf pid {proc.pid}"
+        wait = EXIT_WAIT_S if did in STOPPED else RUN_WAIT_S
         t0 = time.monotonic()
         try:
-            _, err = proc.communicate(timeout=EXIT_WAIT_S)
+            _, err = proc.communicate(timeout=wait)
         except subprocess.TimeoutExpired:
             proc.kill()
-            pytest.fail(f"cycle {cycle} ({what}, {did} at {delay:.1f} s): "
-                        f"pvperf still running {EXIT_WAIT_S} s later")
+            _, err = proc.communicate()
+            pytest.fail(f"{where}: pvperf still running {wait} s later; "
+                        f"its stderr:\n{err[-2000:]}")
         slowest_exit = max(slowest_exit, time.monotonic() - t0)
         done[did] += 1
-        where = f"cycle {cycle}: {what}, {did} at {delay:.1f} s"
+        where += f", exit status {proc.returncode} after " \
+                 f"{time.monotonic() - t0:.1f} s"
         assert "Traceback" not in err, f"{where}:\n{err[-2000:]}"
         # `pvperf profile` works in a directory of the share: gone unless
         # nobody could remove it (SIGKILL: the next profile sweeps it).
@@ -134,19 +192,26 @@ def test_kill_anything_soak(tmp_path):
         if did == "SIGKILL":
             killed.update(left)
         else:
-            assert left == [], f"{where}: {left}"
+            assert left == [], f"{where}: left {left}; its stderr:\n" \
+                               f"{err[-2000:]}"
         # The next run sweeps what a SIGKILLed pvperf left, and counts
         # exactly.
-        r = run_pvperf(["run", "--share", str(PROGRAMS), "--", "perf",
-                        "stat", "-x,", "-e", "instructions:u", *SHORT])
-        assert r.returncode == 0, f"{where}: next run failed:\n{r.stderr}"
+        pid, r = next_run()
+        seen = f"{where}; the next run (pid {pid}) exited " \
+               f"{r.returncode}:\n{r.stdout[-1000:]}\n{r.stderr[-2000:]}"
+        assert r.returncode == 0, seen
         counts = [ln.split(",")[0] for ln in r.stderr.splitlines()
                   if ",instructions:u," in ln]
-        assert counts == [str(exact)], f"{where}: {r.stderr[-1000:]}"
-        assert leftovers() == [], where
+        assert counts == [str(exact)], f"counted {counts}, valgrind " \
+                                       f"{exact}: {seen}"
+        left = leftovers({proc.pid, pid})
+        assert left == [], f"{where}: left {left}; its stderr:\n" \
+                           f"{err[-2000:]}"
     swept = set(sweep_workdirs(PROGRAMS))
-    assert swept <= killed, swept - killed
-    assert not list(PROGRAMS.glob(f"{GUEST_WORKDIR}-*"))
+    assert swept <= killed, f"work directories no SIGKILL left: " \
+                            f"{swept - killed}"
+    rest = list(PROGRAMS.glob(f"{GUEST_WORKDIR}-*"))
+    assert rest == [], f"work directories left in the share: {rest}"
     print(f"soak: {CYCLES} cycles, kills {dict(done)}, 0 hangs, 0 "
           f"leftovers, slowest exit after the kill {slowest_exit:.1f} s")
 

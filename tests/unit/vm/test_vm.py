@@ -143,3 +143,20 @@ def test_too_long_run_dir_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(SetupError, match="too long for a unix socket"):
         channels.make_run_dir()
     assert list(deep.iterdir()) == []
+
+
+def test_smp_limits_are_the_architectures():
+    from pyhost.arch import aarch64, x86_64
+    from pyhost.vm.boot import check_smp
+    check_smp(16, x86_64.ARCH)
+    check_smp(8, aarch64.ARCH)
+    for smp, arch in ((0, x86_64.ARCH), (17, x86_64.ARCH), (9, aarch64.ARCH)):
+        with pytest.raises(VMError, match=f"{smp} vCPUs"):
+            check_smp(smp, arch)
+
+
+def test_boot_timeout_grows_with_vcpus_per_host_core(monkeypatch):
+    from pyhost.vm.boot import BOOT_TIMEOUT, boot_timeout
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert boot_timeout(1) == boot_timeout(2) == BOOT_TIMEOUT
+    assert boot_timeout(16) == 8 * BOOT_TIMEOUT
