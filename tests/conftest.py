@@ -13,6 +13,10 @@ the prerequisites are missing, naming the variable that overrides it.
                      (comma-separated; default: every one of
                      support.GUEST_ARCHES); a test of an architecture
                      whose cross compiler is missing skips, naming it
+
+Under pytest-xdist (scripts/test.sh's parallel phase) the tests that
+share a module-scoped fixture instance (a guest's boot) run on one
+worker: parallel.py.
 """
 from __future__ import annotations
 
@@ -58,7 +62,11 @@ def _arch_skip_reason(item) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)    # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        import parallel
+        parallel.mark_groups(items)
     vm_reason = None
     checked = False
     for item in items:

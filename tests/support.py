@@ -5,6 +5,7 @@ there); conftest.py keeps only pytest's hooks.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -49,12 +50,26 @@ def guest_kernel_image() -> str:
     return GUEST_KERNEL_IMAGES[kernel]
 
 
+def make(directory: Path, *args: str, **kw) -> subprocess.CompletedProcess:
+    """`make -C DIRECTORY ARGS` (subprocess.run's keywords), one at a time
+    per directory across processes: the pytest-xdist workers
+    (scripts/test.sh) may both ask for a product, and two makes at once
+    would write one binary, or kbuild's .cmd and Module.symvers, twice
+    over while the other reads it."""
+    locks = REPO / "build" / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    name = str(Path(directory).resolve()).strip("/").replace("/", "_")
+    with open(locks / f"make-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)      # released when closed
+        return subprocess.run(["make", "-C", str(directory), *args], **kw)
+
+
 def build_driver(image: str) -> None:
     """Build the guest PMU driver for ``image``'s kernel (make IMAGE=...;
     the default image's is the plain build): cheap when up to date."""
     extra = [] if image == "default" else [f"IMAGE={image}"]
-    subprocess.run(["make", "-s", "-C", str(REPO / "guest_kernel_patch"),
-                    *extra], check=True, capture_output=True)
+    make(REPO / "guest_kernel_patch", "-s", *extra, check=True,
+         capture_output=True)
 
 
 def sections(text: str) -> dict[str, list[str]]:
@@ -220,7 +235,7 @@ def run_guest_script(script: str, smp: int, timeout: int,
     there and return its output's sections; the script must end with a
     section named 'end', so that a run cut short fails here.  ``options``
     go to `pvperf run` (model geometries, say)."""
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
+    make(PROGRAMS, "-s", check=True)
     r = run_pvperf(["run", "--smp", str(smp), "--share", str(PROGRAMS),
                     *options, "--", "sh", "-c", script], timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
@@ -250,8 +265,8 @@ def aarch64_image(name: str | None = None, add: str = "") -> list[str]:
     arch = ["--arch", "aarch64"]
     r = run_pvperf(["image", "build", *arch], timeout=1200)
     assert r.returncode == 0, r.stderr[-2000:]
-    r = subprocess.run(["make", "-s", "-C", str(REPO / "guest_kernel_patch"),
-                        "KARCH=arm64"], capture_output=True, text=True)
+    r = make(REPO / "guest_kernel_patch", "-s", "KARCH=arm64",
+             capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     named = ["--name", name, "--add", add] if name else []
     r = run_pvperf(["image", "build", *arch, *named], timeout=1200)
@@ -284,8 +299,7 @@ class GuestArch:
 
     def build(self) -> Path:
         """Build the test programs; their directory."""
-        subprocess.run(["make", "-s", "-C", str(PROGRAMS), self.make_target],
-                       check=True)
+        make(PROGRAMS, "-s", self.make_target, check=True)
         return self.programs
 
     def tool(self, name: str) -> str:

@@ -59,7 +59,10 @@ import pytest
 
 from support import REPO, Guest, on, run_pvperf, valgrind_irefs
 
-pytestmark = pytest.mark.vm
+# host_timing: every check rests on the host's profile of QEMU, whose
+# shares another guest on the next core would disturb: run alone
+# (scripts/test.sh)
+pytestmark = [pytest.mark.vm, pytest.mark.host_timing]
 
 X86, ARM64 = Guest("x86_64", 1), Guest("aarch64", 1)
 CFLAGS = ["-O2", "-static", "-nostdlib", "-fno-pic", "-no-pie",
@@ -334,8 +337,16 @@ def test_two_processes_of_one_program_keep_their_samples(share, tmp_path):
             and s["symbol"] in ("hot", "cold")]
     per = Counter(s["comm"] for s in user)
     assert set(per) == {"big", "small"}, per
-    share_big = per["big"] / (per["big"] + per["small"])
-    assert abs(share_big - reference_big) <= 0.03, (share_big, reference_big)
+    both = per["big"] + per["small"]
+    share_big = per["big"] / both
+    # +-3 points, or 3 standard deviations of a share of that many
+    # samples if wider (~500: sd 1.9 points; a clean-clone CI failed the
+    # fixed 3 points).  Samples given to the wrong process, or split
+    # evenly, are 25 points or more off.
+    tol = max(0.03,
+              3 * math.sqrt(reference_big * (1 - reference_big) / both))
+    assert abs(share_big - reference_big) <= tol, (share_big, reference_big,
+                                                   both)
     pids = {s["comm"]: s["pid"] for s in user}
     spans = {comm: own_mapping(session, pid) for comm, pid in pids.items()}
     assert spans["big"] != spans["small"]
@@ -354,8 +365,9 @@ def test_two_processes_of_one_program_keep_their_samples(share, tmp_path):
     # the two shared TBs: one process ran the other's translations
     placements = Counter(s["placement"] for s in user)
     assert placements["relocated"] > 0.1 * len(user), placements
-    print(f"two processes: big {100 * share_big:.1f}% (valgrind "
-          f"{100 * reference_big:.1f}%), placements {dict(placements)}")
+    print(f"two processes: big {100 * share_big:.1f}% of {both} samples "
+          f"(valgrind {100 * reference_big:.1f}%), placements "
+          f"{dict(placements)}")
 
 
 def libc_mapping(session: dict, pid: int) -> tuple[int, int]:

@@ -1,0 +1,75 @@
+"""How scripts/test.sh's parallel phase (pytest-xdist, `--dist loadgroup
+--no-loadscope-reorder`) splits the suite between its workers.
+
+A module-scoped fixture is a boot of a guest or a reference computed
+once: it must stay one instance, on one worker, as in a serial run.  So
+the tests that share an instance (a module's fixture with the same
+parameters: one support.Guest's boot, say) form one xdist group, run
+whole by one worker; a test that uses no module-scoped fixture goes
+wherever a worker is free.  Groups are handed out in collection order
+(no reordering by their number of tests: a group of two tests may hold
+the longest boot), the VM tests first, the quick ones filling in at the
+end.
+"""
+from __future__ import annotations
+
+import pytest
+
+
+def _hashable(value):
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+def fixture_instances(item) -> set[tuple]:
+    """The module-scoped fixture instances ``item`` uses: (module,
+    fixture, the values of the parameters it depends on, even through
+    another fixture)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return set()
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    defs = info.name2fixturedefs
+
+    def depends(name, seen=()) -> set[str]:
+        found = {name} if name in params else set()
+        if name in defs and name not in seen:
+            for arg in defs[name][-1].argnames:
+                found |= depends(arg, (*seen, name))
+        return found
+    module = item.nodeid.split("::")[0]
+    return {(module, name, tuple((p, _hashable(params[p]))
+                                 for p in sorted(depends(name))))
+            for name, d in defs.items() if d and d[-1].scope == "module"}
+
+
+def mark_groups(items) -> None:
+    """Give the tests that share a module-scoped fixture instance one
+    xdist_group; put the VM tests first."""
+    parent = list(range(len(items)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    owner = {}
+    for i, item in enumerate(items):
+        for instance in fixture_instances(item):
+            j = owner.setdefault(instance, i)
+            parent[find(i)] = find(j)
+    members = {}
+    for i in range(len(items)):
+        members.setdefault(find(i), []).append(i)
+    for root, group in members.items():
+        if len(group) > 1:
+            # no "]" or "@" in the name: xdist takes the group name from
+            # after the last "@", only when no "]" follows it
+            name = f"{items[root].nodeid.split('::')[0]}#{root}"
+            for i in group:
+                items[i].add_marker(pytest.mark.xdist_group(name))
+    items.sort(key=lambda item: not (item.get_closest_marker("vm")
+                                     or item.nodeid.startswith("tests/vm/")))
