@@ -6,7 +6,8 @@ once: it must stay one instance, on one worker, as in a serial run.  So
 the tests that share an instance (a module's fixture with the same
 parameters: one support.Guest's boot, say) form one xdist group, run
 whole by one worker; a test that uses no module-scoped fixture goes
-wherever a worker is free.  Groups are handed out in collection order
+wherever a worker is free.  A module marked one_worker runs whole on
+one worker (its tests look for processes of their kind machine-wide).  Groups are handed out in collection order
 (no reordering by their number of tests: a group of two tests may hold
 the longest boot), the VM tests first, the quick ones filling in at the
 end.
@@ -58,7 +59,10 @@ def mark_groups(items) -> None:
         return i
     owner = {}
     for i, item in enumerate(items):
-        for instance in fixture_instances(item):
+        keys = fixture_instances(item)
+        if item.get_closest_marker("one_worker"):
+            keys.add(("one_worker", item.nodeid.split("::")[0]))
+        for instance in keys:
             j = owner.setdefault(instance, i)
             parent[find(i)] = find(j)
     members = {}
