@@ -6,7 +6,8 @@ once: it must stay one instance, on one worker, as in a serial run.  So
 the tests that share an instance (a module's fixture with the same
 parameters: one support.Guest's boot, say) form one xdist group, run
 whole by one worker; a test that uses no module-scoped fixture goes
-wherever a worker is free.  A module marked one_worker runs whole on
+wherever a worker is free.  Test code that runs make goes through
+make() here: one make at a time per directory.  A module marked one_worker runs whole on
 one worker (its tests look for processes of their kind machine-wide).  Groups are handed out in collection order
 (no reordering by their number of tests: a group of two tests may hold
 the longest boot), the VM tests first, the quick ones filling in at the
@@ -14,7 +15,13 @@ end.
 """
 from __future__ import annotations
 
+import fcntl
+import subprocess
+from pathlib import Path
+
 import pytest
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _hashable(value):
@@ -77,3 +84,17 @@ def mark_groups(items) -> None:
                 items[i].add_marker(pytest.mark.xdist_group(name))
     items.sort(key=lambda item: not (item.get_closest_marker("vm")
                                      or item.nodeid.startswith("tests/vm/")))
+
+
+def make(directory: Path, *args: str, **kw) -> subprocess.CompletedProcess:
+    """`make -C DIRECTORY ARGS` (subprocess.run's keywords), one at a time
+    per directory across processes: the pytest-xdist workers
+    (scripts/test.sh) may both ask for a product, and two makes at once
+    would write one binary, or kbuild's .cmd and Module.symvers, twice
+    over while the other reads it."""
+    locks = REPO / "build" / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    name = str(Path(directory).resolve()).strip("/").replace("/", "_")
+    with open(locks / f"make-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)      # released when closed
+        return subprocess.run(["make", "-C", str(directory), *args], **kw)
