@@ -339,14 +339,18 @@ def test_two_processes_of_one_program_keep_their_samples(share, tmp_path):
     assert set(per) == {"big", "small"}, per
     both = per["big"] + per["small"]
     share_big = per["big"] / both
-    # +-3 points, or 3 standard deviations of a share of that many
-    # samples if wider (~500: sd 1.9 points; a clean-clone CI failed the
-    # fixed 3 points).  Samples given to the wrong process, or split
-    # evenly, are 25 points or more off.
-    tol = max(0.03,
-              3 * math.sqrt(reference_big * (1 - reference_big) / both))
+    # 3 standard deviations of a share of that many samples (a quiet
+    # host: ~4,900 samples, sd 0.6 points), plus what samples the host's
+    # perf lost could shift: small ends first and big runs on alone, so
+    # losses bunched in time are not spread evenly over the two (at most
+    # lost/(both + lost), were they all one process's); at least 3
+    # points.  A clean-clone CI failed a fixed 3 points.  Samples given
+    # to the wrong process, or split evenly, are 25 points or more off.
+    lost = summary["meta"]["lost_samples"]
+    tol = max(0.03, 3 * math.sqrt(reference_big * (1 - reference_big)
+                                  / both) + lost / (both + lost))
     assert abs(share_big - reference_big) <= tol, (share_big, reference_big,
-                                                   both)
+                                                   both, lost)
     pids = {s["comm"]: s["pid"] for s in user}
     spans = {comm: own_mapping(session, pid) for comm, pid in pids.items()}
     assert spans["big"] != spans["small"]
@@ -366,7 +370,7 @@ def test_two_processes_of_one_program_keep_their_samples(share, tmp_path):
     placements = Counter(s["placement"] for s in user)
     assert placements["relocated"] > 0.1 * len(user), placements
     print(f"two processes: big {100 * share_big:.1f}% of {both} samples "
-          f"(valgrind {100 * reference_big:.1f}%), placements "
+          f"({lost} lost; valgrind {100 * reference_big:.1f}%), placements "
           f"{dict(placements)}")
 
 
