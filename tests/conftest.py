@@ -65,6 +65,14 @@ def _arch_skip_reason(item) -> str | None:
     return None
 
 
+@pytest.hookimpl(optionalhook=True)   # xdist's hook: without xdist, never called
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") == "loadgroup":
+        import parallel
+        return parallel.make_scheduler(config, log)
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)    # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     if getattr(config.option, "dist", "no") == "loadgroup":

@@ -98,3 +98,24 @@ def make(directory: Path, *args: str, **kw) -> subprocess.CompletedProcess:
     with open(locks / f"make-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)      # released when closed
         return subprocess.run(["make", "-C", str(directory), *args], **kw)
+
+
+def make_scheduler(config, log):
+    """xdist's loadgroup scheduler, giving a worker its next group only
+    when it has one test left (xdist's own: when it has two): a worker
+    keeps its last test until more work or shutdown comes, so one group
+    always waits behind the running one, and a second one queued behind a
+    boot-long test is time the other worker may spend idle at the end."""
+    from xdist.scheduler import LoadGroupScheduling
+
+    class OneAhead(LoadGroupScheduling):
+        def _reschedule(self, node) -> None:
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) > 1:
+                return
+            self._assign_work_unit(node)
+    return OneAhead(config, log)
