@@ -75,7 +75,9 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.hookimpl(tryfirst=True)    # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    if getattr(config.option, "dist", "no") == "loadgroup":
+    # a worker sees dist "no" and xdist's own loadgroup flag
+    if getattr(config.option, "loadgroup", False) or \
+            config.getoption("dist", "no") == "loadgroup":
         import parallel
         parallel.mark_groups(items)
     vm_reason = None
