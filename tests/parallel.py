@@ -6,12 +6,14 @@ once: it must stay one instance, on one worker, as in a serial run.  So
 the tests that share an instance (a module's fixture with the same
 parameters: one support.Guest's boot, say) form one xdist group, run
 whole by one worker; a test that uses no module-scoped fixture goes
-wherever a worker is free.  Test code that runs make goes through
-make() here: one make at a time per directory.  A module marked one_worker runs whole on
-one worker (its tests look for processes of their kind machine-wide).  Groups are handed out in collection order
-(no reordering by their number of tests: a group of two tests may hold
-the longest boot), the VM tests first, the quick ones filling in at the
-end.
+wherever a worker is free.  A module marked one_worker runs whole on one
+worker (its tests look for processes of their kind machine-wide).
+Groups are handed out in collection order (no reordering by their number
+of tests: a group of two tests may hold the longest boot), the VM tests
+first, the quick ones filling in at the end.
+
+Test code that runs make goes through make() here: one make at a time
+per directory.
 """
 from __future__ import annotations
 
