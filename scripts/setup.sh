@@ -292,25 +292,33 @@ if [ "$tier" = test ]; then
     step driver612 "the guest PMU driver for Linux 6.12 (the first run fetches its headers packages, ~16 MB)" build_driver612
 fi
 finish_steps
-say "image: the default guest image (the first run fetches the kernel, ~70 MB, and test-boots it)"
-.venv/bin/pvperf image build
+# The images build at once, as steps too: each is mostly downloads, then
+# a test boot on one core.  They share no apt directory (one per
+# architecture and suite, its lists fetched under a lock:
+# pyhost/image/aptdir.py), and a finished .deb joins the cache by rename.
+image_default() { .venv/bin/pvperf image build; }
+# arm64 guests: the image's first build fills the private arm64 apt
+# directory, whose headers packages the arm64 driver is built against;
+# the image then takes the driver in (a second, shorter build).
+image_arm64() {
+    .venv/bin/pvperf image build --arch aarch64 &&
+        make -s -C guest_kernel_patch KARCH=arm64 &&
+        .venv/bin/pvperf image build --arch aarch64
+}
+# riscv64 guests: trixie's riscv64 packages through a private apt
+# directory; the driver as arm64's (trixie's headers, bookworm's
+# linux-kbuild of the same kernel version: fetch-kbuild.sh).
+image_riscv64() {
+    .venv/bin/pvperf image build --arch riscv64 &&
+        make -s -C guest_kernel_patch KARCH=riscv64 &&
+        .venv/bin/pvperf image build --arch riscv64
+}
+image_612() { .venv/bin/pvperf image build --name linux-6.12; }
+step image "the default guest image (the first run fetches the kernel, ~70 MB, and test-boots it)" image_default
 if [ "$tier" = test ]; then
-    # arm64 guests: the image's first build fills the private arm64 apt
-    # directory, whose headers packages the arm64 driver is built
-    # against; the image then takes the driver in (a second, shorter
-    # build).
-    say "image: the arm64 guest image and driver (the first run fetches ~130 MB of arm64 packages)"
-    .venv/bin/pvperf image build --arch aarch64
-    make -s -C guest_kernel_patch KARCH=arm64
-    .venv/bin/pvperf image build --arch aarch64
-    # riscv64 guests: trixie's riscv64 packages through a private apt
-    # directory; the driver as arm64's (trixie's headers, bookworm's
-    # linux-kbuild of the same kernel version: fetch-kbuild.sh).
-    say "image: the riscv64 guest image and driver (the first run fetches trixie's riscv64 lists, ~50 MB of packages and ~16 MB of headers)"
-    .venv/bin/pvperf image build --arch riscv64
-    make -s -C guest_kernel_patch KARCH=riscv64
-    .venv/bin/pvperf image build --arch riscv64
-    say "image: the Linux 6.12 guest image (the first run fetches its kernel, ~106 MB, and perf 6.12 with its libraries' packages, ~48 MB, and test-boots it)"
-    .venv/bin/pvperf image build --name linux-6.12
+    step image-arm64 "the arm64 guest image and driver (the first run fetches ~130 MB of arm64 packages)" image_arm64
+    step image-riscv64 "the riscv64 guest image and driver (the first run fetches trixie's riscv64 lists, ~50 MB of packages and ~16 MB of headers)" image_riscv64
+    step image-6.12 "the Linux 6.12 guest image (the first run fetches its kernel, ~106 MB, and perf 6.12 with its libraries' packages, ~48 MB, and test-boots it)" image_612
 fi
+finish_steps
 say "ready"

@@ -13,6 +13,10 @@ the prerequisites are missing, naming the variable that overrides it.
                      (comma-separated; default: every one of
                      support.GUEST_ARCHES); a test of an architecture
                      whose cross compiler is missing skips, naming it
+
+Under pytest-xdist (scripts/test.sh's parallel phase) the tests that
+share a module-scoped fixture instance (a guest's boot) run on one
+worker: parallel.py.
 """
 from __future__ import annotations
 
@@ -37,7 +41,10 @@ def _vm_skip_reason() -> str | None:
         raise pytest.UsageError(str(e)) from None
     if name != "default":
         os.environ["PVPERF_IMAGE"] = name      # every pvperf the tests run
-        support.build_driver(name)
+    # The driver too: when Debian publishes a new kernel the image's next
+    # build takes it, and a driver built for the old one would not load
+    # (cheap when up to date)
+    support.build_driver(name)
     if image.image_status(name) is None:
         image.build_image(name)
     return None
@@ -58,7 +65,21 @@ def _arch_skip_reason(item) -> str | None:
     return None
 
 
+@pytest.hookimpl(optionalhook=True)   # xdist's hook: without xdist, never called
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") == "loadgroup":
+        import parallel
+        return parallel.make_scheduler(config, log)
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)    # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    # a worker sees dist "no" and xdist's own loadgroup flag
+    if getattr(config.option, "loadgroup", False) or \
+            config.getoption("dist", "no") == "loadgroup":
+        import parallel
+        parallel.mark_groups(items)
     vm_reason = None
     checked = False
     for item in items:

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from parallel import make  # noqa: F401  (test modules import it from here)
+
 REPO = Path(__file__).resolve().parent.parent
 PROGRAMS = REPO / "tests" / "guest_programs"
 # GLIBC_TUNABLES that make libc take the same copy paths in the guest and
@@ -53,8 +55,8 @@ def build_driver(image: str) -> None:
     """Build the guest PMU driver for ``image``'s kernel (make IMAGE=...;
     the default image's is the plain build): cheap when up to date."""
     extra = [] if image == "default" else [f"IMAGE={image}"]
-    subprocess.run(["make", "-s", "-C", str(REPO / "guest_kernel_patch"),
-                    *extra], check=True, capture_output=True)
+    make(REPO / "guest_kernel_patch", "-s", *extra, check=True,
+         capture_output=True)
 
 
 def sections(text: str) -> dict[str, list[str]]:
@@ -105,15 +107,23 @@ def run_pvperf(args, cwd=None, timeout=300, **kw) -> subprocess.CompletedProcess
                           capture_output=True, text=True, **kw)
 
 
-def leftovers(owners: set[int] | None = None) -> list[str]:
-    """pvperf files in /dev/shm, /tmp and $XDG_RUNTIME_DIR (run
-    directories), and QEMU processes we started, that no live pvperf
-    owns: another pvperf still running on the machine (a second test
-    session, a user's run) is not a leftover of the test asking.
-    ``owners``: only what these pvperf pids left (their files are named
-    pvperf-PID-..., their QEMU's RAM file too), so that what another
-    test session's killed pvperf left for its own next run to sweep is
-    not counted against the test asking."""
+def leftovers(owners: set[int] | None = None,
+              settle: float = 10.0) -> list[str]:
+    """pvperf files in /dev/shm, /tmp and $XDG_RUNTIME_DIR (run dirs)
+    and QEMU processes we started that no live pvperf owns (another
+    session's running pvperf is not the asking test's leftover);
+    ``owners``: only what these pvperf pids left (files pvperf-PID-...),
+    not what another session's killed pvperf left for its next run to
+    sweep.  What a test SIGKILLs on purpose (test_soak, test_channels, on
+    the other xdist worker) stays until its next run sweeps it a second
+    later: found things are looked for again for up to ``settle`` s."""
+    deadline = time.monotonic() + settle
+    while (found := _leftovers_now(owners)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return found
+
+
+def _leftovers_now(owners: set[int] | None) -> list[str]:
     def ours(name: str) -> bool:
         return owners is None or any(
             int(pid) in owners for pid in re.findall(r"pvperf-(\d+)-", name))
@@ -231,7 +241,7 @@ def run_guest_script(script: str, smp: int, timeout: int,
     there and return its output's sections; the script must end with a
     section named 'end', so that a run cut short fails here.  ``options``
     go to `pvperf run` (model geometries, say)."""
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
+    make(PROGRAMS, "-s", check=True)
     r = run_pvperf(["run", "--smp", str(smp), "--share", str(PROGRAMS),
                     *options, "--", "sh", "-c", script], timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
@@ -261,8 +271,8 @@ def aarch64_image(name: str | None = None, add: str = "") -> list[str]:
     arch = ["--arch", "aarch64"]
     r = run_pvperf(["image", "build", *arch], timeout=1200)
     assert r.returncode == 0, r.stderr[-2000:]
-    r = subprocess.run(["make", "-s", "-C", str(REPO / "guest_kernel_patch"),
-                        "KARCH=arm64"], capture_output=True, text=True)
+    r = make(REPO / "guest_kernel_patch", "-s", "KARCH=arm64",
+             capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     named = ["--name", name, "--add", add] if name else []
     r = run_pvperf(["image", "build", *arch, *named], timeout=1200)
@@ -295,8 +305,7 @@ class GuestArch:
 
     def build(self) -> Path:
         """Build the test programs; their directory."""
-        subprocess.run(["make", "-s", "-C", str(PROGRAMS), self.make_target],
-                       check=True)
+        make(PROGRAMS, "-s", self.make_target, check=True)
         return self.programs
 
     def tool(self, name: str) -> str:
@@ -588,7 +597,4 @@ def interrupt_and_expect_clean(proc: subprocess.Popen, sig: int,
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == exit_status, err[-2000:]
     assert b"interrupted" in err
-    deadline = time.monotonic() + 5
-    while leftovers() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert leftovers() == []
+    assert leftovers(settle=5) == []

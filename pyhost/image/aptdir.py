@@ -34,6 +34,7 @@ from ..errors import ImageError
 from ..paths import cache_dir
 from .host import run
 from .memo import stat_key
+from .store import BuildLock
 
 HOST_SOURCE_LIST = Path("/etc/apt/sources.list")
 HOST_SOURCE_PARTS = Path("/etc/apt/sources.list.d")
@@ -200,6 +201,14 @@ class AptContext:
         from other sources (no-op for the host's apt)."""
         if self.directory is None:
             return
+        # apt-get runs here without apt's own locks (Debug::NoLocking):
+        # two builds sharing the directory (of two images of one
+        # architecture) fetch the lists one after the other
+        with BuildLock(self.directory.parent / f".lock-{self.directory.name}",
+                       "another fetch of these package lists"):
+            self._ensure_lists(report)
+
+    def _ensure_lists(self, report: Callable[[str], None]) -> None:
         d = self.directory
         sources = self.sources()
         if not sources:

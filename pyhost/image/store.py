@@ -102,9 +102,13 @@ def install_image(out: Path, final: Path, name: str) -> GuestImage:
 
 @dataclass
 class BuildLock:
-    """An exclusive flock on ``path`` (one build of an image at a time)."""
+    """An exclusive flock on ``path`` (one build of an image at a time;
+    ``what`` names the other holder in the line printed while waiting):
+    processes that share the cache (two pytest-xdist workers, a user's
+    run beside a test session) take turns."""
 
     path: Path
+    what: str = "another build"
 
     def __enter__(self):
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,7 +116,7 @@ class BuildLock:
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"pvperf: image: waiting for another build ({self.path})",
+            print(f"pvperf: image: waiting for {self.what} ({self.path})",
                   file=sys.stderr, flush=True)
             fcntl.flock(self._fd, fcntl.LOCK_EX)
         return self

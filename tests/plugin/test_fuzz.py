@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from support import REPO
+from support import REPO, make
 from pyhost import abi
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.guestmem import GuestMemory
@@ -82,8 +82,8 @@ def test_host_fuzz_short_run(tmp_path):
 
 @pytest.fixture(scope="module")
 def c_harnesses():
-    r = subprocess.run(["make", "-s", "-C", str(REPO / "qemu_plugin"),
-                        "fuzz"], capture_output=True, text=True)
+    r = make(REPO / "qemu_plugin", "-s", "fuzz", capture_output=True,
+             text=True)
     assert r.returncode == 0, r.stderr[-2000:]
 
 

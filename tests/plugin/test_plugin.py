@@ -366,9 +366,8 @@ def test_ram_size_limits():
 
 
 def test_classifier_and_models_unit():
-    import subprocess
-    out = subprocess.run(["make", "-s", "-C", str(h.PLUGIN_DIR), "check"],
-                         capture_output=True, text=True)
+    from support import make
+    out = make(h.PLUGIN_DIR, "-s", "check", capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     # classify_test and models_test each print "N passed, 0 failed".
     summaries = re.findall(r"^(\d+) passed, (\d+) failed$", out.stdout, re.M)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from support import REPO
+from support import REPO, make
 
 PLUGIN_DIR = REPO / "qemu_plugin"
 DRIVER_DIR = REPO / "guest_kernel_patch"
@@ -49,8 +49,7 @@ PLUGIN_PRODUCTS = {"pvperf.so": "OBJS", "pvperf-rmap.so": "RMAP_OBJS"}
 def plugin_objects(product: str) -> list[Path]:
     """Builds the product if needed (make -C qemu_plugin PRODUCT), then
     its objects, as the Makefile links them."""
-    subprocess.run(["make", "-s", "-C", str(PLUGIN_DIR), product],
-                   check=True, capture_output=True)
+    make(PLUGIN_DIR, "-s", product, check=True, capture_output=True)
     return make_var(PLUGIN_PRODUCTS[product])
 
 
@@ -58,8 +57,7 @@ def kbuild_objects(mod: Path, target: str) -> list[Path]:
     """A kernel module's objects, from kbuild's .mod list, built first
     (``make -C guest_kernel_patch TARGET``) if they are not there."""
     if not mod.exists():
-        build = subprocess.run(["make", "-C", str(DRIVER_DIR), target],
-                               capture_output=True, text=True)
+        build = make(DRIVER_DIR, target, capture_output=True, text=True)
         if build.returncode or not mod.exists():
             pytest.skip(f"{mod.name} not built (make -C guest_kernel_patch "
                         f"{target}: {build.stderr.strip()[-200:]})")

@@ -7,6 +7,7 @@ that reuse its checks (test_checkpoint, test_emu_events) import them.
 from __future__ import annotations
 
 import collections
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -18,7 +19,7 @@ def callgrind_shares(argv: list[str]) -> dict[str, float]:
     """Exact per-function instruction shares (percent) from callgrind,
     functions named through nm (the freestanding binary has no debug
     names valgrind resolves)."""
-    out = PROGRAMS / ".callgrind.out"
+    out = PROGRAMS / f".callgrind-{os.getpid()}.out"   # one per worker
     try:
         subprocess.run(["valgrind", "--tool=callgrind",
                         f"--callgrind-out-file={out}", *argv],
@@ -40,7 +41,7 @@ def callgrind_instruction_counts(argv: list[str]) -> dict[int, int]:
     """How many times each instruction address executed (callgrind with
     --dump-instr=yes; the cost line after a ``calls=`` line is the
     call's inclusive cost and is skipped)."""
-    out = PROGRAMS / ".callgrind-instr.out"
+    out = PROGRAMS / f".callgrind-instr-{os.getpid()}.out"
     try:
         subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=yes",
                         "--compress-pos=no", "--compress-strings=no",

@@ -17,6 +17,7 @@ samples are spread evenly; about 4,300 per record.
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
@@ -64,7 +65,7 @@ sec end
 def callgrind_inclusive(argv: list[str]) -> dict[str, float]:
     """Inclusive instruction shares (percent of the program's total) of
     the program's own functions, from callgrind."""
-    out = PROGRAMS / ".callgrind-inclusive.out"
+    out = PROGRAMS / f".callgrind-inclusive-{os.getpid()}.out"  # per worker
     try:
         subprocess.run(["valgrind", "--tool=callgrind",
                         f"--callgrind-out-file={out}", *argv],

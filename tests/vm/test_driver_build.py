@@ -27,6 +27,11 @@ import pytest
 from support import REPO, run_pvperf
 from pyhost.image.userkernel import driver_sources
 
+# exclusive: the build fixture cleans and rebuilds guest_kernel_patch/'s
+# modules, which every other VM test's image carries: run alone
+# (scripts/test.sh)
+pytestmark = pytest.mark.exclusive
+
 GKP = REPO / "guest_kernel_patch"
 HCTEST_KO = GKP / "hctest" / "pvperf_hctest.ko"
 # The architecture files behind pvperf_arch.h: pvperf_<arch>.c.

@@ -9,7 +9,6 @@ are not run on them: each is a boot of its own.
 """
 import shutil
 import signal
-import time
 
 import pexpect
 import pytest
@@ -82,10 +81,7 @@ def test_timeout_is_reported_and_cleaned_up(tmp_path):
 
 
 def _wait_clean(timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while leftovers() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return leftovers()
+    return leftovers(settle=timeout)
 
 
 def test_forced_kill_leaves_nothing(tmp_path):
@@ -175,10 +171,7 @@ def test_sigterm_stops_and_cleans_up(image, tmp_path):
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == EXIT_INTERRUPTED
     assert b"interrupted" in err
-    deadline = time.monotonic() + 5
-    while leftovers() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert leftovers() == []
+    assert leftovers(settle=5) == []
 
 
 def test_arch_and_image_must_agree():

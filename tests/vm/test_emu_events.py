@@ -41,6 +41,8 @@ from support import (PROGRAMS, perf_count, pvperf_cmd, qemu_vcpu_thread,
 from test_multiprocess import dso_percent
 from sampling_refs import report_shares
 
+# host_timing: the tests that compare host time (a vCPU thread's CPU
+# time, the host's profile of QEMU) run alone (scripts/test.sh)
 pytestmark = pytest.mark.vm
 
 REWRITES = 2000
@@ -181,6 +183,7 @@ def window_ns(share: Path, script: str, options: tuple[str, ...] = ()
     return s, after - before
 
 
+@pytest.mark.host_timing
 def test_host_time_matches_the_vcpu_threads_cpu_time(tmp_path):
     """+0.20% to +0.32% in four runs at load 11-13 (2026-11-27)."""
     s, ref = window_ns(tmp_path, windowed("emu-host-ns",
@@ -208,6 +211,7 @@ def io_share(tmp_path: Path) -> Path:
     return share
 
 
+@pytest.mark.host_timing
 def test_domain_cycles_of_io_are_the_vcpu_threads_host_time(tmp_path):
     """Domain vs CPU accounting on a workload that does I/O: domain-mode
     cycles exceed CPU-mode cycles (one per instruction) by the host time
@@ -254,6 +258,7 @@ def emulation_on_behalf(summary: dict) -> dict[str, float]:
 IO_BOOTS = 2
 
 
+@pytest.mark.host_timing
 def test_domain_cycles_of_io_land_where_the_host_profile_puts_them(tmp_path):
     """The same I/O: the guest function on whose behalf the host's own
     profile (pvperf profile: host perf on QEMU, emulator samples charged
@@ -313,6 +318,7 @@ HOTCOLD = 300000
 RECORDS, PROFILES = 3, 2
 
 
+@pytest.mark.host_timing
 def test_host_time_samples_agree_with_the_host_profile(tmp_path):
     """Where the guest's host-time samples put hotcold's time, and where
     the host's own profile (pvperf profile: host perf on QEMU, through
@@ -371,6 +377,7 @@ echo '=== end'
 """
 
 
+@pytest.mark.host_timing
 def test_host_time_ticks_on_two_vcpus():
     """Ticks at smp 2 (one vCPU thread each, one target each): two
     hotcolds pinned one per vCPU, N and N/2 calls of the same code (host
@@ -393,6 +400,7 @@ def test_host_time_ticks_on_two_vcpus():
     assert abs(big / (big + small) - 2 / 3) <= 0.05, (big, small)
 
 
+@pytest.mark.host_timing
 def test_host_time_of_a_forked_program_under_perf_record():
     """A program a shell forks under `perf record -e emu-host-ns:u`
     (inherited events) gets the samples of the time it takes: hotcold
@@ -436,6 +444,7 @@ def iomix_shares(accounting: str, period: int) -> dict[str, float]:
     return report_shares(s["record"])
 
 
+@pytest.mark.host_timing
 def test_domain_accounting_charges_device_emulation_where_it_happens():
     """iomix: io() and ram() retire the same instructions (one load each
     iteration, from device memory and from RAM).  CPU accounting (cycles

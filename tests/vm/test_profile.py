@@ -59,7 +59,10 @@ import pytest
 
 from support import REPO, Guest, on, run_pvperf, valgrind_irefs
 
-pytestmark = pytest.mark.vm
+# host_timing: every check rests on the host's profile of QEMU, whose
+# shares another guest on the next core would disturb: run alone
+# (scripts/test.sh)
+pytestmark = [pytest.mark.vm, pytest.mark.host_timing]
 
 X86, ARM64 = Guest("x86_64", 1), Guest("aarch64", 1)
 CFLAGS = ["-O2", "-static", "-nostdlib", "-fno-pic", "-no-pie",
@@ -334,8 +337,20 @@ def test_two_processes_of_one_program_keep_their_samples(share, tmp_path):
             and s["symbol"] in ("hot", "cold")]
     per = Counter(s["comm"] for s in user)
     assert set(per) == {"big", "small"}, per
-    share_big = per["big"] / (per["big"] + per["small"])
-    assert abs(share_big - reference_big) <= 0.03, (share_big, reference_big)
+    both = per["big"] + per["small"]
+    share_big = per["big"] / both
+    # 3 standard deviations of a share of that many samples (a quiet
+    # host: ~4,900 samples, sd 0.6 points), plus what samples the host's
+    # perf lost could shift: small ends first and big runs on alone, so
+    # losses bunched in time are not spread evenly over the two (at most
+    # lost/(both + lost), were they all one process's); at least 3
+    # points.  A clean-clone CI failed a fixed 3 points.  Samples given
+    # to the wrong process, or split evenly, are 25 points or more off.
+    lost = summary["meta"]["lost_samples"]
+    tol = max(0.03, 3 * math.sqrt(reference_big * (1 - reference_big)
+                                  / both) + lost / (both + lost))
+    assert abs(share_big - reference_big) <= tol, (share_big, reference_big,
+                                                   both, lost)
     pids = {s["comm"]: s["pid"] for s in user}
     spans = {comm: own_mapping(session, pid) for comm, pid in pids.items()}
     assert spans["big"] != spans["small"]
@@ -354,8 +369,9 @@ def test_two_processes_of_one_program_keep_their_samples(share, tmp_path):
     # the two shared TBs: one process ran the other's translations
     placements = Counter(s["placement"] for s in user)
     assert placements["relocated"] > 0.1 * len(user), placements
-    print(f"two processes: big {100 * share_big:.1f}% (valgrind "
-          f"{100 * reference_big:.1f}%), placements {dict(placements)}")
+    print(f"two processes: big {100 * share_big:.1f}% of {both} samples "
+          f"({lost} lost; valgrind {100 * reference_big:.1f}%), placements "
+          f"{dict(placements)}")
 
 
 def libc_mapping(session: dict, pid: int) -> tuple[int, int]:

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 import hcfuzz
-from support import (PROGRAMS, REPO, RssSampler, guest_kernel_image,
+from support import (PROGRAMS, REPO, RssSampler, guest_kernel_image, make,
                       perf_count, pvperf_cmd, run_pvperf, sections,
                       valgrind_irefs)
 from pyhost import abi
@@ -123,8 +123,8 @@ def hctest_ko() -> Path:
     `make hctest IMAGE=linux-6.12` builds linux-6.12/hctest/)."""
     image = guest_kernel_image()
     extra = [] if image == "default" else [f"IMAGE={image}"]
-    r = subprocess.run(["make", "-C", str(GKP), "hctest", *extra],
-                       capture_output=True, text=True, timeout=600)
+    r = make(GKP, "hctest", *extra, capture_output=True, text=True,
+             timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     return HCTEST_KO if image == "default" else \
         GKP / image / "hctest" / HCTEST_KO.name

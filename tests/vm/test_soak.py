@@ -154,6 +154,12 @@ def next_run() -> tuple[int, subprocess.CompletedProcess]:
     return p.pid, subprocess.CompletedProcess(args, p.returncode, out, err)
 
 
+# host_timing: the kills come 0.3 to 5 s after the start, and pvperf
+# takes ~0.6 s to import before it handles SIGINT; with the other
+# pytest-xdist worker's guest on the host, cycle 0's SIGINT at 1.05 s
+# landed in the import (a traceback, 2026-11-29): run alone
+# (scripts/test.sh)
+@pytest.mark.host_timing
 def test_kill_anything_soak(tmp_path):
     subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
     exact = valgrind_irefs([str(PROGRAMS / SHORT[0]), *SHORT[1:]])

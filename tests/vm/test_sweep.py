@@ -31,6 +31,10 @@ from pyhost.sweep import matrix as sweep_matrix
 from pyhost.sweep.matrix import MatrixError
 from pyhost.vm import channels
 
+# one_worker: the Ray tests check that no raylet is left machine-wide, so
+# two of them must not overlap (scripts/test.sh's parallel phase)
+pytestmark = pytest.mark.one_worker
+
 D1 = "16384,4,64"
 
 
