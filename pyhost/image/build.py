@@ -51,11 +51,12 @@ from pathlib import Path
 from typing import Callable
 
 from ..arch import UnbootableKernel
+from ..arch import host as host_arch
 from ..errors import ImageError
 from ..paths import cache_dir
 from . import apt, aptdir, maintainer, packages
 from .cpio import write_initramfs
-from .inputs import DEFAULT_DRIVER, Inputs, gather
+from .inputs import DEFAULT_DRIVER, Inputs, gather, stale_driver
 from .kernel import kernel_banner
 from .recipe import load_recipe
 from .root import install_driver, populate_root, write_image_json
@@ -88,6 +89,22 @@ def image_status(name: str = "default", *, driver_ko=DEFAULT_DRIVER
     return img if manifest.get("input_hash") == inputs.hash else None
 
 
+def _warn_stale_driver(inputs, driver_ko, say) -> None:
+    """An image without the PMU driver counts nothing (perf prints <not
+    supported>): say so at build time when the driver that was built is
+    for another kernel release than the image's."""
+    if driver_ko is not DEFAULT_DRIVER or inputs.driver_ko is not None:
+        return
+    release = inputs.kernel_package.removeprefix("linux-image-")
+    why = stale_driver(inputs.arch, release)
+    if why:
+        karch = "" if inputs.arch.name == host_arch().name else \
+            f" KARCH={inputs.arch.debian_arch}"
+        say(f"warning: no PMU driver for kernel {release} ({why}): run "
+            f"`make -C guest_kernel_patch{karch}`, then build the image "
+            "again")
+
+
 def build_image(name: str = "default", *, driver_ko=DEFAULT_DRIVER,
                 force: bool = False,
                 progress: Progress | None = stderr_progress) -> GuestImage:
@@ -110,6 +127,7 @@ def build_image(name: str = "default", *, driver_ko=DEFAULT_DRIVER,
         aptdir.for_recipe(load_recipe(name)).ensure_lists(
             lambda m: report(1, m))
         inputs = gather(name, driver_ko)
+        _warn_stale_driver(inputs, driver_ko, lambda m: report(1, m))
         final = image_dir(name)
         current = image_from_dir(name, final)
         if current and not force:

@@ -263,6 +263,22 @@ def _default_driver(driver_ko, guest_arch: Arch,
     return driver_ko
 
 
+def stale_driver(guest_arch: Arch, kernel_release: str) -> str | None:
+    """Why the image gets no default driver although one is built for its
+    architecture: "PATH is built for RELEASE" (the kernel package moved
+    on since `make -C guest_kernel_patch` ran: the archive published a
+    new ABI), else None."""
+    for path in driver_ko_paths(guest_arch.debian_arch):
+        if path.is_file() and _elf_machine(path) == guest_arch.elf_machine:
+            built = _vermagic_release(path)
+            # the same kernel series (6.1 and 6.1, not linux-6.12's
+            # driver for the default image's 6.1)
+            if built and built != kernel_release and \
+                    built.split(".")[:2] == kernel_release.split(".")[:2]:
+                return f"{path} is built for {built}"
+    return None
+
+
 def gather(name: str, driver_ko) -> Inputs:
     """gather_inputs; the default driver may vanish while
     guest_kernel_patch/ is being rebuilt: then build without it."""

@@ -136,3 +136,28 @@ def test_default_driver_is_the_one_built_for_the_kernel(tmp_path, monkeypatch):
         assert pick(image_inputs.DEFAULT_DRIVER, arch, release) == ko
     assert pick(image_inputs.DEFAULT_DRIVER, arch, "6.13.0-1-amd64") is None
     assert pick(None, arch, "6.1.0-56-amd64") is None
+
+
+def test_a_driver_built_for_the_previous_abi_is_named(tmp_path, monkeypatch):
+    """The archive published 6.1.0-57 after the driver was built for -56:
+    the image build names the stale driver (the image would count
+    nothing); linux-6.12's driver is not the 6.1 image's stale one."""
+    for d, release in (("", "6.1.0-56-amd64"),
+                       ("linux-6.12", "6.12.95+deb12-amd64")):
+        p = tmp_path / d / "pvperf.ko"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(make_ko("pvperf", extra=[
+            f"vermagic={release} SMP preempt mod_unload modversions "]))
+    monkeypatch.setattr(image_inputs, "driver_ko_paths", lambda arch: (
+        tmp_path / "pvperf.ko", tmp_path / "linux-6.12" / "pvperf.ko"))
+    monkeypatch.setattr(image_inputs, "_elf_machine", lambda p: "EM_X86_64")
+    arch = image_inputs.arch.get("x86_64")
+    stale = image_inputs.stale_driver
+    assert stale(arch, "6.1.0-57-amd64") == \
+        f"{tmp_path / 'pvperf.ko'} is built for 6.1.0-56-amd64"
+    assert stale(arch, "6.1.0-56-amd64") is None
+    assert stale(arch, "6.12.96+deb12-amd64") == \
+        f"{tmp_path / 'linux-6.12' / 'pvperf.ko'} is built for " \
+        "6.12.95+deb12-amd64"
+    (tmp_path / "pvperf.ko").unlink()
+    assert stale(arch, "6.1.0-57-amd64") is None
