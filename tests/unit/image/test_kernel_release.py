@@ -117,7 +117,9 @@ def test_modules_dep_of_xz_modules_names_the_decompressed_files(tmp_path):
 # the default driver: the build whose vermagic names the image's kernel
 
 
-def test_default_driver_is_the_one_built_for_the_kernel(tmp_path, monkeypatch):
+def write_kos(tmp_path) -> dict:
+    """A 6.1 driver beside the sources and a linux-6.12 one:
+    {release: path}."""
     kos = {}
     for d, release in (("", "6.1.0-56-amd64"),
                        ("linux-6.12", "6.12.95+deb12-amd64")):
@@ -126,6 +128,11 @@ def test_default_driver_is_the_one_built_for_the_kernel(tmp_path, monkeypatch):
         p.write_bytes(make_ko("pvperf", extra=[
             f"vermagic={release} SMP preempt mod_unload modversions "]))
         kos[release] = p
+    return kos
+
+
+def test_default_driver_is_the_one_built_for_the_kernel(tmp_path, monkeypatch):
+    kos = write_kos(tmp_path)
     monkeypatch.setattr(image_inputs, "driver_ko_paths", lambda arch: (
         tmp_path / "pvperf.ko", tmp_path / "amd64" / "pvperf.ko",
         tmp_path / "linux-6.12" / "pvperf.ko"))
@@ -142,12 +149,7 @@ def test_a_driver_built_for_the_previous_abi_is_named(tmp_path, monkeypatch):
     """The archive published 6.1.0-57 after the driver was built for -56:
     the image build names the stale driver (the image would count
     nothing); linux-6.12's driver is not the 6.1 image's stale one."""
-    for d, release in (("", "6.1.0-56-amd64"),
-                       ("linux-6.12", "6.12.95+deb12-amd64")):
-        p = tmp_path / d / "pvperf.ko"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(make_ko("pvperf", extra=[
-            f"vermagic={release} SMP preempt mod_unload modversions "]))
+    write_kos(tmp_path)
     monkeypatch.setattr(image_inputs, "driver_ko_paths", lambda arch: (
         tmp_path / "pvperf.ko", tmp_path / "linux-6.12" / "pvperf.ko"))
     monkeypatch.setattr(image_inputs, "_elf_machine", lambda p: "EM_X86_64")
