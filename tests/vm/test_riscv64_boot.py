@@ -117,3 +117,64 @@ def test_boot_at_most_twice_x86_64s(image):
     print({a: [round(t, 2) for t in ts] for a, ts in times.items()})
     assert statistics.median(times["riscv64"]) <= \
         2 * statistics.median(times["x86_64"])
+
+
+# valgrind in the riscv64 guest (`pvperf image build --arch riscv64 --name
+# test-riscv64-valgrind --add valgrind`: sid's valgrind on trixie, the
+# recipe's package_suites), the reference every riscv64 feature module
+# compares against: --tool=none runs a program to its own exit status,
+# cachegrind's Ir equals loop's analytic count (riscv64/loop.c) with
+# --vex-guest-chase=no, and its cache and branch simulation runs.
+LOOP_CASES = ((1, None), (9, None), (10, None), (100000, None), (1000, 5),
+              (1000, 17))
+
+
+def loop_count(n: int, status: int | None) -> int:
+    """riscv64/loop's instructions, counted by hand from its
+    disassembly: 2N + 10d (+ 10e + 31 with a status, else + 24)."""
+    tail = 24 if status is None else 10 * len(str(status)) + 31
+    return 2 * n + 10 * len(str(n)) + tail
+
+
+def valgrind_script() -> str:
+    ir = ("valgrind --tool=cachegrind --cache-sim=no --vex-guest-chase=no "
+          "--cachegrind-out-file=/dev/null")
+    lines = ["cd riscv64", "echo '=== version'", "valgrind --version",
+             "echo '=== none'", "valgrind --tool=none -q ./loop 1000 3",
+             "echo status=$?"]
+    for n, s in LOOP_CASES:
+        args = f"{n}" if s is None else f"{n} {s}"
+        lines += [f"echo '=== ir {args}'", f"{ir} ./loop {args} 2>&1 "
+                  "| grep 'I *refs'"]
+    lines += ["echo '=== sim'",
+              "valgrind --tool=cachegrind --cache-sim=yes --branch-sim=yes "
+              "--vex-guest-chase=no --cachegrind-out-file=cg.out "
+              "./memwalk 1 4 >/dev/null 2>&1; echo status=$?",
+              "grep -E '^(events|summary):' cg.out; rm -f cg.out",
+              "echo '=== end'"]
+    return "\n".join(lines)
+
+
+def test_valgrind_runs_in_the_guest_and_counts_loop_analytically(loop):
+    from support import GUEST_ARCHES, sections
+    g = GUEST_ARCHES["riscv64"]
+    g.build()
+    image = g.valgrind_image()
+    r = run_pvperf(["run", *image, "--no-pmu", "--share", str(PROGRAMS),
+                    "--", "sh", "-c", valgrind_script()], timeout=600)
+    s = sections(r.stdout)
+    print(r.stdout)
+    assert r.returncode == 0 and "end" in s, r.stdout[-3000:] + r.stderr
+    # riscv64 support came with 3.25: sid's, not trixie's
+    major, minor = map(int, s["version"][0].split("-")[1].split(".")[:2])
+    assert (major, minor) >= (3, 25), s["version"]
+    assert s["none"] == ["status=3"]
+    for n, st in LOOP_CASES:
+        args = f"{n}" if st is None else f"{n} {st}"
+        got = int(s[f"ir {args}"][0].split(":")[1].replace(",", ""))
+        assert got == loop_count(n, st), (args, got)
+    assert s["sim"][0] == "status=0"
+    names = s["sim"][1].split()[1:]
+    values = dict(zip(names, map(int, s["sim"][2].split()[1:])))
+    assert {"Ir", "Dr", "D1mr", "Bc", "Bcm"} <= values.keys(), s["sim"]
+    assert values["Dr"] > 2000 and values["Bc"] > 2000, values
