@@ -18,6 +18,19 @@
 # the host's apt, since its fixdep and modpost run on the host.  Build with
 # ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- (the Makefile does).
 #
+# KARCH=riscv64: the headers from the private riscv64 apt directory
+# (apt/riscv64-trixie: bookworm has no riscv64 port, the image recipe
+# takes trixie's).  Their linux-kbuild-V+deb13 is not usable: its fixdep
+# and modpost are linked against trixie's glibc 2.41 and do not run on
+# this bookworm host.  bookworm's own linux-kbuild-V+deb12 (the same
+# upstream V, the 6.12 kernel bookworm-security carries) is built from
+# the same kernel source for this host, so it is taken instead, and the
+# headers' links to /usr/lib/linux-kbuild-V+deb13 are pointed at it.
+# (Building fixdep and modpost from the headers' scripts/ sources would
+# need more: the headers ship no scripts/mod/*.c.)  The headers name
+# gcc-14, trixie's compiler; the host's cross gcc is 12, which the
+# Makefile passes as CC (what differs: docs in the Makefile).
+#
 # KVER defaults to what linux-image-amd64 depends on, the same resolution
 # the images/ builder uses for the guest kernel, so the module's vermagic
 # matches the booted image.  Override with KVER=6.1.0-NN-amd64.
@@ -40,19 +53,24 @@ karch=${KARCH:-amd64}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/pvperf
 # apt options selecting the guest architecture's packages (none: the host's).
 guest_apt=""
+# The private apt directory (pyhost/image/aptdir.py) and the pvperf
+# architecture whose image build fills it.
 case "$karch" in
-amd64)	;;
-arm64)	d=$cache/apt/arm64
+amd64)	d="" ;;
+arm64)	d=$cache/apt/arm64 parch=aarch64 ;;
+riscv64) d=$cache/apt/riscv64-trixie parch=riscv64 ;;
+*)	die "KARCH=$karch: amd64, arm64 or riscv64" ;;
+esac
+if [ -n "$d" ]; then
 	ls "$d"/lists/*_Packages* >/dev/null 2>&1 ||
-		die "no arm64 package lists in $d" \
-			"(run pvperf image build --arch aarch64 once)"
-	guest_apt="-o APT::Architectures::=arm64 -o APT::Architecture=arm64
+		die "no $karch package lists in $d" \
+			"(run pvperf image build --arch $parch once)"
+	guest_apt="-o APT::Architectures::=$karch -o APT::Architecture=$karch
 		-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=$d/sources
 		-o Dir::State=$d/state -o Dir::State::Lists=$d/lists
 		-o Dir::State::status=$d/state/status -o Dir::Cache=$d/cache
-		-o Debug::NoLocking=true" ;;
-*)	die "KARCH=$karch: amd64 or arm64" ;;
-esac
+		-o Debug::NoLocking=true"
+fi
 
 # The kernel (meta)package, and the apt release it is taken from ("": the
 # candidate), of the image recipe IMAGE names; else linux-image-KARCH.
@@ -117,6 +135,17 @@ kbuild=$(depends_on "$headers" 'linux-kbuild-.*')
 [ -n "$common" ] && [ -n "$kbuild" ] ||
 	die "cannot resolve the dependencies of $headers with apt-cache" \
 		"(run apt-get update; is KVER=$kver right?)"
+# The host's kbuild tools for trixie's headers (see the top): bookworm's
+# build of the same upstream version.
+guest_kbuild=$kbuild
+case "$kbuild" in
+*+deb13)
+	kbuild=${kbuild%+deb13}+deb12
+	apt-cache show "$kbuild" >/dev/null 2>&1 ||
+		die "$headers needs $guest_kbuild, whose tools do not run on" \
+			"this host, and the host's apt has no $kbuild (the same" \
+			"kernel version built for bookworm): run apt-get update" ;;
+esac
 
 tmp=$top/tmp.$$
 trap 'rm -rf "$tmp"' EXIT
@@ -133,6 +162,9 @@ mkdir -p "$tmp/debs" "$tmp/root"
 for deb in "$tmp"/debs/*.deb; do
 	dpkg -x "$deb" "$tmp/root"
 done
+if [ "$kbuild" != "$guest_kbuild" ]; then
+	ln -sfn "$kbuild" "$tmp/root/usr/lib/$guest_kbuild"
+fi
 
 # Absolute paths inside the packages name the installed locations; make
 # them name the final unpacked tree instead.
@@ -151,7 +183,11 @@ done
 # kernel): it must be on the host, as must libelf for objtool.
 cc=$(sed -n 's/^CC = .*\$(CROSS_COMPILE)\(gcc-[0-9]*\)$/\1/p' \
 	"$tmp/root/usr/src/$headers/.kernelvariables")
-[ "$karch" = amd64 ] || cc=${cc:+aarch64-linux-gnu-$cc}
+case "$karch" in
+arm64)	cc=${cc:+aarch64-linux-gnu-$cc} ;;
+# gcc-14 named; the Makefile builds with the host's gcc-12 (CC=)
+riscv64) cc=riscv64-linux-gnu-gcc-12 ;;
+esac
 [ -z "$cc" ] || command -v "$cc" >/dev/null ||
 	die "$headers builds with $cc: install the package that has it"
 

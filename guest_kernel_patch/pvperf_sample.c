@@ -22,6 +22,7 @@
 #include <linux/atomic.h>
 #include <linux/cpumask.h>
 #include <linux/errno.h>
+#include <linux/ftrace.h>
 #include <linux/gfp.h>
 #include <linux/kernel.h>
 #include <linux/kprobes.h>
@@ -351,15 +352,28 @@ static void pvperf_rings_exit(void)
 }
 
 #ifdef MODULE
-/* The address of a kernel function by name: a kprobe resolves it. */
+/*
+ * The address of a kernel function by name: a kprobe resolves it.  Where
+ * a function's first bytes are its ftrace patch site and kprobes cannot
+ * share it (riscv: no KPROBES_ON_FTRACE), a probe there is refused with
+ * -EINVAL; the one right after the site, MCOUNT_INSN_SIZE on, is not.
+ */
 static unsigned long pvperf_lookup_function(const char *name)
 {
 	struct kprobe kp = { .symbol_name = name };
 	unsigned long addr;
+	int err = register_kprobe(&kp);
 
-	if (register_kprobe(&kp) < 0)
+#if defined(CONFIG_DYNAMIC_FTRACE) && !defined(CONFIG_KPROBES_ON_FTRACE)
+	if (err == -EINVAL) {
+		kp = (struct kprobe){ .symbol_name = name,
+				      .offset = MCOUNT_INSN_SIZE };
+		err = register_kprobe(&kp);
+	}
+#endif
+	if (err < 0)
 		return 0;
-	addr = (unsigned long)kp.addr;
+	addr = (unsigned long)kp.addr - kp.offset;
 	unregister_kprobe(&kp);
 	return addr;
 }

@@ -301,8 +301,11 @@ if [ "$tier" = test ]; then
     make -s -C guest_kernel_patch KARCH=arm64
     .venv/bin/pvperf image build --arch aarch64
     # riscv64 guests: trixie's riscv64 packages through a private apt
-    # directory (no PMU driver for riscv64 yet: --no-pmu runs only).
-    say "image: the riscv64 guest image (the first run fetches trixie's riscv64 lists and ~50 MB of packages)"
+    # directory; the driver as arm64's (trixie's headers, bookworm's
+    # linux-kbuild of the same kernel version: fetch-kbuild.sh).
+    say "image: the riscv64 guest image and driver (the first run fetches trixie's riscv64 lists, ~50 MB of packages and ~16 MB of headers)"
+    .venv/bin/pvperf image build --arch riscv64
+    make -s -C guest_kernel_patch KARCH=riscv64
     .venv/bin/pvperf image build --arch riscv64
     say "image: the Linux 6.12 guest image (the first run fetches its kernel, ~106 MB, and perf 6.12 with its libraries' packages, ~48 MB, and test-boots it)"
     .venv/bin/pvperf image build --name linux-6.12

@@ -101,8 +101,10 @@ ARCH = Arch(
     #    host's TSC without -icount: kernel_args blacklists that driver.
     cpu="rv64,v=false,ssaia=true,smaia=true,sscofpmf=false,pmu-mask=0",
     firmware="",                 # QEMU's default: OpenSBI fw_dynamic
-    # no overflow interrupt until the driver has riscv64's seams
-    overflow_doorbell=False,
+    # the overflow interrupt: the ivshmem-doorbell's MSI-X vectors, which
+    # aia=aplic-imsic delivers to each hart's IMSIC (RISC-V has no NMI a
+    # supervisor can be sent)
+    overflow_doorbell=True,
     qmp_nmi=False,
     console="ttyS0",             # virt's NS16550A UART
     console_rdev=(4, 64),
@@ -128,6 +130,4 @@ ARCH = Arch(
     # a 32-byte header then 16-byte stubs: auipc, ld, jalr t1, nop
     plt_entry=16,
     kernel_file="vmlinux",
-    pmu_missing="the TCG plugin has no riscv64 table and "
-                "guest_kernel_patch/ no riscv64 driver yet",
 )

@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pvperf_riscv64.c - the riscv64 side of the pvperf driver (pvperf_arch.h):
+ * the marker store, struct pt_regs of a sample, the overflow interrupt
+ * (none but the doorbell device's) and the page-fault hook through a
+ * kprobe on the fault handler's entry.
+ */
+
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/build_bug.h>
+#include <linux/ftrace.h>
+#include <linux/kernel.h>
+#include <linux/kprobes.h>
+#include <linux/stddef.h>
+#include <asm/csr.h>
+#include <asm/ptrace.h>
+
+#include "pvperf_arch.h"
+
+/* ----------------------------------------------------------------------
+ * The marker store
+ */
+
+/*
+ * The only place that executes the marker store: noinline keeps it one
+ * instruction in the module text and puts a return right after it, so no
+ * two hypercalls share a translation block.  The store must be exactly
+ * the 32-bit "sw a0, 0(a1)" (PVPERF_RISCV64_MARKER_INSN), the word the
+ * TCG plugin matches: the kernel is built for RVC, and the assembler
+ * would emit the 16-bit c.sw for it, so it is written under .option
+ * norvc, and both registers are pinned.  The "memory" clobber keeps the
+ * compiler from moving accesses to the block across it.
+ */
+noinline void pvperf_arch_marker(void *block)
+{
+	register u32 magic asm("a0") = PVPERF_MARKER_MAGIC;
+	register void *blk asm("a1") = block;
+
+	asm volatile(".option push\n\t"
+		     ".option norvc\n\t"
+		     "sw %[magic], 0(%[block])\n\t"
+		     ".option pop"
+		     : /* no outputs: the host writes the block's ->ret */
+		     : [block] "r" (blk), [magic] "r" (magic)
+		     : "memory");
+}
+
+/* ----------------------------------------------------------------------
+ * Sample registers
+ */
+
+/*
+ * The ABI's slots for riscv64 (pvperf_abi.h) are perf's riscv register
+ * numbers: pc (0), then x1..x31 (1..31).  struct pt_regs has the same
+ * order, epc first, then ra, sp, gp, tp, t0.. t6: slot i is the i-th
+ * unsigned long of pt_regs.  status (the mode) is not recorded.
+ */
+static_assert(offsetof(struct pt_regs, epc) == 0);
+static_assert(offsetof(struct pt_regs, ra) ==
+	      PVPERF_RISCV64_REG_RA * sizeof(unsigned long));
+static_assert(offsetof(struct pt_regs, sp) ==
+	      PVPERF_RISCV64_REG_SP * sizeof(unsigned long));
+static_assert(offsetof(struct pt_regs, s0) ==
+	      PVPERF_RISCV64_REG_FP * sizeof(unsigned long));
+static_assert(offsetof(struct pt_regs, t6) == 31 * sizeof(unsigned long));
+
+static void pvperf_copy_gprs(struct pt_regs *out, const struct pvperf_sample *rec)
+{
+	unsigned long *gpr = (unsigned long *)out;
+	int i;
+
+	for (i = PVPERF_RISCV64_REG_RA; i <= 31; i++)
+		gpr[i] = rec->regs[i];
+}
+
+/*
+ * The mode lives in status.SPP (what user_mode() reads: the privilege the
+ * trap came from).  A kernel sample's registers that are not its
+ * instruction's keep no frame pointer: riscv's walk_stackframe() then
+ * stops after the sample's pc instead of following a stale s0.
+ */
+void pvperf_arch_sample_regs(struct pt_regs *regs,
+			     const struct pvperf_sample *rec, bool exact)
+{
+	if (exact)
+		pvperf_copy_gprs(regs, rec);
+	regs->epc = rec->ip;
+	if (rec->mode == PVPERF_MODE_USER) {
+		regs->status &= ~SR_SPP;
+	} else {
+		regs->status |= SR_SPP;
+		if (!exact)
+			regs->s0 = 0;
+	}
+}
+
+/* ----------------------------------------------------------------------
+ * The overflow interrupt: the doorbell device, or none
+ *
+ * RISC-V has no NMI a supervisor can be sent; the overflow interrupt is
+ * the ivshmem-doorbell's MSI-X vector (pvperf_doorbell.c), which on
+ * virt,aia=aplic-imsic is written into the target hart's IMSIC: an
+ * ordinary external interrupt.  The generic code binds it before it asks
+ * here.  Asked here, there is no such device: -EOPNOTSUPP tells the
+ * generic code to refuse sampling events, so perf record fails at once
+ * instead of waiting for samples.
+ */
+
+int pvperf_arch_overflow_irq_register(pvperf_overflow_handler_fn handler)
+{
+	pr_info("no doorbell device (ivshmem-doorbell, PCI 1af4:1110): riscv64 has no other overflow interrupt; counting only, sampling events are refused\n");
+	return -EOPNOTSUPP;
+}
+
+void pvperf_arch_overflow_irq_unregister(void)
+{
+}
+
+/* ----------------------------------------------------------------------
+ * Page faults
+ *
+ * riscv has no page-fault tracepoints.  Every page fault (cause 12, 13,
+ * 15) goes from the noinstr do_page_fault() to handle_page_fault(regs)
+ * (arch/riscv/mm/fault.c), which may be probed: a kprobe on its entry
+ * sees the fault's registers as its first argument (a0), before the
+ * handler enables IRQs, so no ENABLE or DISABLE comes between the fault
+ * and its report (the contract pvperf_arch.h asks; arm64's software
+ * event comes later).  Every fault is reported, including the kernel's
+ * that end in an exception-table fixup: the faulting instruction did not
+ * complete, as on x86, where the page_fault tracepoints fire as early.
+ *
+ * The one fault that skips handle_page_fault() is the entry code's
+ * new_vmalloc check (a kernel access to a vmalloc page mapped since this
+ * hart's last sfence.vma: entry.S returns to retry it).  Under TCG it
+ * does not happen: QEMU's TLB caches no invalid translation, so a page
+ * mapped before the access never faults.
+ */
+
+static pvperf_fault_report_fn pvperf_fault_report;
+
+/*
+ * An instruction page fault: the fetch faulted, TCG counted nothing.
+ * (stval is not the test: a 4-byte instruction at a page's last 2 bytes
+ * reports the next page.)
+ */
+static int pvperf_fault_pre(struct kprobe *p, struct pt_regs *kregs)
+{
+	const struct pt_regs *regs = (const struct pt_regs *)kregs->a0;
+
+	if (regs->cause != EXC_INST_PAGE_FAULT)
+		pvperf_fault_report(regs->epc, user_mode(regs));
+	return 0;
+}
+
+/*
+ * The function's first bytes are its ftrace patch site (the
+ * -fpatchable-function-entry nops, MCOUNT_INSN_SIZE of them), and
+ * without KPROBES_ON_FTRACE (Debian's riscv64 6.12 has none) a kprobe
+ * there is refused (-EINVAL): the probe goes on the first instruction
+ * after it, where a0 is still the argument (the site, when traced, calls
+ * out and back with the argument registers kept).
+ */
+static struct kprobe pvperf_fault_kprobe = {
+	.symbol_name = "handle_page_fault",
+#if defined(CONFIG_DYNAMIC_FTRACE) && !defined(CONFIG_KPROBES_ON_FTRACE)
+	.offset = MCOUNT_INSN_SIZE,
+#endif
+	.pre_handler = pvperf_fault_pre,
+};
+
+int pvperf_arch_fault_hook_register(pvperf_fault_report_fn report)
+{
+	int err;
+
+	pvperf_fault_report = report;
+	err = register_kprobe(&pvperf_fault_kprobe);
+	if (err)
+		pr_err("kprobe on handle_page_fault: %d: counts would not be exact\n",
+		       err);
+	return err;
+}
+
+/*
+ * unregister_kprobe() waits for an RCU grace period (synchronize_rcu)
+ * after it disarmed the probe: handlers run with preemption off, so none
+ * can still be running afterwards.
+ */
+void pvperf_arch_fault_hook_unregister(void)
+{
+	unregister_kprobe(&pvperf_fault_kprobe);
+}
