@@ -38,15 +38,6 @@ class RssSampler(threading.Thread):
         return later[0], max(later), later[-1]
 
 
-def perf_count(lines: list[str], event: str) -> str | None:
-    """The value field of `perf stat -x,` for event (a number or <...>)."""
-    for line in lines:
-        f = line.split(",")
-        if len(f) > 2 and f[2] == event:
-            return f[0]
-    return None
-
-
 def descendants(root: int) -> list[int]:
     """Process root and every process below it."""
     children: dict[int, list[int]] = {}

@@ -501,6 +501,15 @@ def cachegrind_totals(lines: list[str]) -> dict[str, int]:
     return dict(zip(names, map(int, values)))
 
 
+def perf_count(lines: list[str], event: str) -> str | None:
+    """The value field of `perf stat -x,` for event (a number or <...>)."""
+    for line in lines:
+        f = line.split(",")
+        if len(f) > 2 and f[2] == event:
+            return f[0]
+    return None
+
+
 def wait_for(path: Path, proc: subprocess.Popen, what: str) -> None:
     while not path.exists():
         assert proc.poll() is None, f"pvperf ended before {what}"

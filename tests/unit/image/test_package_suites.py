@@ -3,7 +3,7 @@ image that installs such a package gets an apt context with that suite's
 sources derived from the host's like its own suite's, its own suite
 ranked first and the package pinned to the other; one without keeps the
 plain context.  Here the pieces apt reads; apt's answer from the real
-riscv64 lists is tests/vm/test_riscv64_boot.py's valgrind image."""
+riscv64 lists is the valgrind image tests/vm/test_counting.py boots."""
 from pyhost.image import aptdir
 from pyhost.image.recipe import parse_package_suites
 
