@@ -20,9 +20,11 @@
 #
 # KARCH=riscv64: the headers from the private riscv64 apt directory
 # (apt/riscv64-trixie: bookworm has no riscv64 port, the image recipe
-# takes trixie's).  Their linux-kbuild-V+deb13 is not usable: its fixdep
-# and modpost are linked against trixie's glibc 2.41 and do not run on
-# this bookworm host.  bookworm's own linux-kbuild-V+deb12 (the same
+# takes trixie's).  Their linux-kbuild-V+deb13 is not usable: fixdep and
+# modpost run on the host, and trixie's amd64 build of them is linked
+# against trixie's glibc 2.41, which this bookworm host lacks (its riscv64
+# build, what the headers depend on, does not run here at all).
+# bookworm's own linux-kbuild-V+deb12 (the same
 # upstream V, the 6.12 kernel bookworm-security carries) is built from
 # the same kernel source for this host, so it is taken instead, and the
 # headers' links to /usr/lib/linux-kbuild-V+deb13 are pointed at it.

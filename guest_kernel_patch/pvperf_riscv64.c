@@ -153,28 +153,32 @@ static int pvperf_fault_pre(struct kprobe *p, struct pt_regs *kregs)
 	return 0;
 }
 
+static struct kprobe pvperf_fault_kprobe = {
+	.symbol_name = "handle_page_fault",
+	.pre_handler = pvperf_fault_pre,
+};
+
 /*
  * The function's first bytes are its ftrace patch site (the
  * -fpatchable-function-entry nops, MCOUNT_INSN_SIZE of them), and
  * without KPROBES_ON_FTRACE (Debian's riscv64 6.12 has none) a kprobe
- * there is refused (-EINVAL): the probe goes on the first instruction
- * after it, where a0 is still the argument (the site, when traced, calls
- * out and back with the argument registers kept).
+ * there is refused with -EINVAL: the probe then goes on the first
+ * instruction after the site, where a0 is still the argument (the site,
+ * when traced, calls out and back with the argument registers kept).
  */
-static struct kprobe pvperf_fault_kprobe = {
-	.symbol_name = "handle_page_fault",
-#if defined(CONFIG_DYNAMIC_FTRACE) && !defined(CONFIG_KPROBES_ON_FTRACE)
-	.offset = MCOUNT_INSN_SIZE,
-#endif
-	.pre_handler = pvperf_fault_pre,
-};
-
 int pvperf_arch_fault_hook_register(pvperf_fault_report_fn report)
 {
 	int err;
 
 	pvperf_fault_report = report;
 	err = register_kprobe(&pvperf_fault_kprobe);
+#if defined(CONFIG_DYNAMIC_FTRACE) && !defined(CONFIG_KPROBES_ON_FTRACE)
+	if (err == -EINVAL) {
+		pvperf_fault_kprobe.addr = NULL;
+		pvperf_fault_kprobe.offset = MCOUNT_INSN_SIZE;
+		err = register_kprobe(&pvperf_fault_kprobe);
+	}
+#endif
 	if (err)
 		pr_err("kprobe on handle_page_fault: %d: counts would not be exact\n",
 		       err);

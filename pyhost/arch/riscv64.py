@@ -81,8 +81,9 @@ ARCH = Arch(
     qemu="qemu-system-riscv64",
     qemu_package="qemu-system-riscv",
     # aia=aplic-imsic: wired interrupts go through the APLIC as MSIs and
-    # PCI MSI-X vectors (the ivshmem doorbell's, later) reach each hart's
-    # IMSIC; the default PLIC has no MSI controller at all.
+    # PCI MSI-X vectors (the ivshmem doorbell's: the overflow interrupt)
+    # reach each hart's IMSIC; the default PLIC has no MSI controller at
+    # all.
     machine="virt,aia=aplic-imsic",
     # QEMU's generic rv64: RV64GC + H, Zba/Zbb/Zbc/Zbs, Zicbom/Zicboz,
     # Sstc (what Debian's kernel and trixie's RV64GC userland use) and
