@@ -22,13 +22,17 @@ PMU), REPS times per boot:
              user would use instead of pvperf; icount makes the guest's clock
              virtual, so this row is host wall time between markers the
              guest prints around each run, against plain's the same way
+  rvpmu      riscv64 only, smp 1: the same of QEMU's own riscv PMU
+             (sscofpmf, SBI PMU; scripts/pvperf-qemu-riscv-pmu.py
+             --icount): without -icount its instructions read the host's
+             clock, so icount is what a user would have to add
 
 Targets: x86_64: counting <= 1.05x plain at smp 1 and at smp 2 with
-both vCPUs busy (workload loop2), idle <= 1.03x; aarch64: counting
-<= 1.15x.  Configurations alternate within each
+both vCPUs busy (workload loop2), idle <= 1.03x; aarch64 and riscv64:
+counting <= 1.15x.  Configurations alternate within each
 round.  Each figure is the minimum over all runs of its configuration
 (and, in the "median" column, the median ratio over every run but each
-boot's first):
+boot's first; "IQR" the interquartile range of those ratios):
 the host's noise (other tenants) only ever adds time, and it moved single
 runs by up to 30% here, so the minimum is the stable statistic.  "first
 run" is the minimum over the first run of each boot only: it includes
@@ -80,6 +84,7 @@ CONFIGS = {
     "counting": ([], "task-clock,instructions,branches"),
     "insns": ([], "task-clock,instructions"),
     "pmuv3": (None, "task-clock,instructions"),
+    "rvpmu": (None, "task-clock,instructions"),
     "qemu-bb": (["--no-pmu"], "task-clock"),
 }
 
@@ -88,9 +93,9 @@ def runs(arch: arches.Arch, smp: int, config: str, cmd: str, reps: int
          ) -> list[dict[str, float]]:
     """The counts and wall ms of `reps` runs in one boot, in order."""
     opts, events = CONFIGS[config]
-    if opts is None:            # pmuv3
-        argv = [str(PYTHON), str(REPO / "scripts" /
-                                  "pvperf-qemu-pmuv3.py"), str(PROGRAMS)]
+    if opts is None:            # QEMU's own PMU: pmuv3, rvpmu
+        argv = [str(PYTHON), str(REPO / "scripts" / QEMU_PMU[config][1]),
+                *QEMU_PMU[config][2:], str(PROGRAMS)]
     else:
         argv = [str(PVPERF), "run", "--arch", arch.name, "--smp", str(smp),
                 *opts, "--share", str(PROGRAMS), "--", "sh", "-c"]
@@ -116,9 +121,15 @@ def qemu_bb_env(arch: arches.Arch) -> dict[str, str]:
     return {**os.environ, "PATH": f"{wrapdir}:{os.environ['PATH']}"}
 
 
+# QEMU's own PMU: (the architecture, the script that boots it, its options)
+QEMU_PMU = {"pmuv3": ("aarch64", "pvperf-qemu-pmuv3.py"),
+            "rvpmu": ("riscv64", "pvperf-qemu-riscv-pmu.py", "--icount")}
+
+
 def configs_for(arch: arches.Arch, smp: int, args) -> list[str]:
     return [c for c in args.configs
-            if c != "pmuv3" or (arch.name == "aarch64" and smp == 1)]
+            if c not in QEMU_PMU or (arch.name == QEMU_PMU[c][0] and
+                                     smp == 1)]
 
 
 def bench(archs, wl, smp, args) -> dict[tuple[str, str], list[list[dict]]]:
@@ -148,7 +159,7 @@ def key(config: str) -> str:
     cpu: QEMU's host CPU time (benchlib.cpu_ms) for every configuration."""
     if METRIC == "cpu":
         return "cpu"
-    return "wall" if config == "pmuv3" else "task-clock"
+    return "wall" if config in QEMU_PMU else "task-clock"
 
 
 def report(arch, wl, smp, boots, args_reps: int) -> tuple[float, float]:
@@ -161,17 +172,26 @@ def report(arch, wl, smp, boots, args_reps: int) -> tuple[float, float]:
     def median(c, k):
         """Over every run but each boot's first (which switches on)."""
         return statistics.median(r[k] for b in boots[c] for r in b[1:])
+    def spread(c, k):
+        """The ratios' interquartile range: each run (but each boot's
+        first) against plain's median."""
+        ratios = [r[k] / median("plain", k) for b in boots[c] for r in b[1:]]
+        if len(ratios) < 2:
+            return "-"
+        q = statistics.quantiles(ratios, n=4)
+        return f"{q[0]:.2f}-{q[2]:.2f}"
     for c in boots:
         k = key(c)
         m, base = best(c, k), best("plain", k)
         med = median(c, k) / median("plain", k) if args_reps > 1 else 0.0
+        iqr = spread(c, k) if args_reps > 1 else "-"
         # The first run of a boot also pays for switching the plugin's
         # counting on (all guest code is retranslated); later ones reuse
         # it (PVPERF_COUNT_LINGER_MS).
         f, base_first = best(c, k, True), best("plain", k, True)
         print(f"{arch.name:<8} {wl:<8} {smp:>3} {c:<9} {m:>10.0f}"
               f"{' ' + k[:4] if k != 'task-clock' else '     '} {m / base:>6.2f}x"
-              f" {med:>6.2f}x   {f:>9.0f} {f / base_first:>6.2f}x")
+              f" {med:>6.2f}x {iqr:>9}   {f:>9.0f} {f / base_first:>6.2f}x")
     counted = boots.get("counting", [[{}]])[0][0]
     return best("plain", "task-clock"), counted.get("instructions", 0.0)
 
@@ -200,7 +220,7 @@ def main() -> None:
     args.configs = ["plain"] + [c for c in args.configs if c != "plain"]
     plain = {}
     print(f"{'arch':<8} {'workload':<8} {'smp':>3} {'config':<9} "
-          f"{'task-clock ms':>14} {'ratio':>7} {'median':>7}   {'first run':>9} "
+          f"{'task-clock ms':>14} {'ratio':>7} {'median':>7} {'IQR':>9}   {'first run':>9} "
           f"{'ratio':>7}")
     for wl in args.workload:
         # the architectures it is built for

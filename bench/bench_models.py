@@ -19,11 +19,13 @@ boot; cachegrind runs the same binary on the host (wall time):
 
 Targets: models <= 3x plain on both workloads; contrib / models >= 10;
 cachegrind / models > 1; idle and counting unchanged (bench_counting.py).
-aarch64 guests (--arch aarch64, tests/guest_programs/aarch64/'s builds of
-the same programs): models <= 4x plain; no cachegrind row (the
-host cannot run arm64 valgrind; tests/vm/test_models.py runs it
-in the guest).  Each figure is the minimum over its runs (host noise only
-adds time).
+aarch64 and riscv64 guests (--arch aarch64 riscv64,
+tests/guest_programs/<arch>/'s builds of the same programs): models <= 4x
+plain; no cachegrind row (the host cannot run their valgrind;
+tests/vm/test_models.py runs it in the guest).  Each figure is the
+minimum over its runs (host noise only adds time); then the median ratio
+(medians of the configuration's and plain's runs) and the range of its
+runs against plain's median.
 
   .venv/bin/python bench/bench_models.py [--rounds 2] [--reps 3]
       [--workload memory tight] [--configs plain models contrib ...]
@@ -35,6 +37,7 @@ import argparse
 import asyncio
 import io
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -144,7 +147,7 @@ def main() -> None:
     try:
         libcache = build_contrib_cache(workdir)
         print(f"{'arch':<8} {'workload':<8} {'config':<11} {'ms':>9} "
-              f"{'/plain':>8} {'/models':>8}")
+              f"{'/plain':>8} {'/models':>8} {'median':>8} range")
         for arch in map(arches.get, args.arch):
             qemu = str(contrib_wrapper(workdir, libcache, arch))
             for wl in args.workload:
@@ -156,11 +159,13 @@ def main() -> None:
 def bench(arch: arches.Arch, wl: str, configs: list[str], qemu: str,
           args) -> None:
     best: dict[str, float] = {}
+    every: dict[str, list[float]] = {}
     for i in range(args.rounds):
         for c in configs:
             runs = guest_runs(c, wl, args.reps,
                               qemu if c == "contrib" else None, arch)
             best[c] = min([best.get(c, float("inf")), *runs])
+            every.setdefault(c, []).extend(runs)
         if arch.name == arches.host().name:
             best["cachegrind"] = min(best.get("cachegrind", float("inf")),
                                      cachegrind_ms(wl))
@@ -168,7 +173,18 @@ def bench(arch: arches.Arch, wl: str, configs: list[str], qemu: str,
             f"{c}={t:.0f}" for c, t in best.items()), file=sys.stderr)
     for c, t in best.items():
         print(f"{arch.name:<8} {wl:<8} {c:<11} {t:>9.0f} "
-              f"{t / best['plain']:>7.2f}x {t / best['models']:>7.2f}x")
+              f"{t / best['plain']:>7.2f}x {t / best['models']:>7.2f}x"
+              f"{spread(every, c)}")
+
+
+def spread(every: dict[str, list[float]], c: str) -> str:
+    """The median of c's runs against plain's median, and the range of
+    c's runs against it: how far the host's noise moved the ratio."""
+    if c not in every or len(every[c]) < 2:
+        return ""
+    base = statistics.median(every["plain"])
+    return (f" {statistics.median(every[c]) / base:>7.2f}x "
+            f"{min(every[c]) / base:.2f}-{max(every[c]) / base:.2f}")
 
 
 if __name__ == "__main__":

@@ -70,10 +70,21 @@ def boot_entry(vmlinux: bytes) -> int | None:
 
 
 def task_path(member_offset, symbol) -> TaskPath:
-    """Host profiles name riscv64 tasks from the satp write once the
-    plugin has riscv64's table: not yet."""
-    raise ValueError("host profiles of riscv64 guests need the plugin's "
-                     "riscv64 table (the satp write), which it lacks yet")
+    """From tp (``current`` at S-mode: still the task switched from when
+    switch_mm writes satp, before switch_to): current->se.cfs_rq->rq->curr,
+    the task switched to (CONFIG_FAIR_GROUP_SCHED), as on arm64.  The
+    linear map's base is read, not assumed: PAGE_OFFSET follows the paging
+    mode the hart offers (Sv39/48/57), so __pa(pgd) = pgd -
+    kernel_map.va_pa_offset (arch/riscv/include/asm/page.h); Debian's
+    riscv64 System.map lists the data symbol ``kernel_map`` (profiles
+    boot nokaslr)."""
+    va_pa_offset = symbol("kernel_map") + member_offset("kernel_mapping",
+                                                        "va_pa_offset")
+    return TaskPath(
+        path=(member_offset("task_struct", "se")
+              + member_offset("sched_entity", "cfs_rq"),
+              member_offset("cfs_rq", "rq"), member_offset("rq", "curr")),
+        linear=f"@{va_pa_offset:#x}")
 
 
 ARCH = Arch(

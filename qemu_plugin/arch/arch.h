@@ -135,8 +135,12 @@ struct arch {
 	 * (not that of reg_names): QEMU's names, n_gprs <= ARCH_MAX_GPRS. */
 	unsigned n_gprs;
 	const char *const *gpr_names;
-	/* The table's address bits in REG_PAGE_TABLE's value. */
+	/* The table's address bits in REG_PAGE_TABLE's value, and how far
+	 * they lie right of the address: (value & aspace_mask) <<
+	 * aspace_shift is the table's gpa (riscv64's satp holds a page
+	 * number; x86_64's cr3 and arm64's TTBR hold the address, shift 0). */
 	uint64_t aspace_mask;
+	unsigned aspace_shift;
 	/* QEMU's name of the register the task= path to the task switched
 	 * to starts from (pvperf-rmap.so; pyhost/arch/<arch>.py). */
 	const char *task_reg;

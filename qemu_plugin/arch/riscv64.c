@@ -63,7 +63,9 @@
  * (`sw a6, 0(a7)` is in 21 places in modules: nfsd, stmmac, ivtv...).
  *
  * Registers: QEMU's (gdb's riscv-64bit-cpu.xml) names: zero ra sp gp tp
- * t0-t2 fp s1 a0-a7 s2-s11 t3-t6 pc, x8 as "fp".  The sample's slots are
+ * t0-t2 fp s1 a0-a7 s2-s11 t3-t6 pc, x8 as "fp"; satp from the CSR
+ * feature QEMU generates (org.gnu.gdb.riscv.csr).  Checked on 10.0 with
+ * the image's CPU (images/riscv64/plugin-registers-rv64.txt, 200 names).  The sample's slots are
  * perf's riscv order (PERF_REG_RISCV_PC = 0, then x1..x31 at 1..31): slot
  * 0 is left 0, since the pc is the sample's ip (as on arm64), while a
  * capture point's pc would be that point's, not the sampled instruction's.
@@ -75,7 +77,9 @@
  * instruction that writes satp is CLS_ASPACE (csrrw/csrrwi always,
  * csrrs/csrrc/csrrsi/csrrci with a source other than x0 or 0); only
  * csrrw names a register holding the whole new value.  aspace_mask keeps
- * the PPN: the table's address shifted right by 12, not the address.
+ * the PPN, the table's address shifted right by 12 (aspace_shift), not
+ * the address: mm->pgd is the table's linear-map address, and the PPN is
+ * that of its physical one (the kernel writes PFN_DOWN(__pa(pgd))).
  * The task register (pvperf-rmap.so's task= path) is tp: at S-mode Linux
  * keeps `current` there, and at the satp write of a context switch that
  * is still the task switched from.
@@ -511,5 +515,6 @@ const struct arch arch_riscv64 = {
 	.gpr_names = gpr_names,
 	/* satp's PPN: the root table's address >> 12. */
 	.aspace_mask = SATP_PPN,
+	.aspace_shift = 12,
 	.task_reg = "tp",
 };

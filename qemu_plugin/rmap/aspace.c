@@ -75,6 +75,12 @@ static bool linear_base(uint64_t *base)
 	return read_guest_u64(rm.task.linear, base);
 }
 
+/* The gpa of the top-level table a REG_PAGE_TABLE value names. */
+static uint64_t table_gpa(uint64_t val)
+{
+	return (val & rm.arch->aspace_mask) << rm.arch->aspace_shift;
+}
+
 /*
  * The task this CPU switches to, if its address space is `base` (this
  * CPU's rq->curr, which __schedule sets before context_switch; the path
@@ -91,7 +97,7 @@ static bool name_task(uint64_t base, struct rmap_aspace *c)
 	if (!next_task(&task) ||
 	    !read_guest_u64(task + t->mm, &mm) || !mm ||
 	    !read_guest_u64(mm + t->pgd, &pgd) || !linear_base(&lin) ||
-	    ((pgd - lin) & rm.arch->aspace_mask) != base ||
+	    table_gpa((pgd - lin) >> rm.arch->aspace_shift) != base ||
 	    !read_guest(task + t->tgid, &tgid, sizeof(tgid)) ||
 	    !read_guest(task + t->comm, c->comm, sizeof(c->comm)))
 		return false;
@@ -119,7 +125,7 @@ static void aspace_write(unsigned int vcpu_index, void *udata)
 		count(&rm.n_reg_errors);
 		return;
 	}
-	rec.c.page_table_base = val & rm.arch->aspace_mask;
+	rec.c.page_table_base = table_gpa(val);
 	if (rm.task.valid) {
 		if (name_task(rec.c.page_table_base, &rec.c)) {
 			count(&rm.n_named);
@@ -180,7 +186,7 @@ bool translation_page_table(uint64_t *base)
 
 	if (!g_atomic_int_get(&rm.have_regs) || !read_reg(rm.aspace, &val))
 		return false;
-	*base = val & rm.arch->aspace_mask;
+	*base = table_gpa(val);
 	return true;
 }
 

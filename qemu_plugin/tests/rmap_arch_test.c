@@ -24,15 +24,20 @@
 #include "targets.h"
 
 /* How objdump spells a write of the page-table base: the mnemonic, the
- * destination, and whether the source comes first (AT&T) or second. */
+ * destination, the number of operands and which are the source and the
+ * destination (AT&T's source comes first; riscv64's listing is
+ * -M no-aliases, `csrrw rd,satp,rs1`). */
 struct spelling {
 	const char *target, *mnemonic, *dest, *reg_prefix;
-	bool source_first;
+	unsigned n_ops, src, dst;
+	/* a register objdump names otherwise than QEMU (gpr_names) */
+	const char *objdump_name, *qemu_name;
 };
 
 static const struct spelling spellings[] = {
-	{ "x86_64", "mov", "%cr3", "%", true },
-	{ "aarch64", "msr", "ttbr0_el1", "", false },
+	{ "x86_64", "mov", "%cr3", "%", 2, 0, 1, NULL, NULL },
+	{ "aarch64", "msr", "ttbr0_el1", "", 2, 1, 0, NULL, NULL },
+	{ "riscv64", "csrrw", "satp", "", 3, 2, 1, "s0", "fp" },
 };
 
 /* The source register objdump names if `mnemonic operands` writes the
@@ -41,23 +46,27 @@ static const char *written_from(const struct spelling *sp,
 				const char *mnemonic, const char *operands,
 				char *buf, size_t len)
 {
-	g_auto(GStrv) ops = g_strsplit(operands, ",", 2);
+	g_auto(GStrv) ops = g_strsplit(operands, ",", 0);
 	const char *src, *dst;
 
-	if (strcmp(mnemonic, sp->mnemonic) || g_strv_length(ops) != 2)
+	if (strcmp(mnemonic, sp->mnemonic) || g_strv_length(ops) != sp->n_ops)
 		return NULL;
-	src = g_strstrip(ops[sp->source_first ? 0 : 1]);
-	dst = g_strstrip(ops[sp->source_first ? 1 : 0]);
+	src = g_strstrip(ops[sp->src]);
+	dst = g_strstrip(ops[sp->dst]);
 	if (strcmp(dst, sp->dest))
 		return NULL;
 	if (!g_str_has_prefix(src, sp->reg_prefix))
 		return NULL;
 	g_strlcpy(buf, src + strlen(sp->reg_prefix), len);
-	return strcmp(buf, "xzr") ? buf : "";
+	if (sp->objdump_name && !strcmp(buf, sp->objdump_name))
+		g_strlcpy(buf, sp->qemu_name, len);
+	return strcmp(buf, "xzr") && strcmp(buf, "zero") ? buf : "";
 }
 
 /* "   0:\t0f 22 d8   \tmov    %rax,%cr3" (bytes) or
- * "  70:\td518201c \tmsr\tttbr0_el1, x28" (a little-endian word). */
+ * "  70:\td518201c \tmsr\tttbr0_el1, x28" (a little-endian word) or
+ * "   0:\t18051073 \tcsrrw\tzero,satp,a0" and "  80:\t4082 \tc.lwsp..."
+ * (riscv64: a 32- or 16-bit little-endian parcel). */
 static size_t line_bytes(const char *hex, uint8_t *out)
 {
 	g_auto(GStrv) tok = g_strsplit(g_strstrip((char *)hex), " ", 0);

@@ -306,6 +306,34 @@ def test_other_architectures_targets_load(qemu):
     assert "pvperf: 1 vCPU(s), counting off" in res.stdout + res.stderr
 
 
+def test_riscv64_registers_are_offered(tmp_path):
+    """Every register riscv64's table names (qemu_plugin/arch/riscv64.c:
+    x1-x31 and pc for samples and captures, satp, the page-table write's
+    sources, tp) is one QEMU's gdb XML offers plugins on the guest image's
+    CPU (pyhost/arch/riscv64.py), as both plugins find them at a vCPU's
+    creation: else each names the register it misses.  The names QEMU
+    10.0 offers: images/riscv64/plugin-registers-rv64.txt."""
+    from pyhost import arch
+    rv = arch.get("riscv64")
+    if not shutil.which(rv.qemu):
+        pytest.skip(f"{rv.qemu} not installed")
+    h.build()
+    subprocess.run(["make", "-s", "-C", str(h.PLUGIN_DIR), "pvperf-rmap.so"],
+                   check=True)
+    res = subprocess.run(
+        [rv.qemu, "-M", rv.machine, "-cpu", rv.cpu, "-S", "-nodefaults",
+         "-display", "none", "-monitor", "stdio",
+         "-plugin", f"{h.PLUGIN_SO},verbose=on",
+         "-plugin", f"{h.PLUGIN_DIR / 'pvperf-rmap.so'},"
+                    f"out={tmp_path / 'rmap.bin'},verbose=on"],
+        input="quit\n", capture_output=True, text=True, timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "pvperf: 1 vCPU(s)" in out and " 1 vCPUs, " in out, out
+    assert "offers no register" not in out, out
+    assert "register list lacks" not in out, out
+
+
 def test_ram_size_limits():
     """RAM above 2 GiB is refused unless ramsize= limits the mapping."""
     h.build()
@@ -340,4 +368,4 @@ def test_classifier_and_models_unit():
     rmap = re.findall(r"^rmap_arch_test (\w+): (\d+) instructions .* "
                       r"(\d+) failed$", out.stdout, re.M)
     assert {a for a, n, f in rmap if int(n) > 0 and f == "0"} == {
-        "x86_64", "aarch64"}, out.stdout
+        "x86_64", "aarch64", "riscv64"}, out.stdout

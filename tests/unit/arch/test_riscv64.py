@@ -111,6 +111,13 @@ def test_runs_may_use_the_pmu_with_the_doorbell():
     assert RV.pmu_missing == "" and RV.overflow_doorbell
 
 
-def test_host_profiles_say_what_is_missing():
-    with pytest.raises(ValueError, match="satp"):
-        riscv64.task_path(lambda s, m: 0, lambda s: 0)
+def test_task_path_follows_the_scheduler_from_tp():
+    """current->se.cfs_rq->rq->curr, and the linear base read from
+    kernel_map.va_pa_offset (offsets and addresses made up)."""
+    offsets = {("task_struct", "se"): 0x100, ("sched_entity", "cfs_rq"): 0x20,
+               ("cfs_rq", "rq"): 0x30, ("rq", "curr"): 0x40,
+               ("kernel_mapping", "va_pa_offset"): 0x38}
+    way = riscv64.task_path(lambda s, m: offsets[(s, m)],
+                            {"kernel_map": 0xffffffff81000000}.__getitem__)
+    assert way.path == (0x120, 0x30, 0x40)
+    assert way.linear == "@0xffffffff81000038"

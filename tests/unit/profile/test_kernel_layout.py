@@ -70,7 +70,8 @@ def test_btf_inside_a_flat_image():
 
 
 @pytest.mark.parametrize("image_name,arch_name", [("x86_64", "x86_64"),
-                                                  ("aarch64", "aarch64")])
+                                                  ("aarch64", "aarch64"),
+                                                  ("riscv64", "riscv64")])
 def test_image_task_layout(image_name, arch_name):
     # only the image's kernel is needed, not an up-to-date initramfs
     from pyhost import arch, image
@@ -92,8 +93,18 @@ def test_image_task_layout(image_name, arch_name):
         # kernel variable
         assert len(layout.path) == 1 and layout.path[0] < 1 << 20
         assert linear.startswith("@") and int(linear[1:], 16) > 1 << 63
-    else:
+    elif arch_name == "aarch64":
         # current->se.cfs_rq->rq->curr; virt's RAM at 1 GiB is the linear
         # map's start (PAGE_OFFSET of 48-bit VAs)
         assert path.count("/") == 2 and len(layout.path) == 3
         assert int(linear, 16) == (0xFFFF000000000000 - 0x40000000)
+    else:
+        # the same path from tp; the linear base is read where the kernel
+        # keeps it: kernel_map.va_pa_offset (a u64 after the struct's
+        # page_offset, virt_addr, virt_offset, phys_addr, size)
+        assert path.count("/") == 2 and len(layout.path) == 3
+        kernel_map = next(int(line.split()[0], 16) for line in
+                          system_map.read_text().splitlines()
+                          if line.endswith(" kernel_map"))
+        assert linear == f"@{kernel_map + btf.member_offset('kernel_mapping', 'va_pa_offset'):#x}"
+        assert 40 <= btf.member_offset("kernel_mapping", "va_pa_offset") < 128
