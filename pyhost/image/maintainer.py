@@ -169,7 +169,9 @@ def byte_compile(root: Path) -> list[Compiled]:
         for exe in _interpreters(v):
             r = subprocess.run([exe, "-I", "-S", "-c", _WORKER], input=job,
                                capture_output=True, text=True)
-            if r.returncode == 3:
+            # 3: another magic number; 127: a shim that cannot run it
+            # (pyenv's python3.13 where no 3.13 is selected)
+            if r.returncode in (3, 127):
                 continue
             if r.returncode != 0:
                 raise ImageError(f"cannot byte-compile python{v}'s modules",
