@@ -10,12 +10,14 @@ import re
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from parallel import make  # noqa: F401  (test modules import it from here)
+# The host processes' helpers (resident memory, threads) live in procs.py.
+from procs import (RssSampler, descendants, qemu_vcpu_thread,  # noqa: F401
+                   rss_kib, thread_ns)
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAMS = REPO / "tests" / "guest_programs"
@@ -262,26 +264,9 @@ def run_qemu_pmuv3(share: Path, command: str) -> subprocess.CompletedProcess:
 
 
 def aarch64_image(name: str | None = None, add: str = "") -> list[str]:
-    """Build the arm64 driver and the aarch64 image (with ``name`` and
-    ``add``: an image derived from it with those Debian packages, e.g.
-    valgrind); return the `pvperf run` options that boot it.  The
-    driver's headers come from the private arm64 apt directory, whose
-    package lists the first image build fetches; the next build adds the
-    driver."""
-    arch = ["--arch", "aarch64"]
-    r = run_pvperf(["image", "build", *arch], timeout=1200)
-    assert r.returncode == 0, r.stderr[-2000:]
-    r = make(REPO / "guest_kernel_patch", "-s", "KARCH=arm64",
-             capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
-    named = ["--name", name, "--add", add] if name else []
-    r = run_pvperf(["image", "build", *arch, *named], timeout=1200)
-    assert r.returncode == 0, r.stderr[-2000:]
-    # "default" named: PVPERF_IMAGE (PVPERF_GUEST_KERNEL=6.12 sets it to
-    # an x86_64 image) is only the default of --image, and --arch aarch64
-    # with it is refused
-    return ["--image", name] if name else [*arch, "--image", "default"]
-
+    """GUEST_ARCHES["aarch64"].image: the `pvperf run` options that boot
+    the aarch64 image (with ``name`` and ``add``: one derived from it)."""
+    return GUEST_ARCHES["aarch64"].image(name, add)
 
 
 # -- guest architectures ---------------------------------------------------
@@ -302,6 +287,10 @@ class GuestArch:
     make_target: str
     cross: str              # prefix of its gcc and binutils ("" native)
     run_options: tuple[str, ...]    # what `pvperf run` needs to boot it
+    #: the guest driver's KARCH (`make -C guest_kernel_patch KARCH=...`,
+    #: a Debian architecture name) for a foreign architecture; None: the
+    #: host's, whose driver is the plain build
+    karch: str | None = None
 
     def build(self) -> Path:
         """Build the test programs; their directory."""
@@ -318,28 +307,62 @@ class GuestArch:
         with its driver built first (``name``, ``add``: an image derived
         from it with Debian packages added, built if missing); none for
         the host's default image, which PVPERF_GUEST_KERNEL may replace
-        (conftest.py)."""
-        if self.name == "aarch64":
-            return aarch64_image(name, add)
-        if name is None:
-            return []
-        r = run_pvperf(["image", "build", "--name", name, "--add", add],
-                       timeout=1200)
-        assert r.returncode == 0, r.stderr[-3000:]
-        return ["--image", name]
+        (conftest.py).  A foreign architecture's driver is cross-built
+        for its image's kernel, whose headers come from the private apt
+        directory that the first image build fills; the next build adds
+        the driver."""
+        if self.karch is None:
+            if name is None:
+                return []
+            r = run_pvperf(["image", "build", "--name", name, "--add", add],
+                           timeout=1200)
+            assert r.returncode == 0, r.stderr[-3000:]
+            return ["--image", name]
+        arch = ["--arch", self.name]
+        r = run_pvperf(["image", "build", *arch], timeout=1200)
+        assert r.returncode == 0, r.stderr[-2000:]
+        if self.driver_missing() is None:
+            r = make(REPO / "guest_kernel_patch", "-s",
+                     f"KARCH={self.karch}", capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr[-2000:]
+        named = ["--name", name, "--add", add] if name else []
+        r = run_pvperf(["image", "build", *arch, *named], timeout=1200)
+        assert r.returncode == 0, r.stderr[-2000:]
+        # "default" named: PVPERF_IMAGE (PVPERF_GUEST_KERNEL=6.12 sets it
+        # to an x86_64 image) is only the default of --image, and --arch
+        # with it is refused
+        return ["--image", name] if name else [*arch, "--image", "default"]
+
+    def valgrind_image(self) -> list[str]:
+        """image() of this architecture's image with valgrind added (the
+        in-guest reference of a foreign architecture)."""
+        return self.image(f"test-{self.name}-valgrind", "valgrind")
+
+    def driver_missing(self) -> str | None:
+        """Why this tree has no guest PMU driver for this architecture
+        (its source is guest_kernel_patch/pvperf_<name>.c), or None."""
+        if (REPO / "guest_kernel_patch" / f"pvperf_{self.name}.c").is_file():
+            return None
+        return (f"no {self.name} guest PMU driver in this tree yet "
+                f"(guest_kernel_patch/pvperf_{self.name}.c)")
 
     def missing(self) -> str | None:
-        """What the host lacks to build this architecture's programs."""
+        """What the host or the tree lacks to run this architecture's
+        tests: its cross compiler, its guest driver."""
         if self.cross and shutil.which(self.cross + "gcc") is None:
             return (f"{self.cross}gcc missing (scripts/setup.sh installs "
                     f"it; PVPERF_GUEST_ARCHES=x86_64 leaves {self.name} out)")
-        return None
+        return self.driver_missing()
 
 
 GUEST_ARCHES = {
     "x86_64": GuestArch("x86_64", PROGRAMS, "all", "", ()),
     "aarch64": GuestArch("aarch64", PROGRAMS / "aarch64", "aarch64",
-                         "aarch64-linux-gnu-", ("--arch", "aarch64")),
+                         "aarch64-linux-gnu-", ("--arch", "aarch64"),
+                         karch="arm64"),
+    "riscv64": GuestArch("riscv64", PROGRAMS / "riscv64", "riscv64",
+                         "riscv64-linux-gnu-", ("--arch", "riscv64"),
+                         karch="riscv64"),
 }
 
 
@@ -495,36 +518,6 @@ def cachegrind_totals(lines: list[str]) -> dict[str, int]:
     return dict(zip(names, map(int, values)))
 
 
-def rss_kib(pid: int) -> int | None:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    m = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
-    return int(m.group(1)) if m else None
-
-
-class RssSampler(threading.Thread):
-    """The resident memory of a process (pvperf: its service, QMP client
-    and launcher) every ``period`` seconds until it exits."""
-
-    def __init__(self, pid: int, period: float = 0.25):
-        super().__init__(daemon=True)
-        self.pid, self.period, self.samples = pid, period, []
-
-    def run(self) -> None:
-        t0 = time.monotonic()
-        while (kib := rss_kib(self.pid)) is not None:
-            self.samples.append((time.monotonic() - t0, kib))
-            time.sleep(self.period)
-
-    def growth_kib(self, after: float) -> tuple[int, int, int]:
-        """(at ``after`` of the run's duration, peak since, last)."""
-        end = self.samples[-1][0]
-        later = [k for t, k in self.samples if t >= after * end]
-        return later[0], max(later), later[-1]
-
-
 def perf_count(lines: list[str], event: str) -> str | None:
     """The value field of `perf stat -x,` for event (a number or <...>)."""
     for line in lines:
@@ -532,41 +525,6 @@ def perf_count(lines: list[str], event: str) -> str | None:
         if len(f) > 2 and f[2] == event:
             return f[0]
     return None
-
-
-def descendants(root: int) -> list[int]:
-    """Process root and every process below it."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue                        # gone
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo += children.get(pid, [])
-    return out
-
-
-def qemu_vcpu_thread(root: int) -> Path:
-    """The task directory of the vCPU thread of the QEMU below process
-    root (QEMU names it "CPU 0/TCG": pvperf starts it with
-    debug-threads=on)."""
-    for pid in descendants(root):
-        for task in Path(f"/proc/{pid}/task").glob("*"):
-            try:
-                if (task / "comm").read_text().strip() == "CPU 0/TCG":
-                    return task
-            except OSError:
-                pass
-    raise AssertionError("no QEMU vCPU thread under pvperf")
-
-
-def thread_ns(task: Path) -> int:
-    return int((task / "schedstat").read_text().split()[0])
 
 
 def wait_for(path: Path, proc: subprocess.Popen, what: str) -> None:

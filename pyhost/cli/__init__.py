@@ -504,10 +504,11 @@ def _save_added(name: str, add: list[str], arch) -> None:
             "choose another name", param_hint="'--name'")
     base, _ = resolve_image("default", arch)
     base_recipe = image_recipe.load_recipe(base)
-    ctx = image_aptdir.for_recipe(base_recipe)
+    wanted = base_recipe.packages + add
+    ctx = image_aptdir.for_recipe(base_recipe, wanted)
     ctx.ensure_lists(lambda m: click.echo(f"pvperf: image: {m}", err=True))
     try:
-        image_packages.resolve(base_recipe.packages + add, ctx)
+        image_packages.resolve(wanted, ctx)
     except image_packages.PackageNotFound as e:
         raise click.BadParameter(f"{e.package}: {e.cause}",
                                  param_hint="'--add'")

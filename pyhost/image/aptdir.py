@@ -13,8 +13,17 @@ not serve, from a newer release) gets the host's entries for its own
 release's suite rewritten to that suite, and nothing else: the point
 releases' -updates/-security/-backports indexes of a young port may be
 mid-sync (apt's size check fails), and one suite resolves consistently.
+A recipe's ``package_suites`` (a package only a newer suite has for a
+young port) add that suite's entries, derived the same way, to the
+context of an image that installs such a package: apt
+then ranks the context's own suite first (APT::Default-Release) and a
+preferences file pins each such package to its suite, so that its
+dependencies come from the own suite where they fit (``PKG/SUITE`` would
+switch some dependencies to the newer suite and break others: sid's
+libc6 next to trixie's libc6-dbg).
 An index apt cannot fetch is named in the report; the build goes on only
-if the suite's own index arrived.
+if every suite's own index arrived, else the error names the suite and
+apt's line about its index.
 
 The private lists are fetched by the first build (``apt-get update``,
 ~1.5 s, 10 MB) and again whenever the host's lists are newer (the host
@@ -40,6 +49,7 @@ HOST_SOURCE_LIST = Path("/etc/apt/sources.list")
 HOST_SOURCE_PARTS = Path("/etc/apt/sources.list.d")
 HOST_LISTS = Path("/var/lib/apt/lists")
 HOST_OS_RELEASE = Path("/etc/os-release")
+HOST_PREFERENCES = Path("/etc/apt/preferences")
 
 
 def deb822_binary_only(text: str) -> str:
@@ -149,13 +159,35 @@ class AptContext:
     directory: Path | None = None      # None: the host's own apt
     #: the Debian suite the private sources name (None: the host's)
     suite: str | None = None
+    #: (package, suite) pairs: packages taken from another suite, whose
+    #: entries the sources add, ranked below ``suite`` but for them
+    pins: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def extra_suites(self) -> tuple[str, ...]:
+        return tuple(sorted({s for _p, s in self.pins}))
+
+    def preferences(self) -> str:
+        """The apt preferences of this context: the host's
+        /etc/apt/preferences, then a stanza per pin."""
+        host = HOST_PREFERENCES.read_text() if HOST_PREFERENCES.is_file() \
+            else ""
+        return host + "".join(f"\nPackage: {p}\nPin: release n={s}\n"
+                              f"Pin-Priority: 995\n" for p, s in self.pins)
 
     def sources(self) -> dict[str, str]:
         """file name -> text of this context's sources."""
-        sources = host_sources()
-        if self.suite is None:
-            return sources
-        return retarget(sources, host_codename(), self.suite)
+        host = host_sources()
+        sources = host if self.suite is None else \
+            retarget(host, host_codename(), self.suite)
+        for extra in self.extra_suites:
+            sources.update({f"{extra}-{name}": text for name, text in
+                            retarget(host, host_codename(), extra).items()})
+        return sources
+
+    def default_release(self) -> str:
+        """The suite apt ranks first: the context's own."""
+        return self.suite or host_codename()
 
     def options(self) -> list[str]:
         """apt-get / apt-cache options that select this context."""
@@ -171,6 +203,9 @@ class AptContext:
                 "Dir::State::status": d / "state" / "status",
                 "Dir::Cache": d / "cache",
                 "Debug::NoLocking": "true"}
+        if self.pins:                # the newer suite's versions are higher
+            opts["APT::Default-Release"] = self.default_release()
+            opts["Dir::Etc::Preferences"] = d / "preferences"
         if os.geteuid() == 0:        # else apt warns it cannot drop to _apt
             opts["APT::Sandbox::User"] = "root"
         return [x for k, v in opts.items() for x in ("-o", f"{k}={v}")]
@@ -189,12 +224,20 @@ class AptContext:
         if self.directory is None:
             return []
         return [self.debian_arch, *([self.suite] if self.suite else []),
-                stat_key(self.directory / "lists"),
+                *(f"{p}/{s}" for p, s in self.pins), stat_key(self.directory / "lists"),
                 stat_key(self.directory / "sources")]
 
     def has_lists(self) -> bool:
-        return self.directory is None or any(
-            (self.directory / "lists").glob("*_Packages*"))
+        return self.directory is None or (
+            any((self.directory / "lists").glob("*_Packages*"))
+            and not self.suites_without_lists())
+
+    def suites_without_lists(self) -> list[str]:
+        """The extra suites whose Packages index is not in the lists (the
+        own suite's absence is has_lists')."""
+        lists = self.directory / "lists" if self.directory else None
+        return [s for s in self.extra_suites if lists is not None and
+                not any(lists.glob(f"*_dists_{s}_*Packages*"))]
 
     def ensure_lists(self, report: Callable[[str], None]) -> None:
         """Fetch the private lists if missing, older than the host's, or
@@ -219,6 +262,9 @@ class AptContext:
                              "configure /etc/apt/sources.list.d")
         current = {f.name: f.read_text() for f in (d / "sources").glob("*")} \
             if (d / "sources").is_dir() else {}
+        if self.pins:
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "preferences").write_text(self.preferences())
         lists = d / "lists"
         host_mtime = HOST_LISTS.stat().st_mtime if HOST_LISTS.exists() else 0
         if current == sources and self.has_lists() and \
@@ -232,7 +278,8 @@ class AptContext:
             f.unlink()
         for name, text in sources.items():
             (d / "sources" / name).write_text(text)
-        what = self.debian_arch + (f" {self.suite}" if self.suite else "")
+        what = " ".join([self.debian_arch, *([self.suite] if self.suite
+                                              else []), *self.extra_suites])
         report(f"fetching the {what} package lists "
                f"(private apt directory {d})")
         proc = run(["apt-get", "update", "-q", *self.options()],
@@ -243,6 +290,21 @@ class AptContext:
             broken = broken_indexes(proc.stdout + "\n" + proc.stderr)
             for line in broken:
                 report(f"apt could not fetch an index: {line}")
+            lacking = self.suites_without_lists()
+            if lacking:
+                mine = [l for l in broken
+                        if any(f"/{s} " in l or f"/{s}/" in l or
+                               f" {s} " in l for s in lacking)]
+                raise ImageError(f"cannot fetch the {' and '.join(lacking)} "
+                                 f"{self.debian_arch} package index "
+                                 f"(packages the recipe takes from "
+                                 f"{' and '.join(lacking)})",
+                                 (mine or broken or [
+                                     f"apt-get update exited with "
+                                     f"{proc.returncode}"])[-1],
+                                 "retry later (a mirror mid-sync serves "
+                                 "again within hours)",
+                                 details=proc.stderr.strip())
             if not self.has_lists():
                 raise ImageError(f"cannot fetch {what} package lists",
                                  (broken or [f"apt-get update exited with "
@@ -254,16 +316,24 @@ class AptContext:
         os.utime(lists)
 
 
-def for_arch(arch: Arch, suite: str | None = None) -> AptContext:
+def for_arch(arch: Arch, suite: str | None = None,
+             pins: tuple[tuple[str, str], ...] = ()) -> AptContext:
     """The host's apt for the host's architecture and release, else a
-    private one (per architecture and suite)."""
-    if arch.runs_on_host() and suite is None:
+    private one (per architecture and suites)."""
+    if arch.runs_on_host() and suite is None and not pins:
         return AptContext(arch.debian_arch)
-    sub = arch.debian_arch + (f"-{suite}" if suite else "")
-    return AptContext(arch.debian_arch, cache_dir() / "apt" / sub, suite)
+    sub = arch.debian_arch + (f"-{suite}" if suite else "") + \
+        "".join(f"+{s}" for s in sorted({s for _p, s in pins}))
+    return AptContext(arch.debian_arch, cache_dir() / "apt" / sub, suite,
+                      pins)
 
 
-def for_recipe(recipe) -> AptContext:
+def for_recipe(recipe, packages: list[str] | None = None) -> AptContext:
     """The apt context of a recipe (image/recipe.py): its architecture's,
-    for its suite."""
-    return for_arch(arches.get(recipe.arch), recipe.suite)
+    for its suite, with the suites its ``package_suites`` name for the
+    packages it installs (``packages``: those instead of its own), so
+    that an image without them keeps the plain context."""
+    wanted = recipe.packages if packages is None else packages
+    pins = tuple(sorted((p, recipe.package_suites[p]) for p in wanted
+                        if p in recipe.package_suites))
+    return for_arch(arches.get(recipe.arch), recipe.suite, pins)

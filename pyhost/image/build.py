@@ -290,7 +290,7 @@ def _configure(out: Path, root: Path, inputs: Inputs,
         # as full as the cpio is big: room for ldconfig to write.
         mem_mb = SMOKE_MEM_MB + 2 * (cpio.stat().st_size >> 20)
         status, cache, err = guest_run(out / "vmlinux", cpio,
-                                       maintainer.LDCONFIG_COMMAND,
+                                       maintainer.ldconfig_command(root),
                                        inputs.arch, mem_mb=mem_mb)
         if status != 0:
             raise ImageError("cannot make the dynamic linker's cache",

@@ -169,8 +169,10 @@ def install_programs(root: Path, tree: Path,
                      programs: list[tuple[str, Path]]) -> int:
     """Copy ``programs`` ((guest path, path inside ``tree``)) and their
     library closure from ``tree`` into ``root``; a library the image's
-    packages already put there (or at its /usr twin) is kept.  Returns
-    the number of libraries copied."""
+    packages already put there (or at its /usr twin) is kept, the twin
+    linked from the path asked for: a /usr-merged libc6 (trixie's) puts
+    the loader in /usr/lib only, and PT_INTERP names /lib.  Returns the
+    number of libraries copied."""
     sources = []
     for guest, inside in programs:
         real = resolve_in_tree(tree, str(inside))
@@ -184,7 +186,12 @@ def install_programs(root: Path, tree: Path,
     for guest, real in library_closure(tree, sources):
         rel = guest.lstrip("/")
         twin = rel[4:] if rel.startswith("usr/") else "usr/" + rel
-        if not (root / rel).exists() and not (root / twin).exists():
+        if (root / rel).exists():
+            continue
+        if (root / twin).exists():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink("/" + twin, root / rel)
+        else:
             _copy(real, root / rel)
             copied += 1
     return copied

@@ -25,7 +25,7 @@ Only effects a program in the guest can tell are reproduced:
     trigger runs.  ld.so.cache's entries carry architecture-specific
     flags, so the host's ldconfig cannot write another architecture's
     cache: the guest's own ``ldconfig`` runs in a build-time boot of the
-    image (LDCONFIG_COMMAND) and its /etc/ld.so.cache joins the tree.
+    image (ldconfig_command) and its /etc/ld.so.cache joins the tree.
 """
 from __future__ import annotations
 
@@ -47,8 +47,6 @@ from .foreign import resolve_in_tree
 ESSENTIAL = ("libc-bin",)
 LDCONFIG = "/sbin/ldconfig"
 LD_CACHE = "/etc/ld.so.cache"
-#: The build-time boot's command: the cache comes back on stdout.
-LDCONFIG_COMMAND = f"{LDCONFIG} && cat {LD_CACHE}"
 #: glibc's new-format cache (2.32 on) and the old one that may precede it.
 LD_CACHE_MAGICS = (b"glibc-ld.so.cache1.1", b"ld.so-1.7.0")
 
@@ -171,7 +169,9 @@ def byte_compile(root: Path) -> list[Compiled]:
         for exe in _interpreters(v):
             r = subprocess.run([exe, "-I", "-S", "-c", _WORKER], input=job,
                                capture_output=True, text=True)
-            if r.returncode == 3:
+            # 3: another magic number; 127: a shim that cannot run it
+            # (pyenv's python3.13 where no 3.13 is selected)
+            if r.returncode in (3, 127):
                 continue
             if r.returncode != 0:
                 raise ImageError(f"cannot byte-compile python{v}'s modules",
@@ -273,6 +273,15 @@ def check_ld_cache(data: bytes) -> bytes:
 
 def has_ldconfig(root: Path) -> bool:
     return resolve_in_tree(root, LDCONFIG) is not None
+
+
+def ldconfig_command(root: Path) -> str:
+    """The build-time boot's command (the cache comes back on stdout):
+    ldconfig where the tree has it, /usr/sbin on a /usr-merged release
+    (trixie), whose /sbin link is base-files', outside the closure."""
+    found = resolve_in_tree(root, LDCONFIG)
+    assert found is not None, "has_ldconfig() first"
+    return f"/{found.relative_to(root)} && cat {LD_CACHE}"
 
 
 def install_ld_cache(root: Path, data: bytes) -> None:

@@ -64,6 +64,12 @@ class Recipe:
     #: private apt directory with the host's sources retargeted to it
     #: (aptdir.py); None: the host's release
     suite: str | None = None
+    #: packages taken from another suite than ``suite`` when the image
+    #: installs them (recipe key ``package_suites``: {PKG: SUITE}, e.g.
+    #: a package only the unstable suite has for a port): that suite's
+    #: sources join the image's apt context, pinned to it (aptdir.py);
+    #: its dependencies come from ``suite`` where they fit
+    package_suites: dict[str, str] = field(default_factory=dict)
 
     def userland_from_debs(self) -> bool:
         """Do perf and the tools come from .debs (foreign.py), not from
@@ -132,6 +138,20 @@ def parse_release(raw) -> str | None:
     if not isinstance(raw, str) or not RELEASE_RE.fullmatch(raw):
         raise ValueError(f"release {raw!r} is not an apt release name")
     return raw
+
+
+def parse_package_suites(raw) -> dict[str, str]:
+    """The recipe's ``package_suites`` ({package: suite}).  Raises
+    ValueError on a malformed entry."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError("'package_suites' must map package names to suites")
+    for pkg, suite in raw.items():
+        parse_packages([pkg])
+        if parse_release(suite) is None:
+            raise ValueError(f"package_suites[{pkg!r}] must name a suite")
+    return dict(raw)
 
 
 def check_image_name(name: str) -> str:
@@ -218,7 +238,8 @@ def _load_base(name: str) -> Recipe:
             arch=raw.get("arch") or arches.host().name,
             kernel_release=parse_release(raw["kernel"].get("release")),
             perf_release=parse_release(raw["perf"].get("release")),
-            suite=parse_release(raw.get("suite")))
+            suite=parse_release(raw.get("suite")),
+            package_suites=parse_package_suites(raw.get("package_suites")))
         arches.get(recipe.arch)
     except (KeyError, TypeError) as e:
         raise ImageError(f"image recipe {f} is incomplete",

@@ -11,8 +11,8 @@ an arm64 guest's RAM starts at 0x40000000, its QEMU is
 qemu-system-aarch64) the loop's instruction count across the checkpoint
 equals its reference, so nothing was lost or counted twice: valgrind's
 count at a small N (as many digits) plus the loop's two instructions per
-extra iteration on x86_64 (loop.c), the analytic 2N + 8d + 23 on arm64
-(test_counting.py).  On x86_64 hotcold is recorded across it too, its
+extra iteration on x86_64 (loop.c), the analytic counts on arm64 and
+riscv64 (2N + 8d + 23, 2N + 10d + 24: test_counting.py).  On x86_64 hotcold is recorded across it too, its
 per-function shares against callgrind's (its shares do not depend on N:
 a constant per iteration).
 
@@ -38,11 +38,11 @@ from support import Guest, REPO, leftovers, on, perf_count, run_pvperf, \
 from pyhost.cli import EXIT_USAGE
 from pyhost.pmu import plugin_protocol as proto
 from pyhost.vm.checkpoint import OnOutput
-from test_counting import arm64_loop_counts
+from test_counting import ANALYTIC
 from sampling_refs import callgrind_shares, report_shares
 
 X86 = (Guest("x86_64", 1), Guest("x86_64", 2))
-ALL = (*X86, Guest("aarch64", 1))
+ALL = (*X86, Guest("aarch64", 1), Guest("riscv64", 1))
 
 # Every test that takes the checkpoint fixture boots guests; the trigger
 # and option tests at the end do not.
@@ -77,8 +77,8 @@ echo "=== record"; cat /tmp/rec.txt
 perf report -i /tmp/hc.data --stdio --sort sym 2>&1 | grep '%'
 echo "=== end"
 """
-# arm64: the loop alone, 2 G instructions (seconds under TCG); the
-# trigger is the guest saying it runs (its task has the loop's name).
+# arm64 and riscv64: the loop alone, 2 G instructions (seconds under TCG);
+# the trigger is the guest saying it runs (its task has the loop's name).
 N_LOOP_ARM64 = 1_000_000_000
 MARK_ARM64 = "pvperf-test: the loop counts"
 SCRIPT_ARM64 = f"""
@@ -89,13 +89,14 @@ wait
 echo "=== stat"; cat /tmp/stat.txt
 echo "=== end"
 """
-SCRIPTS = {"x86_64": (SCRIPT, MARK), "aarch64": (SCRIPT_ARM64, MARK_ARM64)}
+SCRIPTS = {"x86_64": (SCRIPT, MARK), "aarch64": (SCRIPT_ARM64, MARK_ARM64),
+           "riscv64": (SCRIPT_ARM64, MARK_ARM64)}
 
 
 def loop_reference(arch: str) -> int:
     """The loop's instructions:u across the checkpoint."""
-    if arch == "aarch64":
-        return arm64_loop_counts(N_LOOP_ARM64)[0]
+    if arch in ANALYTIC:
+        return ANALYTIC[arch][0](N_LOOP_ARM64)[0]
     # As many digits (zero-padded): parsing the argument costs per digit.
     programs = Guest(arch).a.programs
     small = str(1000).zfill(len(str(N_LOOP)))

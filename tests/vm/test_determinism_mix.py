@@ -26,7 +26,7 @@ import shutil
 
 import pytest
 
-from support import GUEST_ARCHES, leftovers, run_pvperf, sections, \
+from support import GUEST_ARCHES, Guest, leftovers, run_pvperf, sections, \
     valgrind_irefs
 
 pytestmark = pytest.mark.vm
@@ -95,9 +95,11 @@ def counts(lines: list[str]) -> dict[str, int]:
             if len(f) > 2 and f[0].isdigit()}
 
 
-@pytest.fixture(scope="module", params=sorted(GUEST_ARCHES))
+@pytest.fixture(scope="module", ids=str,
+                params=[Guest(a) for a in sorted(GUEST_ARCHES)])
 def mix_runs(request, tmp_path_factory):
-    arch = request.param
+    """A support.Guest's runs (PVPERF_GUEST_ARCHES selects them)."""
+    arch = request.param.arch
     progs = GUEST_ARCHES[arch].build()
     opts = GUEST_ARCHES[arch].image()
     steps = draw_mix(random.Random(SEED))

@@ -29,7 +29,7 @@ import re
 import pytest
 
 from pyhost.image import store
-from support import GUEST_ARCHES, TUNABLES, run_guest_script
+from support import GUEST_ARCHES, TUNABLES, Guest, run_guest_script
 
 pytestmark = pytest.mark.vm
 
@@ -59,10 +59,12 @@ sec end
 """
 
 
-@pytest.fixture(scope="module", params=sorted(GUEST_ARCHES))
+@pytest.fixture(scope="module", ids=str,
+                params=[Guest(a) for a in sorted(GUEST_ARCHES)])
 def guest(request):
-    options = GUEST_ARCHES[request.param].image(
-        f"test-{request.param}-installed", ADD)
+    """A support.Guest's boot (PVPERF_GUEST_ARCHES selects them)."""
+    arch = request.param.arch
+    options = GUEST_ARCHES[arch].image(f"test-{arch}-installed", ADD)
     name = options[options.index("--image") + 1]
     manifest = json.loads((store.image_dir(name) / "manifest.json")
                           .read_text())

@@ -42,12 +42,17 @@ against references independent of pvperf.
   (pvperf's own wrapper runs busybox, which Debian strips: its samples
   resolve to addresses in busybox, not to names.)
 
+riscv64 runs arm64's checks on its own programs (riscv64/hotcold.c: li,
+add/addi/bnez x 1600 or 400, ret; riscv64/rand), its reverse map keyed
+by satp's page-table number.
+
 `./hotcold 300000` runs about 4 s under the profile (plugin + jitdump),
 so the > 1000 code-cache samples the checks rest on come with a margin
 (arm64's hotcold 150000: > 500).
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -65,6 +70,7 @@ from support import REPO, Guest, on, run_pvperf, valgrind_irefs
 pytestmark = [pytest.mark.vm, pytest.mark.host_timing]
 
 X86, ARM64 = Guest("x86_64", 1), Guest("aarch64", 1)
+RV64 = Guest("riscv64", 1)
 CFLAGS = ["-O2", "-static", "-nostdlib", "-fno-pic", "-no-pie",
           "-fno-stack-protector", "-fcf-protection=none",
           "-fno-asynchronous-unwind-tables", "-fno-omit-frame-pointer",
@@ -75,8 +81,9 @@ PIE_CFLAGS = ["-O2", "-static-pie", "-nostdlib", "-fPIE",
               "-Wall", "-Werror"]
 
 
-HOT_INSNS, COLD_INSNS = 1 + 3 * 1600 + 1, 1 + 3 * 400 + 1   # arm64's
-BIG, SMALL = 15_000_000, 5_000_000          # arm64's rand calls
+# arm64's and riscv64's (their hotcold.c)
+HOT_INSNS, COLD_INSNS = 1 + 3 * 1600 + 1, 1 + 3 * 400 + 1
+BIG, SMALL = 15_000_000, 5_000_000          # arm64's and riscv64's rand
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +93,7 @@ def share(request, tmp_path_factory):
     of the two-process tests."""
     guest = request.param
     d = tmp_path_factory.mktemp(f"share-{guest}")
-    if guest.arch == "aarch64":
+    if guest.arch != "x86_64":
         programs = guest.a.build()
         for name in ("hotcold", "rand"):
             shutil.copy(programs / name, d / name)
@@ -157,7 +164,7 @@ def profile(share, out, *args) -> tuple[dict, dict]:
     """`pvperf profile` of the guest of a share fixture: (summary,
     session)."""
     guest, d = share
-    arm64 = guest.arch == "aarch64"
+    arm64 = guest.arch != "x86_64"            # a foreign guest
     smp = ["--smp", str(guest.smp)] if guest.smp != 1 else []
     r = run_pvperf(["profile", *guest.a.run_options, *smp, "--output",
                     str(out), "--share", str(d), *args],
@@ -217,11 +224,13 @@ def x86_64_hotcold(summary: dict, session: dict, out, d) -> None:
         procs, own)
 
 
-def aarch64_hotcold(summary: dict, session: dict, out, d) -> None:
+def foreign_hotcold(guest: Guest, loop_insn: str, summary: dict,
+                    session: dict, out, d) -> None:
     """Every sample named hot or cold ran code inside that function; the
     timeline named the program's process; the guest kernel resolves too
-    (System.map of the nokaslr boot); the guest listing is arm64 code."""
-    ranges = nm_ranges(ARM64, d / "hotcold")
+    (System.map of the nokaslr boot); the guest listing is the
+    architecture's code (its loop's count-down, ``loop_insn``)."""
+    ranges = nm_ranges(guest, d / "hotcold")
     for s in session["samples"]:
         if s.get("resolved") and s["symbol"] in ("hot", "cold"):
             lo, hi = ranges[s["symbol"]]
@@ -234,13 +243,13 @@ def aarch64_hotcold(summary: dict, session: dict, out, d) -> None:
     assert kernel and all(not s["symbol"].startswith("[guest kernel")
                           for s in kernel)
     print(f"{len(kernel)} guest-kernel samples")
-    assert "subs" in (out / "annotate.txt").read_text()
+    assert loop_insn in (out / "annotate.txt").read_text()
 
 
 def hotcold_reference(guest: Guest, d) -> float:
     """hot/(hot+cold): callgrind's on the host (x86_64), the analytic
-    split (arm64)."""
-    if guest.arch == "aarch64":
+    split (arm64, riscv64)."""
+    if guest.arch != "x86_64":
         return HOT_INSNS / (HOT_INSNS + COLD_INSNS)
     reference = callgrind_ratio(d / "hotcold", "200")
     assert abs(reference - 0.8) < 0.01
@@ -253,11 +262,14 @@ HOTCOLD = {
     "x86_64": ("300000", x86_64_hotcold, ("report.txt", "summary.json",
                                           "stacks.folded",
                                           "perf-report.txt")),
-    "aarch64": ("150000", aarch64_hotcold, ("report.txt", "annotate.txt")),
+    "aarch64": ("150000", functools.partial(foreign_hotcold, ARM64, "subs"),
+                ("report.txt", "annotate.txt")),
+    "riscv64": ("150000", functools.partial(foreign_hotcold, RV64, "bnez"),
+                ("report.txt", "annotate.txt")),
 }
 
 
-@on(X86, ARM64, fixture="share")
+@on(X86, ARM64, RV64, fixture="share")
 def test_hotcold_profile_matches_the_reference(share, tmp_path):
     guest, d = share
     n, checks, rendered = HOTCOLD[guest.arch]
@@ -383,7 +395,7 @@ def libc_mapping(session: dict, pid: int) -> tuple[int, int]:
     return spans[0]
 
 
-@on(ARM64, Guest("aarch64", 2), fixture="share")
+@on(ARM64, Guest("aarch64", 2), Guest("riscv64", 2), fixture="share")
 def test_two_processes_sharing_libc(share, tmp_path):
     reference_big = BIG / (BIG + SMALL)
     out = tmp_path / "prof"
@@ -420,7 +432,7 @@ def test_two_processes_sharing_libc(share, tmp_path):
                     and s["dso"].endswith("/rand"))
     assert "random_r@plt" in stubs and "_init" not in stubs, stubs
     placements = Counter(s["placement"] for s in user)
-    print(f"aarch64 rand x2, smp {share[0].smp}: random_r {n} samples, big "
+    print(f"{share[0].arch} rand x2, smp {share[0].smp}: random_r {n} samples, big "
           f"{100 * share_big:.1f}% (calls {100 * reference_big:.0f}%), "
           f"{unresolved + unnamed} of {cc} code-cache samples unnamed, "
           f"placements {dict(placements)}")

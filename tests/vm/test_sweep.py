@@ -25,8 +25,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from support import (PROGRAMS, cachegrind, leftovers, pvperf_cmd,
-                      run_pvperf, sigint_default, valgrind_irefs)
+from support import (GUEST_ARCHES, PROGRAMS, cachegrind,
+                     guest_arches_wanted, leftovers, pvperf_cmd, run_pvperf,
+                     sigint_default, valgrind_irefs)
+from test_counting import ANALYTIC
 from pyhost.sweep import matrix as sweep_matrix
 from pyhost.sweep.matrix import MatrixError
 from pyhost.vm import channels
@@ -482,9 +484,9 @@ def test_a_node_killed_mid_sweep_costs_only_its_running_cells(
 ARCH_N = 2_000_000
 
 
-def arch_matrix(share: Path) -> str:
+def arch_matrix(share: Path, arches=("x86_64", "aarch64")) -> str:
     return (f'events = ["instructions:u"]\nshare = "{share}"\n'
-            'arch = ["x86_64", "aarch64"]\n'
+            f'arch = {json.dumps(list(arches))}\n'
             f'\n[[workload]]\nname = "loop"\n'
             f'command = "./{{arch}}/loop {ARCH_N}"\n')
 
@@ -507,29 +509,34 @@ def test_the_arch_axis_expands_and_keeps_host_ids(tmp_path):
 
 
 @pytest.mark.vm
-def test_a_sweep_over_both_architectures_counts_exactly(tmp_path):
-    """One workload on an x86_64 and an arm64 guest: each cell equals its
+def test_a_sweep_over_the_architectures_counts_exactly(tmp_path):
+    """One workload on an x86_64 guest and each foreign one
+    PVPERF_GUEST_ARCHES wants (arm64, riscv64): each cell equals its
     independent reference (valgrind's Ir on the host for x86_64; the
-    arm64 loop's analytic 2N + 8d + 23, tests/vm/test_counting.py)."""
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS), "loop", "aarch64"],
+    foreign loops' analytic counts, tests/vm/test_counting.py)."""
+    foreign = [a for a in ANALYTIC if a in guest_arches_wanted()]
+    for arch in foreign:
+        if reason := GUEST_ARCHES[arch].missing():
+            pytest.skip(reason)
+    subprocess.run(["make", "-s", "-C", str(PROGRAMS), "loop", *foreign],
                    check=True)
     share = tmp_path / "share"
-    for arch, src in (("x86_64", PROGRAMS / "loop"),
-                      ("aarch64", PROGRAMS / "aarch64" / "loop")):
+    for arch in ("x86_64", *foreign):
         (share / arch).mkdir(parents=True)
-        shutil.copy(src, share / arch / "loop")
-    m = write(tmp_path, arch_matrix(share))
+        shutil.copy(GUEST_ARCHES[arch].programs / "loop",
+                    share / arch / "loop")
+    m = write(tmp_path, arch_matrix(share, ("x86_64", *foreign)))
     out = tmp_path / "out"
     r = run_pvperf(["sweep", str(m), "-o", str(out), "--parallel", "2"],
                    timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     got = rows_by_cell(out)
-    d = len(str(ARCH_N))
     assert got == {
         "loop.default.smp1.default": {"instructions:u": valgrind_irefs(
             [str(PROGRAMS / "loop"), str(ARCH_N)])},
-        "loop.default.smp1.default.aarch64": {
-            "instructions:u": 2 * ARCH_N + 8 * d + 23}}
+        **{f"loop.default.smp1.default.{arch}": {
+            "instructions:u": ANALYTIC[arch][0](ARCH_N)[0]}
+           for arch in foreign}}
     with open(out / "results.csv") as f:
         assert sorted(r["arch"] for r in csv.DictReader(f)) == \
-            ["aarch64", "x86_64"]
+            sorted(["x86_64", *foreign])

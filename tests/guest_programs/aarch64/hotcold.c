@@ -21,17 +21,4 @@ FREESTANDING_START
 	    "ret\n\t"						\
 	    ".size " #name ", . - " #name "\n");
 
-LOOP_FN(hot, 1600)
-LOOP_FN(cold, 400)
-
-u64 hot(u64 acc);
-u64 cold(u64 acc);
-
-__attribute__((noreturn, used)) void main_sp(long *sp)
-{
-	u64 n = arg_u64(sp, 1, 1000), acc = 0;
-
-	for (u64 i = 0; i < n; i++)
-		acc = cold(hot(acc));
-	sys_exit(acc == 42);
-}
+#include "../hotcold_loops.h"
