@@ -110,6 +110,16 @@ class Arch:
     pmu_missing: str = ""
     # vCPUs its machine serves with pvperf's devices (at most MAX_SMP)
     max_smp: int = MAX_SMP
+    # (n, machine): above n vCPUs, this -machine instead of ``machine``
+    # (one that serves more CPUs at a cost the smaller guests need not
+    # pay); None: ``machine`` for every size
+    machine_above: tuple[int, str] | None = None
+
+    def machine_for(self, smp: int) -> str:
+        """The -machine type for a guest of ``smp`` vCPUs."""
+        if self.machine_above and smp > self.machine_above[0]:
+            return self.machine_above[1]
+        return self.machine
 
     def is_kernel(self, guestpc: int) -> bool:
         """Is ``guestpc`` in the guest kernel's half of the address space?"""

@@ -206,7 +206,7 @@ class VM:
         # host's /proc, top and perf tell the vCPUs from the I/O threads.
         argv = [find_qemu(c.qemu, arch), "-nodefaults", "-no-user-config",
                 "-name", "pvperf,debug-threads=on", *firmware,
-                *tcg_machine_args(arch.machine, c.tcg),
+                *tcg_machine_args(arch.machine_for(c.smp), c.tcg),
                 "-cpu", arch.cpu, "-smp", str(c.smp), "-m", f"{c.mem_mb}M",
                 "-object", f"memory-backend-file,id=ram,size={c.mem_mb}M,"
                            f"mem-path={self.ram_path},share=on",
