@@ -13,8 +13,9 @@ Only effects a program in the guest can tell are reproduced:
     resolved inside the tree); the code object names the guest path.
     Byte code is the same on every architecture, so the host compiles it,
     with an interpreter whose magic number is the guest's (read from the
-    guest's own importlib), or not at all (said on the progress line and
-    in the manifest).  Without it, each boot's first python run compiles
+    guest's own importlib); when the host has none (trixie's python3.13
+    on a bookworm host), the guest's own interpreter compiles it in a
+    build-time boot (guest_compile_job) and the .pyc files join the tree.  Without it, each boot's first python run compiles
     what it imports (python3 -S fib.py: 41.8 M instructions, then 24.1 M).
   * **alternatives**: ``update-alternatives --install LINK NAME PATH PRIO
     [--slave LINK NAME PATH]...`` of the postinst scripts, in auto mode
@@ -34,6 +35,7 @@ import os
 import re
 import shlex
 import shutil
+import struct
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -184,6 +186,79 @@ def byte_compile(root: Path) -> list[Compiled]:
                                  f"magic number {magic[:2].hex()}: install "
                                  f"python{v} on the host"))
     return done
+
+
+# Run by the guest's own interpreter in a build-time boot: compile as
+# _WORKER does, reading and naming guest paths, and stream each .pyc back
+# on stdout as (u32 path length, u32 data length, path, data).  A second
+# argument reads the sources under that root instead (a host-side test).
+_GUEST_WORKER = r"""
+import importlib._bootstrap_external as be, json, struct, sys
+job = json.load(open(sys.argv[1]))
+root = sys.argv[2] if len(sys.argv) > 2 else ""
+out = sys.stdout.buffer
+for guest, pyc in job["files"]:
+    try:
+        with open(root + guest, "rb") as f:
+            data = f.read()
+        code = compile(data, guest, "exec", dont_inherit=True, optimize=-1)
+    except (OSError, SyntaxError, ValueError):
+        continue
+    blob = be._code_to_timestamp_pyc(code, job["mtime"], len(data))
+    path = pyc.encode()
+    out.write(struct.pack("<II", len(path), len(blob)) + path + blob)
+"""
+_GUEST_WORKER_FILE = "/.pvperf-pyc-worker.py"
+
+
+def guest_compile_job(root: Path, compiled: list[Compiled]) -> str | None:
+    """Put the job of every python no host interpreter compiled into the
+    tree (its modules, guest paths) with the worker; the guest command
+    that compiles them, or None when nothing is left to compile."""
+    left = [c for c in compiled if c.python is None
+            and guest_magic(root, c.version) is not None]
+    if not left:
+        return None
+    (root / _GUEST_WORKER_FILE[1:]).write_text(_GUEST_WORKER)
+    commands = []
+    for c in left:
+        job = f"/.pvperf-pyc-{c.version}.json"
+        files = [[guest, "/" + str(pyc.relative_to(root))]
+                 for guest, _, pyc in python_sources(root, c.version)]
+        (root / job[1:]).write_text(json.dumps({"mtime": ARCHIVE_MTIME,
+                                                "files": files}))
+        commands.append(f"/usr/bin/python{c.version} -I -S "
+                        f"{_GUEST_WORKER_FILE} {job}")
+    return " && ".join(commands)
+
+
+def install_guest_pyc(root: Path, stream: bytes,
+                      compiled: list[Compiled]) -> int:
+    """Write the .pyc files the guest streamed back into the tree, drop
+    the job files, and record them in ``compiled``; their number."""
+    n, at = 0, 0
+    while at < len(stream):
+        plen, dlen = struct.unpack_from("<II", stream, at)
+        path = stream[at + 8:at + 8 + plen].decode()
+        data = stream[at + 8 + plen:at + 8 + plen + dlen]
+        if len(data) != dlen or not path.startswith("/"):
+            raise ImageError("cannot byte-compile the guest's python",
+                             "its stream of .pyc files is cut short",
+                             "report a bug")
+        dest = root / path[1:]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(data)
+        at += 8 + plen + dlen
+        n += 1
+    for leftover in [root / _GUEST_WORKER_FILE[1:],
+                     *root.glob(".pvperf-pyc-*.json")]:
+        leftover.unlink(missing_ok=True)
+    for c in compiled:
+        if c.python is None and guest_magic(root, c.version) is not None:
+            c.python, c.why_not = f"the guest's python{c.version}", ""
+            c.files = sum(1 for _ in (root / f"usr/lib/python{c.version}")
+                          .rglob(f"*.{cache_tag(c.version)}.pyc"))
+    return n
 
 
 @dataclass(frozen=True)

@@ -50,13 +50,25 @@ sec() {{ echo "=== $1"; }}
 touch /tmp/mark
 sec first; {ENV} perf stat -x, -e instructions:u {PROGRAM} 2>&1 >/dev/null
 sec second; {ENV} perf stat -x, -e instructions:u {PROGRAM} 2>&1 >/dev/null
-sec valgrind; {ENV} {CG} {PROGRAM} 2>&1 >/dev/null
+sec valgrind; VALGRIND
 sec written; find / -xdev -name '*.pyc' -newer /tmp/mark
 sec ldtrace; LD_DEBUG=libs python3 -S -c pass 2>&1 | grep -c 'search cache=/etc/ld.so.cache'
 sec ldconfig; ldconfig -C /tmp/ld.cache && cmp /tmp/ld.cache /etc/ld.so.cache && echo same
 sec rmt; readlink /usr/sbin/rmt; readlink /etc/alternatives/rmt
 sec end
 """
+
+
+# valgrind as the count's reference where it runs python in minutes:
+# riscv64's port (sid's 3.27.1) had not finished `python3 -S fib.py 20`
+# under TCG after 15 minutes (2026-11-29), so there the first and the
+# second run are compared with each other only.
+NO_VALGRIND_PYTHON = {"riscv64"}
+
+
+def script(arch: str) -> str:
+    return SCRIPT.replace("VALGRIND", "true" if arch in NO_VALGRIND_PYTHON
+                          else f"{ENV} {CG} {PROGRAM} 2>&1 >/dev/null")
 
 
 @pytest.fixture(scope="module", ids=str,
@@ -68,7 +80,8 @@ def guest(request):
     name = options[options.index("--image") + 1]
     manifest = json.loads((store.image_dir(name) / "manifest.json")
                           .read_text())
-    return manifest, run_guest_script(SCRIPT, 1, 900, tuple(options))
+    return arch, manifest, run_guest_script(script(arch), 1, 900,
+                                            tuple(options))
 
 
 def stat_count(lines: list[str]) -> int:
@@ -85,27 +98,30 @@ def valgrind_ir(lines: list[str]) -> int:
 
 
 def test_first_python_run_counts_as_the_second(guest):
-    manifest, s = guest
+    arch, manifest, s = guest
     [pyc] = manifest["maintainer_scripts"]["pyc"]
     assert pyc["files"] > 200, pyc
     first, second = stat_count(s["first"]), stat_count(s["second"])
     assert abs(first - second) / second <= 0.005, (first, second)
+    assert s["written"] == [], s["written"]
+    if arch in NO_VALGRIND_PYTHON:
+        print(f"instructions:u first {first} second {second}")
+        return
     ir = valgrind_ir(s["valgrind"])
     print(f"instructions:u first {first} second {second}, valgrind Ir {ir}")
     for n in (first, second):
         assert -0.02 <= (n - ir) / ir <= 0.002, (n, ir)
-    assert s["written"] == [], s["written"]
 
 
 def test_dynamic_linker_cache_is_ldconfigs(guest):
-    manifest, s = guest
+    _, manifest, s = guest
     assert manifest["maintainer_scripts"]["ldconfig_seconds"] > 0
     assert int(s["ldtrace"][0]) >= 1, s["ldtrace"]
     assert s["ldconfig"] == ["same"], s["ldconfig"]
 
 
 def test_alternatives_of_the_postinst(guest):
-    manifest, s = guest
+    _, manifest, s = guest
     if not any(d.startswith("tar_") for d in manifest["debs"]):
         pytest.skip("tar is not in this image's closure")
     assert s["rmt"] == ["/etc/alternatives/rmt", "/usr/sbin/rmt-tar"], s["rmt"]

@@ -125,3 +125,39 @@ def test_ld_cache_is_checked():
     assert maintainer.check_ld_cache(b"glibc-ld.so.cache1.1xyz")
     with pytest.raises(ImageError, match="ldconfig wrote 4 bytes"):
         maintainer.check_ld_cache(b"oops")
+
+
+def test_the_guests_own_interpreter_compiles_what_no_host_python_can(
+        tmp_path):
+    """Where no host python has the guest's magic number, the build-time
+    boot runs the job guest_compile_job put into the tree with the
+    guest's python; here the host's python plays the guest's, reading
+    the tree as its root.  The .pyc files that come back are py_compile's
+    bytes for the same source, mtime and guest path, and the job's files
+    leave the tree."""
+    import subprocess
+    root = tmp_path / "root"
+    python_tree(root)
+    c = maintainer.Compiled(V, None, 0, "no host python")
+    command = maintainer.guest_compile_job(root, [c])
+    assert command.startswith(f"/usr/bin/python{V} -I -S /.pvperf-pyc-")
+    argv = command.split()
+    stream = subprocess.run(
+        [sys.executable, "-I", "-S", str(root / argv[3][1:]),
+         str(root / argv[4][1:]), str(root)],
+        capture_output=True, check=True).stdout
+    # 2 of byte_compile's 3: sitecustomize.py is an absolute symlink,
+    # which only the guest resolves inside the tree
+    assert maintainer.install_guest_pyc(root, stream, [c]) == 2
+    assert c.python == f"the guest's python{V}" and c.files == 2
+    assert not list(root.glob(".pvperf-pyc-*"))
+    lib = root / f"usr/lib/python{V}"
+    ref = tmp_path / "ref.py"
+    ref.write_bytes((lib / "enc/mod.py").read_bytes())
+    os.utime(ref, (ARCHIVE_MTIME, ARCHIVE_MTIME))
+    py_compile.compile(str(ref), cfile=str(tmp_path / "ref.pyc"),
+                       dfile=f"/usr/lib/python{V}/enc/mod.py", doraise=True)
+    got = lib / "enc/__pycache__" / f"mod.{sys.implementation.cache_tag}.pyc"
+    assert got.read_bytes() == (tmp_path / "ref.pyc").read_bytes()
+    with pytest.raises(ImageError, match="cut short"):
+        maintainer.install_guest_pyc(root, stream[:-1], [c])
