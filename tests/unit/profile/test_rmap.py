@@ -324,7 +324,7 @@ def test_one_insn_per_tb_makes_one_instruction_tbs(tmp_path):
     """QEMU's one-insn-per-tb (what --tcg passes) as the records see it:
     every TB one instruction; without it the firmware's straight-line
     code makes longer TBs.  (How many more TBs a run translates with it:
-    tests/vm/test_bt_table.py.)"""
+    tests/vm/test_translation_table.py.)"""
     sizes = {}
     for accel in ("tcg", "tcg,one-insn-per-tb=on"):
         out = tmp_path / f"{len(accel)}.rmap"
