@@ -245,3 +245,13 @@ def test_no_module_over_the_size_limit():
     big = {name: len(p.read_text().splitlines())
            for name, p in modules().items()}
     assert {n: k for n, k in big.items() if k > MAX_LINES} == {}
+
+
+def test_no_two_test_modules_share_a_name():
+    """pytest imports test modules by basename (rootdir, no packages):
+    a second tests/**/test_x.py fails the collection of the run that
+    meets both (the clean-clone CI's serial phase did)."""
+    seen: dict[str, list[str]] = {}
+    for p in (REPO / "tests").rglob("test_*.py"):
+        seen.setdefault(p.name, []).append(str(p.relative_to(REPO)))
+    assert {n: ps for n, ps in seen.items() if len(ps) > 1} == {}
