@@ -264,9 +264,9 @@ def _build_into(work: Path, final: Path, inputs: Inputs,
     return install_image(out, final, recipe.name)
 
 
-# The guest compiles the standard library under TCG: minutes, not the
-# test boot's seconds (trixie's python3.13-minimal on riscv64: see the
-# manifest's pyc_guest_seconds).
+# The guest compiles the standard library under TCG: up to minutes, not
+# the test boot's seconds (the manifest's pyc_guest_seconds says; about
+# 20 s for a python3-minimal, 2026-11-29).
 GUEST_PYC_TIMEOUT = 900.0
 
 

@@ -622,31 +622,29 @@ def test_callchain_shares_match_callgrind(guest, section, binary):
     compare(got, want, f"{section}: {samples} samples, inclusive")
 
 
-# host_timing: the clean-clone CI with two workers saw 102 of 8,114
-# samples [unknown] on riscv64 (1.26 %); alone it passes.  Suspected, not
-# shown: a sample recorded just before an exec and delivered after it
-# resolves against the new image (a taskset sample was seen landing in
-# the program it exec'd), and delivery waits longer on a shared host.
-# That would be pvperf's to remove (flush a task's pending samples at
-# exec); until it is found, this check runs alone.
-@pytest.mark.host_timing
 @on(*FOREIGN)
 def test_two_processes_sharing_libc_resolve(guest):
-    """At most 1 % of the samples [unknown], but for the wrapper shell's
-    in /bin/busybox, which Debian strips (no names to resolve: at most 2 %
-    of the samples; riscv64's sh took 94 of 8,116, 1.2 %)."""
+    """At most 1 % of the samples [unknown] outside a known DSO: the
+    wrapper shell's in /bin/busybox and libc's own local functions have
+    their DSO but no name, since Debian strips both (busybox at most 2 %
+    of the samples: riscv64's sh took 94 of 8,116, 1.2 %; in libc.so.6,
+    95 of 8,114 samples on riscv64 in a two-instruction loop with no
+    name, 2026-11-29: memcpy is an IFUNC there, and the variant it picks
+    has no dynamic symbol; libc6-dbg names such functions,
+    test_packages.py)."""
     rows = [l for l in guest["shared"] if l.strip()]
     pids = {l.split()[0] for l in rows}
     shell = sum("(/bin/busybox)" in l for l in rows)
     unknown = sum("[unknown]" in l and "(/bin/busybox)" not in l
-                  for l in rows)
+                  and "/libc.so" not in l for l in rows)
     libc = sum("libc.so" in l for l in rows)
     print(f"\n{len(rows)} samples, {len(pids)} pids, {libc} in libc, "
           f"{shell} in busybox, {unknown} other unknown")
     assert len(rows) >= 0.9 * 2 * 39_000_000 // P_QS
     assert libc > 0.2 * len(rows) and shell <= 0.02 * len(rows)
     assert unknown <= 0.01 * len(rows), [
-        l for l in rows if "[unknown]" in l and "(/bin/busybox)" not in l][:20]
+        l for l in rows if "[unknown]" in l and "(/bin/busybox)" not in l
+        and "/libc.so" not in l][:20]
 
 
 @on(*FOREIGN)
