@@ -25,6 +25,7 @@ from pyhost import abi
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "qemu_plugin" / "tests"))
 import pvharness as h  # noqa: E402
+from support import make  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(
@@ -320,7 +321,7 @@ def test_riscv64_registers_are_offered(tmp_path):
     if not shutil.which(rv.qemu):
         pytest.skip(f"{rv.qemu} not installed")
     h.build()
-    subprocess.run(["make", "-s", "-C", str(h.PLUGIN_DIR), "pvperf-rmap.so"],
+    make(h.PLUGIN_DIR, "-s", "pvperf-rmap.so",
                    check=True)
     res = subprocess.run(
         [rv.qemu, "-M", rv.machine, "-cpu", rv.cpu, "-S", "-nodefaults",
@@ -366,7 +367,6 @@ def test_ram_size_limits():
 
 
 def test_classifier_and_models_unit():
-    from support import make
     out = make(h.PLUGIN_DIR, "-s", "check", capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     # classify_test and models_test each print "N passed, 0 failed".

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from support import REPO, run_pvperf
+from support import make, REPO, run_pvperf
 
 OBJDUMP = "riscv64-linux-gnu-objdump"
 PLUGIN = REPO / "qemu_plugin"
@@ -51,8 +51,7 @@ def root() -> Path:
 
 @pytest.fixture(scope="module")
 def classify() -> Path:
-    subprocess.run(["make", "-s", "-C", str(PLUGIN),
-                    "tests/rv64_classify_test"], check=True)
+    make(PLUGIN, "-s", "tests/rv64_classify_test", check=True)
     return PLUGIN / "tests" / "rv64_classify_test"
 
 

@@ -25,6 +25,7 @@ import pytest
 
 from pyhost.vm import channels
 
+from parallel import make
 from support import PROGRAMS, leftovers, pvperf_cmd, run_pvperf, \
     sigint_default, valgrind_irefs
 from foreign_client import as_nobody
@@ -185,7 +186,7 @@ def test_foreign_client_racing_startup_gets_nothing(tmp_path):
     run = None
     try:
         assert racer.stdout.readline() == "racing\n"
-        subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
+        make(PROGRAMS, "-s", check=True)
         run = subprocess.Popen(
             pvperf_cmd() + ["run", "--share", str(PROGRAMS), "--", "perf",
                             "stat", "-x,", "-e", "instructions:u", "./loop",
@@ -328,7 +329,7 @@ def shm_and_tmp() -> set[str]:
 def sampling_run(tmp_path) -> subprocess.Popen:
     """`pvperf run` recording samples (doorbell interrupts) until killed;
     returns once the guest has started recording."""
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
+    make(PROGRAMS, "-s", check=True)
     (tmp_path / "loop").write_bytes((PROGRAMS / "loop").read_bytes())
     (tmp_path / "loop").chmod(0o755)
     proc = subprocess.Popen(

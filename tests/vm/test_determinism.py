@@ -24,6 +24,7 @@ import time
 
 import pytest
 
+from parallel import make
 from support import (PROGRAMS, TUNABLES, pvperf_cmd, run_pvperf, sections,
                       valgrind_irefs)
 
@@ -52,7 +53,7 @@ def script() -> str:
 
 def fresh_shares(tmp_path_factory, stem: str):
     """A share per run, each holding freshly built hotcold and qs."""
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
+    make(PROGRAMS, "-s", check=True)
     for i in range(RUNS):
         share = tmp_path_factory.mktemp(f"{stem}{i}")
         for prog in ("hotcold", "qs"):

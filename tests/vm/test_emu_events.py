@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from parallel import make
 from support import (PROGRAMS, perf_count, pvperf_cmd, qemu_vcpu_thread,
                      run_guest_script, run_pvperf, sigint_default,
                      sections, thread_ns, wait_for)
@@ -153,7 +154,7 @@ def window_ns(share: Path, script: str, options: tuple[str, ...] = ()
     CPU time (/proc/PID/task/TID/schedstat) between "counting" and
     "done" (after "counting" the guest idles until "go"; after "done" it
     only waits)."""
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
+    make(PROGRAMS, "-s", check=True)
     for name in ("loop", "waitfile"):
         (share / name).write_bytes((PROGRAMS / name).read_bytes())
         (share / name).chmod(0o755)

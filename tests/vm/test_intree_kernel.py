@@ -56,6 +56,7 @@ from typing import NamedTuple
 
 import pytest
 
+from parallel import make
 from support import (PROGRAMS, REPO, Guest, guest_kernel_image, on,
                      perf_count, run_pvperf, sections, valgrind_irefs)
 from pyhost.arch import aarch64
@@ -173,7 +174,7 @@ def guest(kernel):
         script = GUEST_SCRIPT_ARM64
     else:
         arch = []
-        subprocess.run(["make", "-s", "-C", str(PROGRAMS), "loop"],
+        make(PROGRAMS, "-s", "loop",
                        check=True)
         programs, script = PROGRAMS, GUEST_SCRIPT
     r = run_pvperf(["run", *arch, "--kernel", str(kernel.image), "--share",

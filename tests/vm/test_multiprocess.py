@@ -56,6 +56,7 @@ from pathlib import Path
 
 import pytest
 
+from parallel import make
 from support import PROGRAMS, TUNABLES, run_guest_script
 
 pytestmark = pytest.mark.vm
@@ -241,7 +242,7 @@ def host_output():
 def callgrind(tmp_path_factory):
     """valgrind's self cost (Ir) of every function of one host run of
     ``qs N``: {(object basename, function name): Ir}, and the total."""
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
+    make(PROGRAMS, "-s", check=True)
     out = tmp_path_factory.mktemp("callgrind") / "callgrind.out"
     try:
         subprocess.run(["valgrind", "--tool=callgrind",

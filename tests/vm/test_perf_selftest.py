@@ -23,12 +23,12 @@ event cannot be opened (no cycles under TCG).
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
 
 from pyhost import abi
 
+from parallel import make
 from support import PROGRAMS, run_pvperf
 
 pytestmark = pytest.mark.vm
@@ -39,7 +39,7 @@ LINE = re.compile(r"records=(\S+) exit_records=(\d+) samples=(\d+) "
 
 @pytest.fixture(scope="module")
 def built():
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS), "taskexit"],
+    make(PROGRAMS, "-s", "taskexit",
                    check=True)
 
 

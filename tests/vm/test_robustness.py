@@ -132,7 +132,7 @@ def hctest_ko() -> Path:
 
 @pytest.fixture(scope="module")
 def programs() -> Path:
-    r = subprocess.run(["make", "-s", "-C", str(PROGRAMS)],
+    r = make(PROGRAMS, "-s",
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     return PROGRAMS

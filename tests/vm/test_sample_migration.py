@@ -34,6 +34,7 @@ import subprocess
 
 import pytest
 
+from parallel import make
 from support import PROGRAMS, aarch64_image, run_guest_script
 
 pytestmark = pytest.mark.vm
@@ -175,7 +176,7 @@ def guest(request):
     arch = request.param
     loop, pc, options = ARCHES[arch]
     if arch == "aarch64":
-        subprocess.run(["make", "-s", "-C", str(PROGRAMS), "aarch64"],
+        make(PROGRAMS, "-s", "aarch64",
                        check=True)
     script = SCRIPT.format(regs=f"{loop()[0]},{pc}")
     if arch == "aarch64":

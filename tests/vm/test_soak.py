@@ -45,6 +45,7 @@ import pytest
 
 from pyhost.profile.record import GUEST_WORKDIR, sweep_workdirs
 
+from parallel import make
 from support import (PROGRAMS, leftovers, pvperf_cmd, sigint_default,
                      valgrind_irefs)
 
@@ -161,7 +162,7 @@ def next_run() -> tuple[int, subprocess.CompletedProcess]:
 # (scripts/test.sh)
 @pytest.mark.host_timing
 def test_kill_anything_soak(tmp_path):
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
+    make(PROGRAMS, "-s", check=True)
     exact = valgrind_irefs([str(PROGRAMS / SHORT[0]), *SHORT[1:]])
     rng = random.Random(SEED)
     done = collections.Counter()

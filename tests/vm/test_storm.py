@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from parallel import make
 from support import (PROGRAMS, RssSampler, perf_count, pvperf_cmd,
                       sections, valgrind_irefs)
 
@@ -74,7 +75,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def test_ten_minute_storm_keeps_the_service_flat():
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS), "loop"], check=True)
+    make(PROGRAMS, "-s", "loop", check=True)
     t0 = time.monotonic()
     proc = subprocess.Popen(
         pvperf_cmd() + ["run", "--smp", "2", "--share", str(PROGRAMS),

@@ -25,6 +25,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from parallel import make
 from support import (GUEST_ARCHES, PROGRAMS, cachegrind,
                      guest_arches_wanted, leftovers, pvperf_cmd, run_pvperf,
                      sigint_default, valgrind_irefs)
@@ -518,7 +519,7 @@ def test_a_sweep_over_the_architectures_counts_exactly(tmp_path):
     for arch in foreign:
         if reason := GUEST_ARCHES[arch].missing():
             pytest.skip(reason)
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS), "loop", *foreign],
+    make(PROGRAMS, "-s", "loop", *foreign,
                    check=True)
     share = tmp_path / "share"
     for arch in ("x86_64", *foreign):

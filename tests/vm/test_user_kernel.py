@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import gzip
 import re
-import subprocess
 
 import pytest
 
+from parallel import make
 from support import (PROGRAMS, aarch64_image, guest_kernel_image, run_pvperf,
                      valgrind_irefs)
 from elfwriter import ElfWriter
@@ -158,7 +158,7 @@ def test_the_images_own_kernel_boots_through_kernel(tmp_path):
     is the one the run boots (PVPERF_GUEST_KERNEL's)."""
     from pyhost.image import image_status
     img = image_status(guest_kernel_image())
-    subprocess.run(["make", "-s", "-C", str(PROGRAMS), "loop"], check=True)
+    make(PROGRAMS, "-s", "loop", check=True)
     r = run_pvperf(["run", "--kernel", str(img.vmlinux), "--share",
                     str(PROGRAMS), "--", "sh", "-c",
                     "uname -r; perf stat -x, -e instructions:u ./loop 100000"],
