@@ -6,7 +6,7 @@
 # package and linux-kbuild-X.Y with `apt-get download`, unpack them with
 # `dpkg -x` under the cache, and point the absolute paths in them (the
 # headers Makefile's `include /usr/src/...`, the lib/modules build and
-# source symlinks) at the unpacked copies.
+# source symlinks) at the unpacked copies, by relative paths.
 #
 #   fetch-kbuild.sh          make sure the tree exists; print its KDIR
 #   fetch-kbuild.sh --kver   print the KVER that would be used
@@ -117,7 +117,15 @@ root=$top/root
 kdir=$root/usr/src/linux-headers-$kver
 stamp=$root/.pvperf-kbuild-ready
 
-if [ -e "$stamp" ]; then
+# A finished tree is one with the stamp whose paths are all relative:
+# trees made before (absolute paths into whichever cache made them) break
+# when the cache is reached by another path, e.g. a second XDG_CACHE_HOME
+# whose kbuild/ is a link to this one, and are made again.
+tree_ready() {
+	[ -e "$stamp" ] && ! grep -q '^include /' "$kdir/Makefile" 2>/dev/null
+}
+
+if tree_ready; then
 	echo "$kdir"
 	exit 0
 fi
@@ -126,7 +134,7 @@ mkdir -p "$cache"
 # Serialise concurrent builds (the images/ builder may run one too).
 exec 9>"$cache/.lock"
 flock 9
-if [ -e "$stamp" ]; then
+if tree_ready; then
 	echo "$kdir"
 	exit 0
 fi
@@ -169,15 +177,20 @@ if [ "$kbuild" != "$guest_kbuild" ]; then
 fi
 
 # Absolute paths inside the packages name the installed locations; make
-# them name the final unpacked tree instead.
+# them name the unpacked tree instead, relative to where they are read, so
+# the tree works wherever its cache is reached from (never the absolute
+# path of the cache that made it).  The headers Makefile's include is
+# taken relative to the Makefile itself (make -C puts nothing else there).
 hdr_mk=$tmp/root/usr/src/$headers/Makefile
 grep -q '^include /usr/src/' "$hdr_mk" ||
 	die "$hdr_mk has no 'include /usr/src/...' line: package layout changed"
-sed -i "s|^include /usr/src/|include $root/usr/src/|" "$hdr_mk"
+sed -i 's|^include /usr/src/|include $(dir $(lastword $(MAKEFILE_LIST)))../|' \
+	"$hdr_mk"
 find "$tmp/root" -type l | while read -r link; do
 	target=$(readlink "$link")
 	case "$target" in
-	/*)	[ -e "$tmp/root$target" ] && ln -sfn "$root$target" "$link" ;;
+	/*)	[ -e "$tmp/root$target" ] && ln -sfn "$(realpath -m \
+			--relative-to="$(dirname "$link")" "$tmp/root$target")" "$link" ;;
 	esac
 done
 

@@ -131,6 +131,27 @@ def modinfo(ko: Path) -> dict[str, str]:
     return dict(f.decode().partition("=")[::2] for f in raw.split(b"\0") if f)
 
 
+def test_kbuild_tree_works_from_any_path(kdir, tmp_path):
+    """The headers tree names itself by relative paths only: one made
+    through another cache's path (a helper's XDG_CACHE_HOME linking this
+    kbuild/) failed a clean CI with `include /that/cache/...: No such
+    file`.  A copy under another directory must still be a kernel tree
+    that make can read."""
+    root = kdir.parents[2]
+    absolute = [p for p in root.rglob("*")
+                if p.is_symlink() and os.readlink(p).startswith("/")]
+    assert not absolute, absolute
+    includes = re.findall(r"^include (\S+)", (kdir / "Makefile").read_text(),
+                          re.M)
+    assert includes and not any(i.startswith("/") for i in includes), includes
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(root, moved, symlinks=True)
+    r = run(["make", "-s", "-C", moved / kdir.relative_to(root),
+             "kernelversion"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", r.stdout.strip()), r.stdout
+
+
 def test_modinfo_license_and_vermagic(build, kver):
     info = modinfo(KO)
     assert info["license"] == "GPL"
