@@ -9,7 +9,8 @@ from __future__ import annotations
 import struct
 
 from .. import abi
-from .base import Arch, BootKernel, TaskPath, UnbootableKernel
+from .base import (Arch, BootKernel, TaskPath, UnbootableKernel,
+                   curr_of_current_rq)
 
 # The arm64 boot protocol's Image header (Documentation/arm64/booting.rst):
 # magic "ARM\x64" at 0x38, little-endian; text_offset at 8, image_size at 16.
@@ -73,9 +74,7 @@ def task_path(member_offset, symbol) -> TaskPath:
     map's base is a constant."""
     linear = (PAGE_OFFSET - (RAM_BASE & -MEMSTART_ALIGN)) % (1 << 64)
     return TaskPath(
-        path=(member_offset("task_struct", "se")
-              + member_offset("sched_entity", "cfs_rq"),
-              member_offset("cfs_rq", "rq"), member_offset("rq", "curr")),
+        path=curr_of_current_rq(member_offset),
         linear=f"{linear:#x}")
 
 

@@ -42,6 +42,16 @@ class TaskPath:
     linear: str
 
 
+def curr_of_current_rq(member_offset) -> tuple[int, ...]:
+    """The offsets from ``current`` (a register's task) to the task its
+    CPU switches to, current->se.cfs_rq->rq->curr (CONFIG_FAIR_GROUP_SCHED):
+    where the kernel's data symbols (per-cpu ``runqueues``) are not in
+    kallsyms, the path starts from the register that holds ``current``."""
+    return (member_offset("task_struct", "se")
+            + member_offset("sched_entity", "cfs_rq"),
+            member_offset("cfs_rq", "rq"), member_offset("rq", "curr"))
+
+
 # (offset of a member in a struct, by the kernel's BTF; address of a
 # symbol, by System.map) -> TaskPath.  Either raises when the kernel
 # lacks what the architecture needs.

@@ -12,7 +12,8 @@ from __future__ import annotations
 import struct
 
 from .. import abi
-from .base import Arch, BootKernel, TaskPath, UnbootableKernel
+from .base import (Arch, BootKernel, TaskPath, UnbootableKernel,
+                   curr_of_current_rq)
 
 # The RISC-V Image header (Documentation/arch/riscv/boot-image-header.rst):
 # code0, code1 (u32: "MZ" and a jump when the EFI stub is in), text_offset
@@ -81,9 +82,7 @@ def task_path(member_offset, symbol) -> TaskPath:
     va_pa_offset = symbol("kernel_map") + member_offset("kernel_mapping",
                                                         "va_pa_offset")
     return TaskPath(
-        path=(member_offset("task_struct", "se")
-              + member_offset("sched_entity", "cfs_rq"),
-              member_offset("cfs_rq", "rq"), member_offset("rq", "curr")),
+        path=curr_of_current_rq(member_offset),
         linear=f"@{va_pa_offset:#x}")
 
 

@@ -148,15 +148,21 @@ def symbols(path: str) -> dict[int, str]:
                                           if len(l.split()) == 3)}
 
 
-def report_shares(lines: list[str], modes: str = ".") -> dict[str, float]:
-    """perf report --sort sym's shares of the symbols of modes ("." user,
-    "k" kernel)."""
+def percent_rows(lines: list[str], row: str) -> dict[str, float]:
+    """{name: percent} of perf report's rows: ``row`` matches the rest of
+    a line after its leading percentage, its first group the name."""
     shares = {}
     for line in lines:
-        m = re.match(rf"\s*([\d.]+)%\s+\[[{modes}]\]\s+(\S+)", line)
+        m = re.match(rf"\s*([\d.]+)%\s+{row}", line)
         if m:
             shares[m.group(2)] = float(m.group(1))
     return shares
+
+
+def report_shares(lines: list[str], modes: str = ".") -> dict[str, float]:
+    """perf report --sort sym's shares of the symbols of modes ("." user,
+    "k" kernel)."""
+    return percent_rows(lines, rf"\[[{modes}]\]\s+(\S+)")
 
 
 def parse_regs(lines: list[str]) -> list[tuple[int, dict[str, int]]]:

@@ -57,6 +57,7 @@ from pathlib import Path
 import pytest
 
 from parallel import make
+from sampling_refs import percent_rows
 from support import PROGRAMS, TUNABLES, run_guest_script
 
 pytestmark = pytest.mark.vm
@@ -210,12 +211,7 @@ def scenario_maps_and_times(guest, scenario):
 
 def dso_percent(lines: list[str]) -> dict[str, float]:
     """``perf report --sort dso``: {object: percent of all samples}."""
-    out = {}
-    for line in lines:
-        m = re.fullmatch(r"\s*([\d.]+)%\s+(\S+)\s*", line)
-        if m:
-            out[m.group(2)] = float(m.group(1))
-    return out
+    return percent_rows(lines, r"(\S+)\s*$")
 
 
 def stat_count(lines: list[str]) -> int:
