@@ -80,8 +80,13 @@ def mark_groups(items) -> None:
     for root, group in members.items():
         if len(group) > 1:
             # no "]" or "@" in the name: xdist takes the group name from
-            # after the last "@", only when no "]" follows it
-            name = f"{items[root].nodeid.split('::')[0]}#{root}"
+            # after the last "@", only when no "]" follows it.  Named by
+            # its first test's place, not by ``root``: which member ends
+            # up the root follows the order of the unions, from sets of
+            # strings whose order changes with each process's hash seed,
+            # and every worker must name a group alike (xdist compares
+            # the workers' collections).
+            name = f"{items[group[0]].nodeid.split('::')[0]}#{group[0]}"
             for i in group:
                 items[i].add_marker(pytest.mark.xdist_group(name))
                 _suffix_nodeid(items[i], name)
