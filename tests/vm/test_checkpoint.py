@@ -196,20 +196,21 @@ def test_no_leftovers_after_restore(checkpoint):
     assert leftovers() == []
 
 
-async def _mip(client) -> int:
-    """The hart's mip as QEMU's monitor shows it (`info registers`)."""
+async def _mips(client) -> list[int]:
+    """Each hart's mip as QEMU's monitor shows it (`info registers -a`)."""
     text = await client.execute("human-monitor-command",
-                                {"command-line": "info registers"})
-    return int(re.search(r"^ mip +([0-9a-f]+)\s*$", text, re.M)[1], 16)
+                                {"command-line": "info registers -a"})
+    return [int(m, 16)
+            for m in re.findall(r"^ mip +([0-9a-f]+)\s*$", text, re.M)]
 
 
 @vm
 def test_restore_rewrite_arms_the_timer():
     """What a riscv64 restore does before the vCPUs run reaches the
-    timer: on a hart held at reset (stimecmp 0, time 0, and no timer
-    armed, as after a restore: nothing wrote the CSR), the rewrite of
-    Arch.rewrite_on_restore makes QEMU raise STIP, as a write of
-    stimecmp <= time does (time_helper.c riscv_timer_write_timecmp)."""
+    timer of every hart: on harts held at reset (stimecmp 0, time 0, and
+    no timer armed, as after a restore: nothing wrote the CSR), the
+    rewrite of Arch.rewrite_on_restore makes QEMU raise STIP, as a write
+    of stimecmp <= time does (time_helper.c riscv_timer_write_timecmp)."""
     if "riscv64" not in guest_arches_wanted():
         pytest.skip("PVPERF_GUEST_ARCHES leaves riscv64 out")
     rv = arches.get("riscv64")
@@ -218,7 +219,7 @@ def test_restore_rewrite_arms_the_timer():
     pairs = channels.SocketPairs(["qmp", "gdb"])
     qemu = subprocess.Popen(
         [rv.qemu, "-nodefaults", "-display", "none", "-S",
-         "-machine", rv.machine, "-cpu", rv.cpu,
+         "-machine", rv.machine, "-cpu", rv.cpu, "-smp", "2",
          *pairs.chardev("qmp"), "-mon", "chardev=qmp,mode=control",
          *pairs.chardev("gdb"), "-gdb", "chardev:gdb"],
         pass_fds=pairs.pass_fds, stderr=subprocess.PIPE, text=True)
@@ -227,10 +228,10 @@ def test_restore_rewrite_arms_the_timer():
     async def scenario():
         client = await qmp.connect(pairs.ours("qmp"), timeout=30)
         try:
-            before = await _mip(client)
+            before = await _mips(client)
             await gdbstub.rewrite_registers(pairs.ours("gdb"),
-                                            rv.rewrite_on_restore, 1)
-            after = await _mip(client)
+                                            rv.rewrite_on_restore, 2)
+            after = await _mips(client)
             status = await client.execute("query-status")
         finally:
             await qmp.quit(client)
@@ -244,7 +245,9 @@ def test_restore_rewrite_arms_the_timer():
         qemu.wait()
         pairs.close()
     STIP = 1 << 5
-    assert not before & STIP and after & STIP, (hex(before), hex(after))
+    assert len(before) == len(after) == 2, (before, after)
+    assert [m & STIP for m in before + after] == [0, 0, STIP, STIP], \
+        ([hex(m) for m in before], [hex(m) for m in after])
     # the hang-up is no detach: the vCPUs stay held
     assert status["status"] == "prelaunch", status
 
