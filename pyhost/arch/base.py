@@ -31,6 +31,18 @@ class BootKernel:
 
 
 @dataclass(frozen=True)
+class StubRegister:
+    """A vCPU register as QEMU's gdbstub numbers it (vm/gdbstub.py):
+    ``offset`` from the base of the target-description feature
+    ``feature``, whose base is the number the feature gives the register
+    ``anchor`` minus ``anchor_offset``."""
+    feature: str
+    anchor: str
+    anchor_offset: int
+    offset: int
+
+
+@dataclass(frozen=True)
 class TaskPath:
     """How pvperf-rmap.so finds the task a CPU switches to, at the write
     of the page-table base (qemu_plugin/rmap/rmap.c, option task=): from
@@ -124,6 +136,11 @@ class Arch:
     # (one that serves more CPUs at a cost the smaller guests need not
     # pay); None: ``machine`` for every size
     machine_above: tuple[int, str] | None = None
+    # registers a restored checkpoint's vCPUs get written back with their
+    # own values (QEMU's gdbstub) before they run: state QEMU's migration
+    # restores without what a write of it sets up (vm/gdbstub.py
+    # rewrite_registers); (): nothing to do
+    rewrite_on_restore: tuple[StubRegister, ...] = ()
 
     def machine_for(self, smp: int) -> str:
         """The -machine type for a guest of ``smp`` vCPUs."""

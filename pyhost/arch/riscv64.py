@@ -12,8 +12,8 @@ from __future__ import annotations
 import struct
 
 from .. import abi
-from .base import (Arch, BootKernel, TaskPath, UnbootableKernel,
-                   curr_of_current_rq)
+from .base import (Arch, BootKernel, StubRegister, TaskPath,
+                   UnbootableKernel, curr_of_current_rq)
 
 # The RISC-V Image header (Documentation/arch/riscv/boot-image-header.rst):
 # code0, code1 (u32: "MZ" and a jump when the EFI stub is in), text_offset
@@ -32,6 +32,31 @@ KERNEL_LINK_ADDR = 0xFFFFFFFF80000000
 # first 512 KiB of it (reserved in the device tree), the kernel loads
 # 2 MiB up.
 RAM_BASE = 0x80000000
+
+
+# The supervisor timer's compare CSR (Sstc), which the guest kernel's
+# timer writes (its clock event device: drivers/clocksource/timer-riscv.c).
+# QEMU 10.0 migrates its value (target/riscv/machine.c:458,
+# VMSTATE_UINT64(env.stimecmp)) but not the QEMUTimer behind it
+# (env->stimer), and riscv_cpu_post_load re-arms nothing: only a write of
+# the CSR does (csr.c:1728 write_stimecmp -> time_helper.c
+# riscv_timer_write_timecmp).  So a restored hart gets no timer interrupt
+# until its kernel writes stimecmp again, and a kernel that believes its
+# tick is pending never does: the guest idles in wfi for good
+# (docs/checkpoints.md).  Writing the CSR back with its own value, before
+# the vCPUs run, arms the timer (or raises STIP if the time is past);
+# upstream QEMU migrates the timer itself (b0daaa172a1c
+# "target/riscv: Save stimer and vstimer in CPU vmstate", the riscv pull
+# of 2025-10-03, after 10.1; kept out of stable releases: it adds a
+# subsection to the stream).  The CSR feature is built at hart realize,
+# before the ACLINT gives the hart its time source, so Sstc's predicate
+# leaves stimecmp out of riscv-csr.xml (10.0.2: not listed), but the
+# feature's base + 0x14D still reaches it (gdbstub.c gdb_write_register
+# -> riscv_gdb_set_csr); sstatus (0x100) shows the base.
+CSR_SSTATUS = 0x100
+CSR_STIMECMP = 0x14D
+STIMECMP = StubRegister("riscv-csr.xml", "sstatus", CSR_SSTATUS,
+                        CSR_STIMECMP)
 
 
 def is_image(blob: bytes) -> bool:
@@ -141,4 +166,5 @@ ARCH = Arch(
     # a 32-byte header then 16-byte stubs: auipc, ld, jalr t1, nop
     plt_entry=16,
     kernel_file="vmlinux",
+    rewrite_on_restore=(STIMECMP,),
 )

@@ -8,8 +8,9 @@ What it sets up, and how each piece is cleaned up:
   guest RAM   /dev/shm/pvperf-<pid>-<rand>, a memory-backend-file shared
               with the host service; unlinked as soon as QEMU (and the
               plugin) have mapped it, so even a SIGKILL leaves nothing.
-  channels    QMP and the three virtio-serial ports are socketpairs whose
-              other ends QEMU inherits; the service's socket is in a 0700
+  channels    QMP, the three virtio-serial ports (and a restore's gdbstub:
+              vm/gdbstub.py) are socketpairs whose other ends QEMU
+              inherits; the service's socket is in a 0700
               run directory, removed once every vCPU's plugin connection
               is in (vm/channels.py): no other user can reach any of them.
   QEMU        spawned under pexpect (its stdio is the serial console) with
@@ -55,7 +56,7 @@ from ..pmu.doorbell import Doorbell, check_overflow_irq, uses_doorbell
 from ..pmu.nmi import NmiInjector
 from ..pmu.service import PluginService
 from ..pmu import snapshot
-from . import channels, determinism, hostmem, qmp
+from . import channels, determinism, gdbstub, hostmem, qmp
 from .boot import BootImage, boot_timeout, check_smp
 from .console import Console
 from .qemu import check_qemu_for_plugin, find_qemu, qemu_escape, \
@@ -245,6 +246,8 @@ class VM:
             # Held until every channel is up again, like -S runs above.
             argv += ([] if c.deterministic else ["-S"]) + \
                 ["-incoming", f"file:{c.incoming}"]
+        if gdbstub.wanted(c):
+            argv += self._chardev("gdb") + ["-gdb", "chardev:gdb"]
         argv += ["-append", " ".join(append)]
         return argv
 
@@ -253,7 +256,8 @@ class VM:
             files = OUTPUT_PORTS if self.config.deterministic else ()
             self.output_files = channels.OutputFiles(files)
             self.channels = channels.SocketPairs(
-                [p for p in (*guest.PORTS, "qmp") if p not in files])
+                [p for p in (*guest.PORTS, "qmp") if p not in files] +
+                (["gdb"] if gdbstub.wanted(self.config) else []))
         if port in self.output_files:
             return self.output_files.chardev(port)
         return self.channels.chardev(port)
@@ -352,6 +356,10 @@ class VM:
             # instead of seeing the host connect at a host-timed moment.
             await qmp.wait_connected(self.qmp, [
                 p for p in guest.PORTS if p not in self.output_files])
+            if gdbstub.wanted(c):
+                await gdbstub.rewrite_registers(
+                    self.channels.ours("gdb"), c.arch.rewrite_on_restore,
+                    c.smp)
             await qmp.cont(self.qmp)
         if c.incoming is not None and self.backend is not None:
             with self.backend.lock:     # raised before the save, maybe

@@ -42,9 +42,10 @@ def test_each_architecture_is_one_module_and_one_entry():
     assert set(arch.ARCHES) == modules
     # What an architecture may lack: firmware (virt boots -kernel alone),
     # extra kernel arguments, a hole in its RAM, anything missing for its
-    # PMU, and another machine for many vCPUs.
+    # PMU, another machine for many vCPUs, and registers to write back
+    # on a restore.
     optional = {"firmware", "kernel_args", "ram_hole", "pmu_missing",
-                "machine_above"}
+                "machine_above", "rewrite_on_restore"}
     for name, a in arch.ARCHES.items():
         assert a.name == name
         assert all(getattr(a, f.name) not in (None, "", ())
