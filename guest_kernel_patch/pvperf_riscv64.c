@@ -112,7 +112,7 @@ void pvperf_arch_sample_regs(struct pt_regs *regs,
  * the walk names it twice and never names its caller.  calltree-fp's
  * work_a past its call of work_b, -g, 2026-11-29: main was missing from
  * the 15 % of the chains that had work_a's own loop at their top (main
- * in 84.37 % of 3,315 chains; the in-guest reference: 99.5 %).  The
+ * in 84.37 % of 3,315 chains; in-guest cachegrind: 99.37 %).  The
  * same walk gives the same chains on hardware.
  *
  * The record's ra is the caller, except in a prologue before it is
@@ -124,7 +124,9 @@ void pvperf_arch_sample_regs(struct pt_regs *regs,
  * twice, as the kernel's does, but misses no frame that s0 and ra
  * describe.  gcc 12 saves only s0 in a leaf with a frame, in the slot at
  * s0 - 8 where ra would be: a stack address above s0 there is that frame
- * pointer, and the caller is regs->ra.  Later frames are the records'
+ * pointer, and the caller is regs->ra (calltree-gccfp: main in 30.11 % of
+ * the chains with the kernel's walk, 45.19 % without this rule, 99.43 %
+ * with it).  Later frames are the records'
  * alone; frame pointers must grow, as arm64's walk asks, and no return
  * address lies in page 0: in code built without frame pointers (libc's)
  * the walk ends instead of going on through garbage.
