@@ -80,6 +80,16 @@ void pvperf_arch_sample_regs(struct pt_regs *regs,
 	}
 }
 
+/*
+ * perf core's user callchain walks arm64's frame records from x29 and
+ * reads no lr: nothing to add.
+ */
+void pvperf_arch_sample_callchain(struct perf_event *event,
+				  struct perf_sample_data *data,
+				  struct pt_regs *regs)
+{
+}
+
 /* ----------------------------------------------------------------------
  * The overflow interrupt: the doorbell device, or none
  *

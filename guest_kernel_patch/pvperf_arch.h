@@ -44,6 +44,21 @@ void pvperf_arch_marker(void *block);
 void pvperf_arch_sample_regs(struct pt_regs *regs,
 			     const struct pvperf_sample *rec, bool exact);
 
+struct perf_event;
+struct perf_sample_data;
+
+/*
+ * The callchain of a sample of @event reported with @regs (completed by
+ * pvperf_arch_sample_regs()), just before perf_event_overflow().  Where
+ * the kernel's own user-stack walk would miss frames that these registers
+ * and the stack describe, the architecture fills @data's callchain itself
+ * (perf core then takes it as it is); elsewhere it leaves @data alone and
+ * perf core walks as it does for any PMU.
+ */
+void pvperf_arch_sample_callchain(struct perf_event *event,
+				  struct perf_sample_data *data,
+				  struct pt_regs *regs);
+
 /*
  * The overflow interrupt: the host raises it at the vCPU after it wrote
  * sample records, or announced one in ring->nmis.  The architecture

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * pvperf_riscv64.c - the riscv64 side of the pvperf driver (pvperf_arch.h):
- * the marker store, struct pt_regs of a sample, the overflow interrupt
- * (none but the doorbell device's) and the page-fault hook through a
+ * the marker store, struct pt_regs of a sample, its user callchain, the
+ * overflow interrupt (none but the doorbell device's) and the page-fault hook through a
  * kprobe on the fault handler's entry.
  */
 
@@ -12,9 +12,15 @@
 #include <linux/ftrace.h>
 #include <linux/kernel.h>
 #include <linux/kprobes.h>
+#include <linux/minmax.h>
+#include <linux/percpu.h>
+#include <linux/perf_event.h>
+#include <linux/sched.h>
 #include <linux/stddef.h>
+#include <linux/uaccess.h>
 #include <asm/csr.h>
 #include <asm/ptrace.h>
+#include <asm/stacktrace.h>
 
 #include "pvperf_arch.h"
 
@@ -93,6 +99,125 @@ void pvperf_arch_sample_regs(struct pt_regs *regs,
 		if (!exact)
 			regs->s0 = 0;
 	}
+}
+
+/* ----------------------------------------------------------------------
+ * User callchains
+ *
+ * riscv's perf_callchain_user() (arch_stack_walk_user() in 6.12's
+ * arch/riscv/kernel/stacktrace.c) takes the sampled function's caller
+ * from regs->ra, and from the frame record below s0 (struct stackframe,
+ * {fp, ra} at s0 - 16) only the next frame pointer.  ra is caller-saved:
+ * once a function has made a call, ra points back into that function, so
+ * the walk names it twice and never names its caller.  calltree-fp's
+ * work_a past its call of work_b, -g, 2026-11-29: main was missing from
+ * the 15 % of the chains that had work_a's own loop at their top (main
+ * in 84.37 % of 3,315 chains; in-guest cachegrind: 99.37 %).  The
+ * same walk gives the same chains on hardware.
+ *
+ * The record's ra is the caller, except in a prologue before it is
+ * stored or an epilogue after s0 is reloaded (the record is then the
+ * caller's, and regs->ra the caller) and in a leaf that keeps no record
+ * (s0 is the caller's).  Which case holds cannot be told without the
+ * function's bounds, so this walk keeps both when they differ: regs->ra,
+ * then the record's ra.  A chain may then name the sampled function
+ * twice, as the kernel's does, but misses no frame that s0 and ra
+ * describe.  gcc 12 saves only s0 in a leaf with a frame, in the slot at
+ * s0 - 8 where ra would be: a stack address above s0 there is that frame
+ * pointer, and the caller is regs->ra (calltree-gccfp: main in 30.11 % of
+ * the chains with the kernel's walk, 45.19 % without this rule, 99.43 %
+ * with it).  Later frames are the records'
+ * alone; frame pointers must grow, as arm64's walk asks, and no return
+ * address lies in page 0: in code built without frame pointers (libc's)
+ * the walk ends instead of going on through garbage.
+ */
+
+/* Above s0 by less than this, a record's "ra" is gcc's saved s0. */
+#define PVPERF_FRAME_SPAN	(8UL << 20)
+
+struct pvperf_chain {
+	u64 nr;
+	u64 ip[1 + PERF_MAX_STACK_DEPTH];	/* PERF_CONTEXT_USER, frames */
+};
+static_assert(offsetof(struct pvperf_chain, ip) ==
+	      offsetof(struct perf_callchain_entry, ip));
+
+/* Used from pvperf_deliver() only, IRQs off: one sample at a time. */
+static DEFINE_PER_CPU(struct pvperf_chain, pvperf_chain);
+
+static bool pvperf_user_record(unsigned long fp, struct stackframe *rec)
+{
+	const void __user *p = (const void __user *)(fp - sizeof(*rec));
+
+	if (fp & 7 || !access_ok(p, sizeof(*rec)))
+		return false;
+	return !__copy_from_user_inatomic(rec, p, sizeof(*rec));
+}
+
+/* False when the chain is full. */
+static bool pvperf_chain_store(struct pvperf_chain *chain, u32 max, u64 ip)
+{
+	if (chain->nr >= max)
+		return false;
+	chain->ip[chain->nr++] = ip;
+	return true;
+}
+
+static void pvperf_walk_user(struct pvperf_chain *chain, u32 max,
+			     const struct pt_regs *regs)
+{
+	unsigned long fp = regs->s0;
+	struct stackframe rec;
+
+	if (!pvperf_chain_store(chain, max, regs->epc) ||
+	    !pvperf_user_record(fp, &rec))
+		return;
+	if (rec.ra > fp && rec.ra - fp < PVPERF_FRAME_SPAN && !(rec.ra & 7)) {
+		rec.fp = rec.ra;		/* gcc's leaf: s0 alone */
+		rec.ra = regs->ra;
+	} else if (rec.ra != regs->ra && regs->ra &&
+		   !pvperf_chain_store(chain, max, regs->ra)) {
+		return;
+	}
+	for (;;) {
+		if (rec.ra < PAGE_SIZE ||
+		    !pvperf_chain_store(chain, max, rec.ra) ||
+		    rec.fp <= fp)
+			return;
+		fp = rec.fp;
+		if (!pvperf_user_record(fp, &rec))
+			return;
+	}
+}
+
+/*
+ * A user-mode sample's callchain, as perf core's get_perf_callchain()
+ * lays it out: PERF_CONTEXT_USER, then at most sample_max_stack frames
+ * (capped at PERF_MAX_STACK_DEPTH, the sysctl's default); stored as
+ * perf_sample_save_callchain() stores perf core's.  Kernel-mode samples,
+ * and the user part of their chains (from the task's trap frame), stay
+ * perf core's, as do the chains it refuses: another task's.
+ */
+void pvperf_arch_sample_callchain(struct perf_event *event,
+				  struct perf_sample_data *data,
+				  struct pt_regs *regs)
+{
+	struct pvperf_chain *chain = this_cpu_ptr(&pvperf_chain);
+	u32 max = min_t(u32, event->attr.sample_max_stack,
+			PERF_MAX_STACK_DEPTH);
+
+	if (!(event->attr.sample_type & PERF_SAMPLE_CALLCHAIN) ||
+	    event->attr.exclude_callchain_user || !user_mode(regs) ||
+	    (event->ctx->task && event->ctx->task != current))
+		return;
+	chain->nr = 0;
+	chain->ip[chain->nr++] = PERF_CONTEXT_USER;
+	pagefault_disable();
+	pvperf_walk_user(chain, 1 + max, regs);
+	pagefault_enable();
+	data->callchain = (struct perf_callchain_entry *)chain;
+	data->dyn_size += (1 + chain->nr) * sizeof(u64);
+	data->sample_flags |= PERF_SAMPLE_CALLCHAIN;
 }
 
 /* ----------------------------------------------------------------------

@@ -151,6 +151,7 @@ static void pvperf_deliver(struct pvperf_cpu *pc, const struct pvperf_sample *re
 	pvperf_sample_regs(&regs, rec, irq_regs);
 	perf_sample_data_init(&data, rec->data_addr,
 			      rec->period ? rec->period : hwc->last_period);
+	pvperf_arch_sample_callchain(event, &data, &regs);
 	/* 1: throttled; perf core restarts the event from its tick. */
 	if (pvperf_overflow(event, &data, &regs)) {
 		if (!(hwc->state & PERF_HES_STOPPED))

@@ -92,6 +92,16 @@ void pvperf_arch_sample_regs(struct pt_regs *regs,
 	}
 }
 
+/*
+ * perf core's user callchain walks x86's frames from rbp and reads
+ * the return address from the stack: nothing to add.
+ */
+void pvperf_arch_sample_callchain(struct perf_event *event,
+				  struct perf_sample_data *data,
+				  struct pt_regs *regs)
+{
+}
+
 /* ----------------------------------------------------------------------
  * The overflow interrupt: an NMI
  */
