@@ -34,8 +34,6 @@ cd "$top"
 
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(x86_64)
-list=$(printf '%s-softmmu,' "${targets[@]}")
-list=${list%,}
 
 # Headers QEMU's configure requires for system emulation that the plugin's
 # own build does not: pixman (the display core is always built), libfdt
@@ -89,7 +87,13 @@ if [ ! -x "$venv/bin/meson" ] || ! "$venv/bin/python3" -c 'import pycotap' 2>/de
 fi
 
 bld=$out/build
-start=$(date +%s)
+# One configured tree for every target asked for now or before (sorted, so
+# that the order named does not reconfigure): its common objects (the TCG
+# core, devices, block layer) are compiled once, and `build-qemu.sh x86_64`
+# after a three-target build does not throw the other two away.
+have=$(sed -n 's/.*--target-list=\([^ '"'"'"]*\).*/\1/p' "$bld/config.status" 2>/dev/null | tr ',' '\n' || true)
+list=$( { printf '%s\n' "$have"; printf '%s-softmmu\n' "${targets[@]}"; } |
+	grep . | sort -u | paste -sd, -)
 if [ ! -e "$bld/build.ninja" ] || ! grep -q -- "--target-list=$list" "$bld/config.status" 2>/dev/null; then
 	mkdir -p "$bld"
 	# Frame pointers everywhere, leaf functions too, so that perf's
@@ -107,18 +111,25 @@ if [ ! -e "$bld/build.ninja" ] || ! grep -q -- "--target-list=$list" "$bld/confi
 		> "$out/configure.log" 2>&1 ||
 		{ tail -30 "$out/configure.log"; echo "build-qemu: configure failed ($out/configure.log)"; exit 1; }
 fi
-echo "build-qemu: building $list in $bld (log $out/ninja.log)"
-PATH="$top/$venv/bin:$PATH" nice -n 19 ninja -C "$bld" -j "$(nproc)" \
-	$(printf 'qemu-system-%s ' "${targets[@]}") > "$out/ninja.log" 2>&1 ||
-	{ tail -30 "$out/ninja.log"; echo "build-qemu: build failed ($out/ninja.log)"; exit 1; }
-end=$(date +%s)
-size=$(du -sh "$bld" | cut -f1)
+# One target after the other, in the order named: each binary is usable as
+# soon as it links, and each gets its own time (the first one's includes
+# the common objects the later ones reuse).
 for t in "${targets[@]}"; do
+	echo "build-qemu: building qemu-system-$t in $bld (log $out/ninja-$t.log)"
+	start=$(date +%s)
+	PATH="$top/$venv/bin:$PATH" nice -n 19 ninja -C "$bld" -j "$(nproc)" \
+		"qemu-system-$t" > "$out/ninja-$t.log" 2>&1 ||
+		{ tail -30 "$out/ninja-$t.log"; echo "build-qemu: build failed ($out/ninja-$t.log)"; exit 1; }
+	end=$(date +%s)
 	"$bld/qemu-system-$t" --version | head -n 1
+	size=$(du -sh "$bld" | cut -f1)
+	bin=$(du -h "$bld/qemu-system-$t" | cut -f1)
+	if grep -q 'no work to do' "$out/ninja-$t.log"; then
+		echo "build-qemu: qemu-system-$t up to date (binary $bin, build tree $size)"
+	else
+		printf '%s qemu-system-%s (tree %s): %d s, %d objects, binary %s, build tree %s\n' \
+			"$(date -Is)" "$t" "$list" $((end - start)) \
+			"$(grep -c '^\[' "$out/ninja-$t.log")" "$bin" "$size" |
+			tee -a "$out/build-times.txt"
+	fi
 done
-if ! grep -Eq 'Compiling|Linking' "$out/ninja.log"; then
-	echo "build-qemu: $list up to date in $bld (build tree $size)"
-else
-	printf '%s %s: %d s, build tree %s\n' "$(date -Is)" "$list" \
-		$((end - start)) "$size" | tee -a "$out/build-times.txt"
-fi
