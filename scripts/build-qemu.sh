@@ -96,6 +96,7 @@ list=$( { printf '%s\n' "$have"; printf '%s-softmmu\n' "${targets[@]}"; } |
 	grep . | sort -u | paste -sd, -)
 if [ ! -e "$bld/build.ninja" ] || ! grep -q -- "--target-list=$list" "$bld/config.status" 2>/dev/null; then
 	mkdir -p "$bld"
+	start=$(date +%s)
 	# Frame pointers everywhere, leaf functions too, so that perf's
 	# frame-pointer unwinding (--call-graph fp) climbs from a helper
 	# through its caller; -O2 -g as Debian builds it.
@@ -110,6 +111,8 @@ if [ ! -e "$bld/build.ninja" ] || ! grep -q -- "--target-list=$list" "$bld/confi
 		--extra-cflags="-O2 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer") \
 		> "$out/configure.log" 2>&1 ||
 		{ tail -30 "$out/configure.log"; echo "build-qemu: configure failed ($out/configure.log)"; exit 1; }
+	printf '%s configure (tree %s): %d s\n' "$(date -Is)" "$list" \
+		$(($(date +%s) - start)) | tee -a "$out/build-times.txt"
 fi
 # One target after the other, in the order named: each binary is usable as
 # soon as it links, and each gets its own time (the first one's includes
