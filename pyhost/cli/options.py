@@ -74,12 +74,10 @@ def firmware_dirs(arch) -> tuple[str, ...]:
     """The -L directories of a --qemu build: those the installed
     qemu-system-ARCH searches (`-L help`), since a build tree has no
     firmware of its own (Debian's +ds source drops the blobs) and what a
-    machine loads is spread over packages: riscv64 virt's default -bios
-    is /usr/share/qemu/opensbi-riscv64-generic-fw_dynamic.bin, a link
-    into the opensbi package's /usr/lib/riscv64-linux-gnu/opensbi; a NIC's
-    option ROM (efi-virtio.rom) is in ipxe-qemu's /usr/lib/ipxe/qemu;
-    SeaBIOS in /usr/share/seabios.  /usr/share/qemu alone when that QEMU
-    is not installed."""
+    machine loads is spread over packages: a default -bios linked from
+    /usr/share/qemu into its own package's directory, NIC option ROMs in
+    ipxe-qemu's /usr/lib/ipxe/qemu (docs/guide.md, "A QEMU with
+    symbols").  /usr/share/qemu alone when that QEMU is not installed."""
     installed = shutil.which(arch.qemu)
     listed: list[str] = []
     if installed:
