@@ -13,8 +13,8 @@
 # Opt-in: nothing else in pvperf or the default test suite runs it.  It is
 # long: measured on 2 shared cores (nice'd) in docs/guide.md, "A QEMU with
 # symbols".  Targets default to x86_64 (one softmmu target; name aarch64
-# and riscv64 to build theirs too: configure then runs again with the new
-# target list, in the same build tree).
+# and riscv64 to build theirs too: configure runs again only when a target
+# is new to the tree, with all of them, so they share the common objects).
 #
 # The source: the orig tarball fetch-plugin-header.sh already keeps in the
 # cache (apt-get source of exactly the installed version), plus the Debian
@@ -23,11 +23,12 @@
 # upstream 10.0.2 tarball, without whatever that upload patches, and says
 # so).  meson: QEMU 10.0 needs >= 1.5, and the +ds tarball drops QEMU's
 # bundled wheels (meson, pycotap), so a venv under build/qemu takes them
-# from PyPI.  Firmware stays the installed one (-L /usr/share/qemu, which
-# `pvperf ... --qemu DIR` adds: pyhost/cli/options.py).
+# from PyPI.  Firmware stays the installed one (`pvperf ... --qemu DIR`
+# adds the installed QEMU's -L directories: pyhost/cli/options.py).
 #
-# Output: build/qemu/VERSION/build/qemu-system-TARGET, and the time and
-# size of the build in build/qemu/VERSION/build-times.txt.
+# Output: build/qemu/VERSION/build/qemu-system-TARGET, and configure's and
+# each target's time, binary and tree size in
+# build/qemu/VERSION/build-times.txt.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -127,10 +128,11 @@ for t in "${targets[@]}"; do
 	"$bld/qemu-system-$t" --version | head -n 1
 	size=$(du -sh "$bld" | cut -f1)
 	bin=$(du -h "$bld/qemu-system-$t" | cut -f1)
-	if grep -q 'no work to do' "$out/ninja-$t.log"; then
+	# (qemu-version.h is generated on every run: not a build)
+	if ! grep -Eq '(Compiling|Linking) ' "$out/ninja-$t.log"; then
 		echo "build-qemu: qemu-system-$t up to date (binary $bin, build tree $size)"
 	else
-		printf '%s qemu-system-%s (tree %s): %d s, %d objects, binary %s, build tree %s\n' \
+		printf '%s qemu-system-%s (tree %s): %d s, %d ninja steps, binary %s, build tree %s\n' \
 			"$(date -Is)" "$t" "$list" $((end - start)) \
 			"$(grep -c '^\[' "$out/ninja-$t.log")" "$bin" "$size" |
 			tee -a "$out/build-times.txt"
