@@ -13,8 +13,8 @@
 # Opt-in: nothing else in pvperf or the default test suite runs it.  It is
 # long: measured on 2 shared cores (nice'd) in docs/guide.md, "A QEMU with
 # symbols".  Targets default to x86_64 (one softmmu target; name aarch64
-# and riscv64 to build theirs too: configure then runs again with the new
-# target list, in the same build tree).
+# and riscv64 to build theirs too: configure runs again only when a target
+# is new to the tree, with all of them, so they share the common objects).
 #
 # The source: the orig tarball fetch-plugin-header.sh already keeps in the
 # cache (apt-get source of exactly the installed version), plus the Debian
@@ -23,19 +23,18 @@
 # upstream 10.0.2 tarball, without whatever that upload patches, and says
 # so).  meson: QEMU 10.0 needs >= 1.5, and the +ds tarball drops QEMU's
 # bundled wheels (meson, pycotap), so a venv under build/qemu takes them
-# from PyPI.  Firmware stays the installed one (-L /usr/share/qemu, which
-# `pvperf ... --qemu DIR` adds: pyhost/cli/options.py).
+# from PyPI.  Firmware stays the installed one (`pvperf ... --qemu DIR`
+# adds the installed QEMU's -L directories: pyhost/cli/options.py).
 #
-# Output: build/qemu/VERSION/build/qemu-system-TARGET, and the time and
-# size of the build in build/qemu/VERSION/build-times.txt.
+# Output: build/qemu/VERSION/build/qemu-system-TARGET, and configure's and
+# each target's time, binary and tree size in
+# build/qemu/VERSION/build-times.txt.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(x86_64)
-list=$(printf '%s-softmmu,' "${targets[@]}")
-list=${list%,}
 
 # Headers QEMU's configure requires for system emulation that the plugin's
 # own build does not: pixman (the display core is always built), libfdt
@@ -89,9 +88,16 @@ if [ ! -x "$venv/bin/meson" ] || ! "$venv/bin/python3" -c 'import pycotap' 2>/de
 fi
 
 bld=$out/build
-start=$(date +%s)
+# One configured tree for every target asked for now or before (sorted, so
+# that the order named does not reconfigure): its common objects (the TCG
+# core, devices, block layer) are compiled once, and `build-qemu.sh x86_64`
+# after a three-target build does not throw the other two away.
+have=$(sed -n 's/.*--target-list=\([^ '"'"'"]*\).*/\1/p' "$bld/config.status" 2>/dev/null | tr ',' '\n' || true)
+list=$( { printf '%s\n' "$have"; printf '%s-softmmu\n' "${targets[@]}"; } |
+	grep . | sort -u | paste -sd, -)
 if [ ! -e "$bld/build.ninja" ] || ! grep -q -- "--target-list=$list" "$bld/config.status" 2>/dev/null; then
 	mkdir -p "$bld"
+	start=$(date +%s)
 	# Frame pointers everywhere, leaf functions too, so that perf's
 	# frame-pointer unwinding (--call-graph fp) climbs from a helper
 	# through its caller; -O2 -g as Debian builds it.
@@ -106,19 +112,29 @@ if [ ! -e "$bld/build.ninja" ] || ! grep -q -- "--target-list=$list" "$bld/confi
 		--extra-cflags="-O2 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer") \
 		> "$out/configure.log" 2>&1 ||
 		{ tail -30 "$out/configure.log"; echo "build-qemu: configure failed ($out/configure.log)"; exit 1; }
+	printf '%s configure (tree %s): %d s\n' "$(date -Is)" "$list" \
+		$(($(date +%s) - start)) | tee -a "$out/build-times.txt"
 fi
-echo "build-qemu: building $list in $bld (log $out/ninja.log)"
-PATH="$top/$venv/bin:$PATH" nice -n 19 ninja -C "$bld" -j "$(nproc)" \
-	$(printf 'qemu-system-%s ' "${targets[@]}") > "$out/ninja.log" 2>&1 ||
-	{ tail -30 "$out/ninja.log"; echo "build-qemu: build failed ($out/ninja.log)"; exit 1; }
-end=$(date +%s)
-size=$(du -sh "$bld" | cut -f1)
+# One target after the other, in the order named: each binary is usable as
+# soon as it links, and each gets its own time (the first one's includes
+# the common objects the later ones reuse).
 for t in "${targets[@]}"; do
+	echo "build-qemu: building qemu-system-$t in $bld (log $out/ninja-$t.log)"
+	start=$(date +%s)
+	PATH="$top/$venv/bin:$PATH" nice -n 19 ninja -C "$bld" -j "$(nproc)" \
+		"qemu-system-$t" > "$out/ninja-$t.log" 2>&1 ||
+		{ tail -30 "$out/ninja-$t.log"; echo "build-qemu: build failed ($out/ninja-$t.log)"; exit 1; }
+	end=$(date +%s)
 	"$bld/qemu-system-$t" --version | head -n 1
+	size=$(du -sh "$bld" | cut -f1)
+	bin=$(du -h "$bld/qemu-system-$t" | cut -f1)
+	# (qemu-version.h is generated on every run: not a build)
+	if ! grep -Eq '(Compiling|Linking) ' "$out/ninja-$t.log"; then
+		echo "build-qemu: qemu-system-$t up to date (binary $bin, build tree $size)"
+	else
+		printf '%s qemu-system-%s (tree %s): %d s, %d ninja steps, binary %s, build tree %s\n' \
+			"$(date -Is)" "$t" "$list" $((end - start)) \
+			"$(grep -c '^\[' "$out/ninja-$t.log")" "$bin" "$size" |
+			tee -a "$out/build-times.txt"
+	fi
 done
-if ! grep -Eq 'Compiling|Linking' "$out/ninja.log"; then
-	echo "build-qemu: $list up to date in $bld (build tree $size)"
-else
-	printf '%s %s: %d s, build tree %s\n' "$(date -Is)" "$list" \
-		$((end - start)) "$size" | tee -a "$out/build-times.txt"
-fi

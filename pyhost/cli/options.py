@@ -6,8 +6,11 @@ the boot): a bad one is a click usage error naming the option.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import click
@@ -64,6 +67,26 @@ def _checked_by(parse, as_text: bool = True):
 
 
 FIRMWARE_DIR = "/usr/share/qemu"     # qemu-system-data's firmware
+
+
+@functools.lru_cache(maxsize=None)
+def firmware_dirs(arch) -> tuple[str, ...]:
+    """The -L directories of a --qemu build: those the installed
+    qemu-system-ARCH searches (`-L help`), since a build tree has no
+    firmware of its own (Debian's +ds source drops the blobs) and what a
+    machine loads is spread over packages: a default -bios linked from
+    /usr/share/qemu into its own package's directory, NIC option ROMs in
+    ipxe-qemu's /usr/lib/ipxe/qemu (docs/guide.md, "A QEMU with
+    symbols").  /usr/share/qemu alone when that QEMU is not installed."""
+    installed = shutil.which(arch.qemu)
+    listed: list[str] = []
+    if installed:
+        r = subprocess.run([installed, "-L", "help"], capture_output=True,
+                           text=True, timeout=60)
+        listed = [d for d in r.stdout.split() if os.path.isdir(d)]
+    if not listed and os.path.isdir(FIRMWARE_DIR):
+        listed = [FIRMWARE_DIR]
+    return tuple(listed)
 
 
 def _tcg_callback(ctx, param, value: str | None) -> tuple[str, ...]:
@@ -315,10 +338,7 @@ def make_config(guest_action: str, command: str, smp: int, mem: int,
                       tcg=tuple(tcg),
                       boot_timeout=boot_timeout(smp) * tcg_slowdown(tcg),
                       qemu=qemu_in(qemu_dir, arch) if qemu_dir else None,
-                      # a build tree has no firmware of its own (Debian's
-                      # +ds source drops the blobs): the installed ones
-                      data_dirs=(FIRMWARE_DIR,) if qemu_dir and
-                      os.path.isdir(FIRMWARE_DIR) else ())
+                      data_dirs=firmware_dirs(arch) if qemu_dir else ())
     preflight(config)
     if config.staged:
         # In guest RAM: at most a quarter of it (image/stage.py).
