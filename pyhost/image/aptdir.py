@@ -20,7 +20,13 @@ then ranks the context's own suite first (APT::Default-Release) and a
 preferences file pins each such package to its suite, so that its
 dependencies come from the own suite where they fit (``PKG/SUITE`` would
 switch some dependencies to the newer suite and break others: sid's
-libc6 next to trixie's libc6-dbg).
+libc6 next to trixie's libc6-dbg).  The recipe's entries are one set:
+an image that installs any of them gets every pin, so that a library a
+pinned package needs from the newer suite (riscv64: sid's perf needs
+sid's libc6) is the same version in every closure the image unpacks
+(perf's and the added packages'; the first one unpacked wins).  The
+preferences file is named after its pins: images of one directory with
+other pin sets (another branch's recipe) never read each other's.
 An index apt cannot fetch is named in the report; the build goes on only
 if every suite's own index arrived, else the error names the suite and
 apt's line about its index.
@@ -31,6 +37,7 @@ was updated: the guest follows it) or the derived sources changed.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -175,6 +182,12 @@ class AptContext:
         return host + "".join(f"\nPackage: {p}\nPin: release n={s}\n"
                               f"Pin-Priority: 995\n" for p, s in self.pins)
 
+    def preferences_file(self) -> Path:
+        """Where this context's preferences are written (named after the
+        pins: two pin sets sharing the directory, each its own file)."""
+        tag = hashlib.sha256(self.preferences().encode()).hexdigest()[:12]
+        return self.directory / f"preferences-{tag}"
+
     def sources(self) -> dict[str, str]:
         """file name -> text of this context's sources."""
         host = host_sources()
@@ -205,7 +218,7 @@ class AptContext:
                 "Debug::NoLocking": "true"}
         if self.pins:                # the newer suite's versions are higher
             opts["APT::Default-Release"] = self.default_release()
-            opts["Dir::Etc::Preferences"] = d / "preferences"
+            opts["Dir::Etc::Preferences"] = self.preferences_file()
         if os.geteuid() == 0:        # else apt warns it cannot drop to _apt
             opts["APT::Sandbox::User"] = "root"
         return [x for k, v in opts.items() for x in ("-o", f"{k}={v}")]
@@ -264,7 +277,7 @@ class AptContext:
             if (d / "sources").is_dir() else {}
         if self.pins:
             d.mkdir(parents=True, exist_ok=True)
-            (d / "preferences").write_text(self.preferences())
+            self.preferences_file().write_text(self.preferences())
         lists = d / "lists"
         host_mtime = HOST_LISTS.stat().st_mtime if HOST_LISTS.exists() else 0
         if current == sources and self.has_lists() and \
@@ -331,9 +344,12 @@ def for_arch(arch: Arch, suite: str | None = None,
 def for_recipe(recipe, packages: list[str] | None = None) -> AptContext:
     """The apt context of a recipe (image/recipe.py): its architecture's,
     for its suite, with the suites its ``package_suites`` name for the
-    packages it installs (``packages``: those instead of its own), so
-    that an image without them keeps the plain context."""
-    wanted = recipe.packages if packages is None else packages
-    pins = tuple(sorted((p, recipe.package_suites[p]) for p in wanted
-                        if p in recipe.package_suites))
+    packages it installs (``packages``: those instead of its own; perf
+    and the tools when they come from .debs), all of them pinned once
+    one is installed; an image without them keeps the plain context."""
+    wanted = list(recipe.packages if packages is None else packages)
+    if recipe.userland_from_debs():     # perf and the tools: .debs too
+        wanted += [recipe.perf_package] + [t.package for t in recipe.tools]
+    pins = tuple(sorted(recipe.package_suites.items())) \
+        if any(p in recipe.package_suites for p in wanted) else ()
     return for_arch(arches.get(recipe.arch), recipe.suite, pins)

@@ -31,6 +31,14 @@ class FakeRecipe:
     arch, suite = "riscv64", "trixie"
     package_suites = {"valgrind": "sid"}
     packages: list = []
+    perf_package, tools = "linux-perf", []
+
+    def userland_from_debs(self):
+        return True
+
+
+class PerfFromSid(FakeRecipe):
+    package_suites = {"valgrind": "sid", "linux-perf": "sid", "libc6": "sid"}
 
 
 def test_an_image_without_the_package_keeps_the_plain_context(host):
@@ -54,8 +62,8 @@ def test_the_other_suite_joins_derived_alike_ranked_below_but_the_pin(host):
     opts = ctx.options()
     pairs = dict(o.split("=", 1) for o in opts[1::2])
     assert pairs["APT::Default-Release"] == "trixie"
-    assert pairs["Dir::Etc::Preferences"] == str(ctx.directory /
-                                                 "preferences")
+    assert pairs["Dir::Etc::Preferences"] == str(ctx.preferences_file())
+    assert ctx.preferences_file().parent == ctx.directory
     assert ctx.preferences() == ("\nPackage: valgrind\nPin: release n=sid\n"
                                  "Pin-Priority: 995\n")
     assert "valgrind/sid" in ctx.memo_key()
@@ -76,3 +84,24 @@ def test_the_recipe_key_is_checked():
     for bad in (["valgrind"], {"Valgrind": "sid"}, {"valgrind": 3}):
         with pytest.raises(ValueError):
             parse_package_suites(bad)
+
+
+def test_perf_from_another_suite_pins_the_whole_set_in_every_image(host):
+    """perf comes from .debs on riscv64: a recipe that takes it from sid
+    pins sid's libc6 with it in the base image, and valgrind's closure of
+    an image that adds it gets the same libc6 (the first closure
+    unpacked wins: two libc6 versions would leave perf's libpython3.14
+    without its GLIBC_2.42)."""
+    base = aptdir.for_recipe(PerfFromSid())
+    added = aptdir.for_recipe(PerfFromSid(), ["valgrind"])
+    assert base.pins == added.pins == (("libc6", "sid"), ("linux-perf", "sid"),
+                                       ("valgrind", "sid"))
+    assert base.directory == host / "apt" / "riscv64-trixie+sid"
+    assert "Package: libc6\nPin: release n=sid" in base.preferences()
+
+
+def test_pin_sets_sharing_a_directory_keep_their_own_preferences(host):
+    one = aptdir.for_recipe(FakeRecipe(), ["valgrind"])
+    other = aptdir.for_recipe(PerfFromSid())
+    assert one.directory == other.directory
+    assert one.preferences_file() != other.preferences_file()
