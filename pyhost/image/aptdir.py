@@ -22,9 +22,9 @@ dependencies come from the own suite where they fit (``PKG/SUITE`` would
 switch some dependencies to the newer suite and break others: sid's
 libc6 next to trixie's libc6-dbg).  The recipe's entries are one set:
 an image that installs any of them gets every pin, so that a library a
-pinned package needs from the newer suite (riscv64: sid's perf needs
-sid's libc6) is the same version in every closure the image unpacks
-(perf's and the added packages'; the first one unpacked wins).  The
+pinned package needs from the newer suite (sid's perf needing sid's
+libc6) is the same version in every closure the image unpacks (perf's
+and the added packages'; the first one unpacked wins).  The
 preferences file is named after its pins: images of one directory with
 other pin sets (another branch's recipe) never read each other's.
 An index apt cannot fetch is named in the report; the build goes on only
