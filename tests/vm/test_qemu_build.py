@@ -14,17 +14,29 @@ symbol table, read by `nm`, and QEMU's source for which helper TCG calls:
 * every emulator sample named is a function `nm` lists in the binary;
 * the `div` loop's emulator work on its behalf is mostly the division
   helper: helper_divq_EAX (target/i386/tcg/int_helper.c, which TCG's
-  x86_64 front end calls for a 64-bit div) and what it calls.
+  x86_64 front end calls for a 64-bit div) and what it calls;
+* helper samples are charged to the guest function that called them:
+  tests/guest_programs/helperphases.c's divide(), fdivide() and add()
+  each get the share of the profile that the vCPU thread's CPU time gave
+  each of them run alone (/proc schedstat, read by the host between
+  phases), and the emulator's work charged to divide() and fdivide() is
+  their helpers' source files' (`nm` and `addr2line` on the binary).
+  This test does not build QEMU: it takes build/qemu/*/build or
+  PVPERF_QEMU_DIR, and skips without either.
 """
 from __future__ import annotations
 
+import bisect
 import json
+import os
 import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from support import PROGRAMS, REPO, run_pvperf
+from support import (PROGRAMS, REPO, pvperf_cmd, qemu_vcpu_thread,
+                     run_pvperf, sigint_default, thread_ns, wait_for)
 from test_profile import CFLAGS
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
@@ -75,3 +87,181 @@ def test_emulator_functions_are_named(qemu_dir, tmp_path):
                      if (s.get("behalf") or {}).get("symbol") == "divide")
     division = sum(n for sym, n in behalf.items() if "div" in sym)
     assert division >= 0.5 * sum(behalf.values()), behalf.most_common(10)
+
+
+# --- Helper samples charged to the guest function that called them ------
+#
+# tests/guest_programs/helperphases.c runs ROUNDS rounds of three phases,
+# each one function called CALLS times: divide() (x86 `div`: TCG calls
+# helper_divq_EAX, which calls div64), fdivide() (SSE `divsd`: TCG calls
+# helper_divsd, which calls softfloat's float64_div) and add() (the same
+# loop as divide() with `add`: inline host code, no helper).  The
+# reference is independent of pvperf: before each phase the guest creates
+# a file in the share and waits, idle, for the host's answer; the host
+# reads the vCPU thread's CPU time (/proc/PID/task/TID/schedstat) at each
+# such file, so each phase's host time is measured while it runs alone.
+# The same run is profiled, so both see the same executions; a function's
+# share of the three phases' host time must be its share of the profile's
+# samples of the three (translated code + emulator work on its behalf).
+# Host time that goes with the running time of any phase (guest timer
+# ticks, the TB lookups after them, perf's own sampling) cancels in the
+# shares; what does not is the handshake's edges (a file created and a
+# few 10 ms polls per phase: about a millisecond each) and samples whose
+# unwound stack misses the code-cache frame (a helper's first instruction,
+# before it pushes its frame pointer).  Without the helpers charged to
+# them, divide() and fdivide() would keep only their translated code, a
+# few percent of their host time (they spend most of it in the helper).
+
+HELPER_ROUNDS = 4
+# calls of each phase: about 0.3 s of host time each on this host
+HELPER_CALLS = {"divide": 60000, "fdivide": 60000, "add": 300000}
+# QEMU's source files of the work each helper-heavy loop calls for: the
+# functions there (by the QEMU binary's symbol table and its line table,
+# `nm` and `addr2line`: the file of the function an address is in, so that
+# what the compiler inlined where counts as the function it is in)
+EXPECTED_SOURCES = {"divide": ("target/i386/tcg/int_helper.c",),
+                    "fdivide": ("target/i386/ops_sse.h", "fpu/softfloat.c")}
+# points of share (see the run figures in
+# test_helper_samples_are_charged_to_their_caller's docstring)
+SHARE_TOLERANCE = 3.0
+
+
+@pytest.fixture(scope="module")
+def built_qemu():
+    """A scripts/build-qemu.sh build where qemu_dir finds it (build/qemu/
+    VERSION/build), or PVPERF_QEMU_DIR (any directory `--qemu` takes); a
+    skip that says how to get one otherwise (the build takes most of an
+    hour: this fixture does not start it)."""
+    given = os.environ.get("PVPERF_QEMU_DIR")
+    builds = [Path(given)] if given else \
+        sorted((REPO / "build" / "qemu").glob("*/build"))
+    builds = [d for d in builds if (d / "qemu-system-x86_64").is_file()]
+    if not builds:
+        pytest.skip("no QEMU built with symbols: run scripts/build-qemu.sh "
+                    "x86_64 (or set PVPERF_QEMU_DIR to a directory holding "
+                    "qemu-system-x86_64 with symbols)")
+    return builds[-1]
+
+
+def phase_ns(share: Path, proc: subprocess.Popen) -> dict[str, list[int]]:
+    """The host side of helperphases' handshakes: per phase, the vCPU
+    thread's CPU time of each of its runs (ns)."""
+    marks = [f"s.{r:02d}.{p}" for r in range(HELPER_ROUNDS)
+             for p in range(len(HELPER_CALLS))] + ["s.end"]
+    wait_for(share / marks[0], proc, "helperphases started")
+    task = qemu_vcpu_thread(proc.pid)
+    readings = []
+    for mark in marks:
+        wait_for(share / mark, proc, f"helperphases' {mark}")
+        readings.append(thread_ns(task))
+        if mark != "s.end":
+            (share / ("g" + mark[1:])).touch()
+    times: dict[str, list[int]] = {f: [] for f in HELPER_CALLS}
+    for i, (a, b) in enumerate(zip(readings, readings[1:])):
+        times[list(HELPER_CALLS)[i % len(HELPER_CALLS)]].append(b - a)
+    return times
+
+
+def profile_phases(qemu: Path, tmp_path: Path):
+    """Profile helperphases with the QEMU in ``qemu``: (session, per-phase
+    vCPU times)."""
+    share = tmp_path / "share"
+    share.mkdir()
+    subprocess.run(["gcc", *CFLAGS, f"-I{PROGRAMS}", "-o",
+                    str(share / "helperphases"),
+                    str(PROGRAMS / "helperphases.c")], check=True)
+    out = tmp_path / "prof"
+    proc = subprocess.Popen(pvperf_cmd() + [
+        "profile", "--qemu", str(qemu), "--output", str(out), "--share",
+        str(share), "--", "./helperphases", str(HELPER_ROUNDS),
+        *map(str, HELPER_CALLS.values())],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=sigint_default)
+    try:
+        times = phase_ns(share, proc)
+        stdout, stderr = proc.communicate(timeout=1800)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait()
+    assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    return json.loads((out / "session.json").read_text()), times
+
+
+def on_behalf_of(sample: dict, function: str) -> bool:
+    b = sample.get("behalf") or {}
+    return b.get("space") == "guest-user" and b.get("symbol") == function
+
+
+@pytest.mark.host_timing
+def test_helper_samples_are_charged_to_their_caller(built_qemu, tmp_path):
+    session, times = profile_phases(built_qemu, tmp_path)
+    rows = {r["symbol"]: r for r in session["translation_table"]["rows"]
+            if r["space"] == "guest-user" and r["comm"] == "helperphases"}
+    host = {f: rows[f]["host"] for f in HELPER_CALLS}
+    total_ns = sum(sum(t) for t in times.values())
+    expected = {f: 100 * sum(times[f]) / total_ns for f in HELPER_CALLS}
+    measured = {f: 100 * host[f] / sum(host.values()) for f in HELPER_CALLS}
+    per_round = [100 * times["divide"][r] / sum(t[r] for t in times.values())
+                 for r in range(HELPER_ROUNDS)]
+    behalf = {f: Counter(s["symbol"] for s in session["samples"]
+                         if not s.get("code_cache") and on_behalf_of(s, f))
+              for f in HELPER_CALLS}
+    print(f"vCPU ms per phase {({f: [t // 10**6 for t in v] for f, v in times.items()})}; "
+          f"samples {({f: (rows[f]['translated'], rows[f]['behalf']) for f in HELPER_CALLS})}; "
+          f"share expected {({f: round(v, 2) for f, v in expected.items()})}, "
+          f"measured {({f: round(v, 2) for f, v in measured.items()})}; "
+          f"divide's share per round {[round(v, 2) for v in per_round]}; "
+          f"behalf {({f: c.most_common(6) for f, c in behalf.items()})}")
+    for f in HELPER_CALLS:
+        assert abs(measured[f] - expected[f]) <= SHARE_TOLERANCE, \
+            (f, measured, expected)
+    source = qemu_sources(qemu_bin(built_qemu), session["samples"])
+    print("source files on behalf", {f: Counter(
+        source.get(s["hostpc"], s["symbol"]).split("/src/")[-1]
+        for s in session["samples"] if not s.get("code_cache")
+        and on_behalf_of(s, f)).most_common(5) for f in HELPER_CALLS})
+    for f, files in EXPECTED_SOURCES.items():
+        # mostly the helper's work, not its own translated code...
+        assert rows[f]["behalf"] >= 2 * rows[f]["translated"], rows[f]
+        helper = [s for s in session["samples"] if not s.get("code_cache")
+                  and source.get(s["hostpc"], "").endswith(files)]
+        ours = [s for s in helper if on_behalf_of(s, f)]
+        assert len(ours) >= 0.9 * sum(behalf[f].values()), behalf[f]
+        # ... and that work is its, not another function's
+        assert len(ours) >= 0.95 * len(helper), Counter(
+            (s.get("behalf") or {}).get("symbol") for s in helper)
+
+
+def qemu_bin(qemu: Path) -> Path:
+    return next(p for p in (qemu / "qemu-system-x86_64",
+                            qemu / "bin" / "qemu-system-x86_64")
+                if p.is_file()).resolve()
+
+
+def qemu_sources(binary: Path, samples: list[dict]) -> dict[int, str]:
+    """hostpc -> source file of the function of ``binary`` it is in, for
+    the samples in QEMU's own code (perf names a frame inlined there by
+    the inlined function, with the same address: dso "inlined")."""
+    nm = subprocess.run(["nm", "--defined-only", str(binary)],
+                        capture_output=True, text=True, check=True).stdout
+    starts = sorted(int(p[0], 16) for p in (line.split() for line in
+                                            nm.splitlines())
+                    if len(p) == 3 and p[1] in "tTwW")
+    pcs = {s["hostpc"] for s in samples if not s.get("code_cache")
+           and s.get("dso") in (str(binary), "inlined")}
+    function = {pc: starts[bisect.bisect_right(starts, pc) - 1]
+                for pc in pcs if pc >= starts[0]}
+    entries = sorted(set(function.values()))
+    # -i: the chain of inlined calls at the address, outermost last (the
+    # file of the function the symbol names)
+    out = subprocess.run(["addr2line", "-i", "-a", "-e", str(binary),
+                          *map(hex, entries)], capture_output=True,
+                         text=True, check=True).stdout
+    files: dict[int, str] = {}
+    for line in out.splitlines():
+        if line.startswith("0x"):
+            at = int(line, 16)
+        else:
+            files[at] = os.path.normpath(line.rsplit(":", 1)[0])
+    return {pc: files.get(entry, "") for pc, entry in function.items()}
