@@ -126,9 +126,9 @@ EXPECTED_SOURCES = {"divide": ("target/i386/tcg/int_helper.c",),
 # functions: 0.3 points, one standard deviation), and the guest's other
 # work inside a phase's window, which the vCPU time counts and the profile
 # gives to other processes: pvperf profile's wrapper snapshots /proc every
-# second (sh, grep, mv: 2100 samples, 5 % of the vCPU time, in one run),
-# each in whichever phase runs then (0.7 points for divide()'s share of
-# some 15 of them).  Measured: 1.66 points at most (the test's docstring);
+# second (sh, grep, mv: 10 to 19 snapshots a run, 3 to 6 % of the vCPU
+# time), each in whichever phase runs then (0.6 points for divide()'s
+# share of 15 of them).  Measured: 1.66 points at most (the test's docstring);
 # charging no helper to its caller would move divide() by 15 points and
 # fdivide() by 22.
 SHARE_TOLERANCE = 3.0
