@@ -12,10 +12,11 @@
  * Before each phase the program creates s.R.P in its current directory
  * (R the round, P the phase: 0 divide, 1 fdivide, 2 add) and sleeps until
  * g.R.P exists; after the last phase it creates s.end.  The host reads
- * the vCPU thread's CPU time each time an s file appears, while the guest
- * only waits, so that the difference of two readings is the host time of
- * one phase run alone: the separate count that pvperf profile's
- * attribution of the same run is checked against.
+ * the vCPU thread's CPU time when an s file appears and just before it
+ * creates the g file, while the guest only waits, so that the difference
+ * of two readings is the host time of one phase run alone: the separate
+ * count that pvperf profile's attribution of the same run is checked
+ * against (tests/vm/test_qemu_build.py).
  */
 #include "freestanding.h"
 
