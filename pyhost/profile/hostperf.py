@@ -134,7 +134,11 @@ class PerfSample:
 # -t/--field-separator of perf report does not exist here) and prints a
 # callchain as one indented "ip sym+off (dso)" line per frame, so the
 # lines are taken apart by their shape: the head line ends in
-# "tid time:", a frame line in "(dso)".
+# "tid time:", a frame line in "(dso)".  A function the compiler inlined
+# is a frame of its own, "(inlined)" in place of the dso, before the frame
+# of the function it was inlined into, at the same ip: it is dropped, so
+# that a frame is a function of the binary's symbol table (the one an
+# address resolves to), whose dso is known.
 HEAD_RE = re.compile(r"^\s*(?P<comm>.*?)\s+(?P<tid>\d+)\s+(?P<time>\d+\.\d+):"
                      r"\s+(?P<period>\d+)?")
 FRAME_RE = re.compile(r"^\s+(?P<ip>[0-9a-f]+)\s+(?P<sym>.*?)\s+\((?P<dso>.*)\)$")
@@ -148,6 +152,8 @@ def parse_perf_script(text: str) -> list[PerfSample]:
             continue
         m = FRAME_RE.match(line) if cur is not None else None
         if m:
+            if m["dso"] == "inlined":
+                continue
             sym = re.sub(r"\+0x[0-9a-f]+$", "", m["sym"])
             cur.frames.append(Frame(int(m["ip"], 16), sym, m["dso"]))
             continue

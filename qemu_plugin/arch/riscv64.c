@@ -14,61 +14,52 @@
  * a longer one (none is ratified) is undecodable.
  *
  * Branches (PVPERF_CTR_BRANCH_*), a conditional one taken or not:
- * beq bne blt bge bltu bgeu c.beqz c.bnez (conditional, CLS_COND, with a
- * taken target: cond_target), jal and c.j (direct), jalr, c.jr and
- * c.jalr (indirect, CLS_INDIRECT) but for returns.  c.jal is rv32-only
- * (its encoding is c.addiw on rv64).  A return is `jalr x0, 0(ra)` and
- * `c.jr ra`, as valgrind's riscv64 front end (guest_riscv64_toIR.c)
- * makes Ijk_Ret of exactly those two, and cachegrind, the models'
- * reference, counts every other register jump as an indirect branch.
- * The calling convention's hint table would also call `jr t0` (x5, the
- * alternate link register) a return: the models follow cachegrind.
- * Calls are the jumps that write a link register (rd = ra, or t0 for the
- * kernel's and millicode's alternate link): jal/jalr ra are CLS_FRAME
- * (they write ra), those through t0 are not (t0 is no frame register).
- * Not counted: ecall, ebreak, sret, mret (exception entry and return,
- * as on arm64: aarch64.c).
+ * beq bne blt bge bltu bgeu c.beqz c.bnez (CLS_COND, with a taken
+ * target: cond_target), jal and c.j (direct), jalr, c.jr and c.jalr
+ * (CLS_INDIRECT) but for returns (c.jal is rv32-only: c.addiw on rv64).
+ * The models follow cachegrind, their reference, as valgrind's riscv64
+ * front end (guest_riscv64_toIR.c) makes its IR: a return is `jalr x0,
+ * 0(ra)` or `c.jr ra` (Ijk_Ret; not `jr t0`, the calling convention's
+ * other return), and a branch its block has decided (auipc + jalr, a
+ * compare of constants) is neither conditional nor indirect (classify_tb).
+ * Calls write a link register (ra, or t0 for the kernel's and millicode's
+ * alternate link): jal/jalr ra are CLS_FRAME, those through t0 are not.
+ * Not counted: ecall, ebreak, sret, mret (exception entry and return).
  *
  * Memory (CLS_MEM: may page-fault): the loads and stores of every width
- * (lb..ld, sb..sd, lwu, the FP ones flh..flq fsh..fsq), the compressed
- * ones (c.lw c.ld c.sw c.sd, the sp-relative c.lwsp.. c.sdsp, c.fld
- * c.fsd c.fldsp c.fsdsp, Zcb's c.lbu c.lhu c.lh c.sb c.sh), the atomics
- * (lr, sc, amo*), the hypervisor's hlv/hsv, the vector loads and stores
- * (their opcodes are LOAD-FP's and STORE-FP's), and cbo.zero (a store of
- * a block, like arm64's dc zva).  The prefetch hints (prefetch.i/r/w:
- * ori with rd = x0) are no access: QEMU executes them as nops.
+ * (lb..ld, sb..sd, lwu, FP flh..flq fsh..fsq), the compressed ones (c.lw
+ * c.ld c.sw c.sd, c.lwsp.. c.sdsp, c.fld c.fsd c.fldsp c.fsdsp, Zcb's
+ * c.lbu c.lhu c.lh c.sb c.sh), the atomics (lr, sc, amo*), hlv/hsv, the
+ * vector loads and stores (LOAD-FP's and STORE-FP's opcodes), cbo.zero
+ * (a block's store, like arm64's dc zva); not the prefetch hints (ori
+ * with rd = x0: QEMU runs them as nops).
  *
  * Faults other than a data access (CLS_BOUNDARY alone): the SYSTEM
- * instructions (ecall, ebreak, sret, wfi, sfence.vma, every CSR access,
- * since one can trap), cbo.clean/flush/inval (they check permissions),
- * every vector instruction (Linux enables the vector unit lazily: the
- * first one a task executes traps, and is executed again), and illegal
- * or reserved encodings.
+ * instructions (ecall, ebreak, sret, wfi, sfence.vma, every CSR access:
+ * one can trap), cbo.clean/flush/inval (they check permissions), every
+ * vector instruction (Linux enables the vector unit lazily: a task's
+ * first one traps, and runs again), illegal or reserved encodings.
  *
  * Frame (CLS_FRAME, where sampling captures registers): writes sp (x2),
  * the frame pointer s0 (x8) or ra (x1), the registers an unwinder reads:
  * any instruction whose integer destination is one of them (a load, an
  * ALU result, jal/jalr/c.jalr's link, c.addi16sp, c.addi4spn into s0),
- * vector instructions with rd one of them (vsetvli and vmv.x.s write an
- * integer register; over-approximated), and every SYSTEM or undecodable
- * instruction (traps switch stacks).
+ * vector ones with rd one of them (vsetvli, vmv.x.s; over-approximated),
+ * every SYSTEM or undecodable instruction (traps switch stacks).
  *
  * The marker.  A hypercall is the 32-bit store `sw a0, 0(a1)`
  * (PVPERF_RISCV64_MARKER_INSN) at a kernel-half address, a0 holding
- * PVPERF_MARKER_MAGIC and a1 pointing at the caller's struct
- * pvperf_hcall (pvperf_abi.h).  Its registers are RVC's, so an assembler
- * that may use compressed instructions (Debian's kernel: RISCV_ISA_C)
- * emits c.sw for it; only `.option norvc` code has the 32-bit word.  None
- * of trixie's 6.12.117 riscv64 Image and its 3103 modules holds it
- * (`sw a6, 0(a7)` is in 21 places in modules: nfsd, stmmac, ivtv...).
+ * PVPERF_MARKER_MAGIC, a1 the caller's struct pvperf_hcall
+ * (pvperf_abi.h).  An RVC assembler emits c.sw for it (its registers are
+ * RVC's): only `.option norvc` code has the word, and none of trixie's
+ * 6.12.117 Image and 3103 modules does (`sw a6, 0(a7)`: 21 places).
  *
- * Registers: QEMU's (gdb's riscv-64bit-cpu.xml) names: zero ra sp gp tp
- * t0-t2 fp s1 a0-a7 s2-s11 t3-t6 pc, x8 as "fp"; satp from the CSR
- * feature QEMU generates (org.gnu.gdb.riscv.csr).  Checked on 10.0 with
- * the image's CPU (images/riscv64/plugin-registers-rv64.txt, 200 names).  The sample's slots are
- * perf's riscv order (PERF_REG_RISCV_PC = 0, then x1..x31 at 1..31): slot
- * 0 is left 0, since the pc is the sample's ip (as on arm64), while a
- * capture point's pc would be that point's, not the sampled instruction's.
+ * Registers: QEMU's (gdb's riscv-64bit-cpu.xml) names, x8 as "fp"; satp
+ * from the CSR feature QEMU generates (org.gnu.gdb.riscv.csr); checked on
+ * 10.0 with the image's CPU (images/riscv64/plugin-registers-rv64.txt).
+ * The sample's slots are perf's riscv order (PERF_REG_RISCV_PC = 0, then
+ * x1..x31): slot 0 is left 0, the pc being the sample's ip (as on arm64;
+ * a capture point's pc would be that point's).
  *
  * The address space: one root, satp (MODE 63:60, ASID 59:44, PPN 43:0),
  * maps both halves.  Linux 6.12 switches a CPU to another mm in
@@ -343,13 +334,102 @@ static bool is_marker(const uint8_t *bytes, size_t len)
 	       insn_word(bytes, 4) == PVPERF_RISCV64_MARKER_INSN;
 }
 
+/* Branches decided in their block.  VEX makes auipc a constant PUT,
+ * jalr's target GET(rs1) + imm and a branch an exit on rs1 ? rs2; iropt
+ * forwards PUTs to GETs and folds, so cachegrind sees a constant target
+ * (no Bi) or a constant exit (no Bc): docs/architectures.md.  known: x0
+ * and the registers holding a constant of the block: auipc, lui, c.lui,
+ * c.li, and addi(w), slli, c.addi(w), c.slli, c.mv, c.add of known ones;
+ * any other write clears one.  A VEX block has at most 50 instructions
+ * (valgrind's --vex-guest-max-insns). */
+#define VEX_MAX_INSNS	50
+#define is_known(known, r)	(((known) >> (r)) & 1)
+
+static uint32_t set_known(uint32_t known, unsigned rd, bool constant)
+{
+	uint32_t bit = rd ? 1u << rd : 0;	/* x0 stays known */
+
+	return constant ? known | bit : known & ~bit;
+}
+
+static uint32_t known_after32(uint32_t w, uint32_t known)
+{
+	unsigned rd = bits(w, 11, 7), f3 = bits(w, 14, 12);
+	bool from_known = is_known(known, bits(w, 19, 15));
+
+	switch (w & 0x7f) {
+	case 0x17: case 0x37:			/* auipc, lui */
+		return set_known(known, rd, true);
+	case 0x13:				/* addi, slli */
+		return set_known(known, rd, from_known && (f3 == 0 ||
+				 (f3 == 1 && !bits(w, 31, 26))));
+	case 0x1b:				/* addiw */
+		return set_known(known, rd, from_known && f3 == 0);
+	case 0x07: case 0x0f: case 0x23: case 0x27: case 0x43: case 0x47:
+	case 0x4b: case 0x4f: case 0x63:	/* no integer rd */
+		return known;
+	default:
+		return set_known(known, rd, false);
+	}
+}
+
+static uint32_t known_after16(uint32_t h, uint32_t known)
+{
+	unsigned rd = bits(h, 11, 7), rs2 = bits(h, 6, 2);
+
+	switch ((h & 3) << 3 | bits(h, 15, 13)) {
+	case 000: case 002: case 003:		/* c.addi4spn c.lw c.ld */
+		return set_known(known, creg_lo(h), false);
+	case 004:				/* Zcb: loads write rd' */
+		return bits(h, 12, 11) ? known
+				       : set_known(known, creg_lo(h), false);
+	case 010: case 011: case 020:		/* c.addi c.addiw c.slli */
+		return set_known(known, rd, is_known(known, rd));
+	case 012:				/* c.li */
+		return set_known(known, rd, true);
+	case 013:				/* c.addi16sp, c.lui */
+		return set_known(known, rd, rd != 2 || is_known(known, 2));
+	case 014:				/* the rd' ALU forms */
+		return set_known(known, creg_hi(h), false);
+	case 022: case 023:			/* c.lwsp, c.ldsp */
+		return set_known(known, rd, false);
+	case 024:				/* c.mv, c.add (rs2: jumps) */
+		return !rs2 ? known : set_known(known, rd, is_known(known, rs2)
+			&& (!bits(h, 12, 12) || is_known(known, rd)));
+	default:				/* stores, FP loads, c.j.. */
+		return known;
+	}
+}
+
+/* Whether a register jump's target, or a conditional branch's outcome,
+ * is a constant of its block (its source registers are known). */
+static bool decided(uint32_t w, size_t len, uint32_t known)
+{
+	if (len == 2)	/* c.beqz/c.bnez rs1' (against x0), c.jr/c.jalr */
+		return is_known(known, (w & 3) == 1 ? creg_hi(w) : bits(w, 11, 7));
+	return is_known(known, bits(w, 19, 15)) &&
+	       ((w & 0x7f) != 0x63 || is_known(known, bits(w, 24, 20)));
+}
+
 static void classify_tb(const struct cls_insn *insn, size_t n, bool kernel,
 			uint8_t *cls)
 {
+	uint32_t known = 1, w;
+
 	for (size_t i = 0; i < n; i++) {
-		cls[i] = classify(insn[i].bytes, insn[i].len);
-		if (kernel && is_marker(insn[i].bytes, insn[i].len))
+		const struct cls_insn *in = &insn[i];
+
+		cls[i] = classify(in->bytes, in->len);
+		if (kernel && is_marker(in->bytes, in->len))
 			cls[i] |= CLS_MARKER;
+		if (i % VEX_MAX_INSNS == 0)
+			known = 1;
+		w = insn_word(in->bytes, in->len == 2 ? 2 : 4);
+		if ((cls[i] & (CLS_COND | CLS_INDIRECT)) &&
+		    decided(w, in->len, known))
+			cls[i] &= ~(CLS_COND | CLS_INDIRECT);
+		known = in->len == 2 ? known_after16(w, known)
+				     : known_after32(w, known);
 	}
 }
 

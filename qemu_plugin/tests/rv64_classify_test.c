@@ -11,7 +11,8 @@
  * written by hand, with what objdump says: branch, conditional, indirect
  * (every register jump but `jalr zero,0(ra)` and `c.jr ra`), memory,
  * the satp write and its source register, and a conditional branch's
- * taken target (objdump prints it).  Then the marker in user code, the
+ * taken target (objdump prints it).  Then the marker in user code,
+ * branches their TB has decided (constant targets and conditions), the
  * page walks (Sv39, Sv48, Sv57, Bare).
  *
  * With --corpus, only the checks against objdump, over the listing of a
@@ -311,6 +312,79 @@ static int check_user_marker(void)
 	return 1;
 }
 
+/* ---- branches their block has decided ---- */
+
+/* A TB of words (32-bit ones end in binary 11), after `nops` 32-bit
+ * nops; the last instruction's class. */
+static uint8_t last_of_tb(const uint32_t *words, size_t n, size_t nops)
+{
+	struct cls_insn tb[64];
+	uint8_t cls[64];
+	size_t k = 0;
+
+	for (; k < nops; k++)
+		tb[k] = (struct cls_insn){ .len = 4, .bytes = { 0x13 } };
+	for (size_t i = 0; i < n; i++, k++) {
+		tb[k] = (struct cls_insn){ .len = (words[i] & 3) == 3 ? 4 : 2,
+					   .vaddr = USER_VADDR + 4 * k };
+		for (size_t b = 0; b < tb[k].len; b++)
+			tb[k].bytes[b] = words[i] >> (8 * b);
+	}
+	arch_riscv64.classify_tb(tb, k, false, cls);
+	return cls[k - 1];
+}
+
+/* Encodings from riscv64-linux-gnu-as (objdump -M no-aliases): a target
+ * or an exit VEX folds to a constant, cachegrind counts no Bi or Bc of. */
+static int check_known_targets(void)
+{
+	static const struct {
+		const char *name;
+		uint32_t words[6];
+		size_t n, nops;
+		uint8_t want;
+	} t[] = {
+		{ "auipc ra; jalr ra,98(ra)", { 0x97, 0x062080e7 }, 2, 0,
+		  CLS_BRANCH | CLS_FRAME },
+		{ "jalr ra,98(ra) alone", { 0x062080e7 }, 1, 0,
+		  CLS_BRANCH | CLS_INDIRECT | CLS_FRAME },
+		{ "c.lui a4; addi a4; c.jr a4", { 0x6741, 0x54870713, 0x8702 },
+		  3, 0, CLS_BRANCH },
+		{ "switch: c.lui a4; addi a4; slli a5,s1; c.add a5,a4; c.lw "
+		  "a5,0(a5); c.jr a5", { 0x6741, 0x54870713, 0x00249793,
+		  0x97ba, 0x439c, 0x8782 }, 6, 0, CLS_BRANCH | CLS_INDIRECT },
+		{ "auipc t1; c.mv t1,a0; c.jr t1", { 0x317, 0x832a, 0x8302 },
+		  3, 0, CLS_BRANCH | CLS_INDIRECT },
+		{ "c.li a5,1; c.jalr a5", { 0x4785, 0x9782 }, 2, 0,
+		  CLS_BRANCH | CLS_FRAME },
+		{ "c.li a5,0; lui a3; c.addi a5,1; bne a5,a3", { 0x4781,
+		  0x000406b7, 0x0785, 0xfed79ce3 }, 4, 0, CLS_BRANCH },
+		{ "c.li a5,3; c.bnez a5", { 0x478d, 0xfbed }, 2, 0,
+		  CLS_BRANCH },
+		{ "c.ld a5,0(a0); c.bnez a5", { 0x611c, 0xf7fd }, 2, 0,
+		  CLS_BRANCH | CLS_COND },
+		{ "c.li a5,3; bne a5,a0", { 0x478d, 0xfea796e3 }, 2, 0,
+		  CLS_BRANCH | CLS_COND },
+		{ "auipc ra; jalr ra as the 49th, 50th", { 0x97, 0x062080e7 },
+		  2, 48, CLS_BRANCH | CLS_FRAME },
+		{ "auipc ra; jalr ra as the 50th, 51st: two VEX blocks",
+		  { 0x97, 0x062080e7 }, 2, 49,
+		  CLS_BRANCH | CLS_INDIRECT | CLS_FRAME },
+	};
+	int fails = 0;
+
+	for (size_t i = 0; i < G_N_ELEMENTS(t); i++) {
+		uint8_t cls = last_of_tb(t[i].words, t[i].n, t[i].nops);
+
+		if (cls != t[i].want) {
+			printf("FAIL %s: cls 0x%x, want 0x%x\n", t[i].name, cls,
+			       t[i].want);
+			fails++;
+		}
+	}
+	return fails;
+}
+
 /* ---- the page walks, over a small RAM at virt's base ---- */
 
 #define RAM_BASE 0x80000000ULL
@@ -398,6 +472,7 @@ int main(int argc, char **argv)
 	}
 	fails += check_listing(argv[1], argv[2]);
 	fails += check_user_marker();
+	fails += check_known_targets();
 	fails += check_walk();
 	if (fails) {
 		printf("rv64_classify_test: %d failures\n", fails);

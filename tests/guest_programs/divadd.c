@@ -12,29 +12,7 @@
 
 FREESTANDING_START
 
-#define LOOP(op)							\
-	asm volatile("1: mov %[a], %%rax\n\t"				\
-		     "xor %%edx, %%edx\n\t"				\
-		     op "\n\t"						\
-		     "dec %[n]\n\t"					\
-		     "jnz 1b"						\
-		     : [n] "+r"(n)					\
-		     : [a] "r"(a), [d] "r"(d)				\
-		     : "rax", "rdx", "cc")
-
-__attribute__((noinline)) void divide(u64 a, u64 d)
-{
-	u64 n = 1000;
-
-	LOOP("div %[d]");
-}
-
-__attribute__((noinline)) void add(u64 a, u64 d)
-{
-	u64 n = 1000;
-
-	LOOP("add %[d], %%rax");
-}
+#include "divadd_loops.h"
 
 __attribute__((noreturn, used)) void main_sp(long *sp)
 {
