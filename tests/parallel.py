@@ -77,11 +77,15 @@ def mark_groups(items) -> None:
     members = {}
     for i in range(len(items)):
         members.setdefault(find(i), []).append(i)
-    for root, group in members.items():
+    for group in members.values():
         if len(group) > 1:
-            # no "]" or "@" in the name: xdist takes the group name from
-            # after the last "@", only when no "]" follows it
-            name = f"{items[root].nodeid.split('::')[0]}#{root}"
+            # named by its first test, not by the union-find root: the
+            # root follows the order of a set of str keys, which string
+            # hashing randomizes per process, and every xdist worker
+            # must give a test the same node id.  No "]" or "@" in the
+            # name: xdist takes the group name from after the last "@",
+            # only when no "]" follows it
+            name = f"{items[group[0]].nodeid.split('::')[0]}#{group[0]}"
             for i in group:
                 items[i].add_marker(pytest.mark.xdist_group(name))
                 _suffix_nodeid(items[i], name)
