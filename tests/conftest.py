@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import pytest
 
@@ -71,6 +72,15 @@ def pytest_xdist_make_scheduler(config, log):
         import parallel
         return parallel.make_scheduler(config, log)
     return None
+
+
+@pytest.hookimpl(tryfirst=True)    # before the fixtures' set-up
+def pytest_runtest_setup(item):
+    # which worker ran the test and when it started (in the junit xml
+    # scripts/test.sh writes): parallel.report() shows a worker's idle end
+    item.user_properties += [
+        ("worker", os.environ.get("PYTEST_XDIST_WORKER", "-")),
+        ("start", f"{time.time():.1f}")]
 
 
 @pytest.hookimpl(tryfirst=True)    # before xdist reads the groups

@@ -8,9 +8,16 @@ parameters: one support.Guest's boot, say) form one xdist group, run
 whole by one worker; a test that uses no module-scoped fixture goes
 wherever a worker is free.  A module marked one_worker runs whole on one
 worker (its tests look for processes of their kind machine-wide).
-Groups are handed out in collection order (no reordering by their number
-of tests: a group of two tests may hold the longest boot), the VM tests
-first, the quick ones filling in at the end.
+Groups are handed out longest first, by the seconds each test took in a
+measured run (durations.txt; a test not in it counts DEFAULT_SECONDS):
+the number of tests says nothing (a group of two tests may hold the
+longest boot), and a long group handed out last leaves the other worker
+idle until it ends.  The quick tests fill in at the end.
+
+scripts/test.sh writes each phase's junit xml to build/ and prints
+report()'s summary: where the time went, by module, by group (a boot)
+and by worker.  `python tests/parallel.py --record build/junit-*.xml`
+writes a run's durations to durations.txt.
 
 Test code that runs make goes through make() here: one make at a time
 per directory.
@@ -89,8 +96,52 @@ def mark_groups(items) -> None:
             for i in group:
                 items[i].add_marker(pytest.mark.xdist_group(name))
                 _suffix_nodeid(items[i], name)
-    items.sort(key=lambda item: not (item.get_closest_marker("vm")
-                                     or item.nodeid.startswith("tests/vm/")))
+    seconds = durations()
+    if not seconds:                 # no measured run: the VM tests first
+        items.sort(key=lambda item: _default_seconds(item) < 1)
+        return
+    cost, first = {}, {}
+    for i, item in enumerate(items):
+        group = _group(item)
+        first.setdefault(group, i)
+        cost[group] = cost.get(group, 0.0) + seconds.get(
+            _plain(item.nodeid), _default_seconds(item))
+    # a group's tests stay together, in their order
+    items.sort(key=lambda item: (-cost[_group(item)], first[_group(item)]))
+
+
+#: seconds of a test missing from durations.txt (new since it was
+#: recorded): a VM test's share of a boot, or a quick one
+DEFAULT_SECONDS = {"vm": 15.0, "other": 0.5}
+DURATIONS = Path(__file__).with_name("durations.txt")
+
+
+def _default_seconds(item) -> float:
+    vm = item.get_closest_marker("vm") or item.nodeid.startswith("tests/vm/")
+    return DEFAULT_SECONDS["vm" if vm else "other"]
+
+
+def _plain(nodeid: str) -> str:
+    """A node id without the "@group" suffix mark_groups gives it."""
+    return nodeid.split("@tests/")[0]
+
+
+def _group(item) -> str:
+    """The test's xdist group, or the test itself."""
+    mark = item.get_closest_marker("xdist_group")
+    return mark.args[0] if mark else item.nodeid
+
+
+def durations(path: Path = DURATIONS) -> dict[str, float]:
+    """{node id: seconds} of durations.txt ("SECONDS NODEID" lines)."""
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            sec, nodeid = line.split(" ", 1)
+            out[nodeid] = float(sec)
+    return out
 
 
 def make(directory: Path, *args: str, **kw) -> subprocess.CompletedProcess:
@@ -139,3 +190,84 @@ def make_scheduler(config, log):
                 return
             self._assign_work_unit(node)
     return OneAhead(config, log)
+
+
+# -- where the time went: the junit xml scripts/test.sh writes ----------
+
+def _testcases(path: Path):
+    """(node id without its group, group, seconds, worker, start) of each
+    test of a junit xml pytest wrote; worker and start are the
+    properties conftest.py records (absent in older files)."""
+    import xml.etree.ElementTree as ET
+    for case in ET.parse(path).iter("testcase"):
+        parts = case.get("classname", "").split(".")
+        k = next((k for k in range(len(parts), 0, -1)
+                  if (REPO / "/".join(parts[:k])).with_suffix(".py")
+                  .is_file()), len(parts))
+        name = case.get("name", "")
+        nodeid = "::".join(["/".join(parts[:k]) + ".py", *parts[k:],
+                            _plain(name)])
+        group = name.rsplit("@", 1)[1] if "@tests/" in name else nodeid
+        props = {p.get("name"): p.get("value")
+                 for p in case.iter("property")}
+        start = props.get("start")
+        yield (nodeid, group, float(case.get("time") or 0.0),
+               props.get("worker", "-"), float(start) if start else None)
+
+
+def report(paths: list[Path], top: int = 15) -> str:
+    """Each junit xml's worker-seconds by module and by group (a group
+    is one boot: the tests sharing a module-scoped fixture instance),
+    and each worker's busy time and end, from the start of its first
+    test: a worker that ends long before the other waited idle."""
+    out = []
+    for path in paths:
+        if not path.is_file():
+            continue
+        cases = list(_testcases(path))
+        total = sum(c[2] for c in cases)
+        out.append(f"{path.name}: {len(cases)} tests, {total:.0f} "
+                   f"worker-seconds")
+        starts = [c[4] for c in cases if c[4] is not None]
+        t0 = min(starts, default=0.0)
+        for worker in sorted({c[3] for c in cases if c[4] is not None}):
+            mine = [c for c in cases if c[3] == worker and c[4] is not None]
+            end = max(c[4] + c[2] for c in mine) - t0
+            busy = sum(c[2] for c in mine)
+            out.append(f"  worker {worker}: {busy:.0f} s busy, "
+                       f"last test ended at {end:.0f} s")
+        for what, key in (("module", lambda c: c[0].split("::")[0]),
+                          ("group", lambda c: c[1])):
+            sums = {}
+            for c in cases:
+                n, s = sums.get(key(c), (0, 0.0))
+                sums[key(c)] = (n + 1, s + c[2])
+            out.append(f"  by {what} (seconds, tests), the {top} longest:")
+            for name, (n, s) in sorted(sums.items(),
+                                       key=lambda kv: -kv[1][1])[:top]:
+                out.append(f"  {s:8.1f} {n:4d}  {name}")
+    return "\n".join(out)
+
+
+def record(paths: list[Path], path: Path = DURATIONS) -> None:
+    """Write the tests' seconds of junit xml files to durations.txt
+    (those of at least a tenth of a second)."""
+    seconds = {}
+    for p in paths:
+        for nodeid, _group, sec, _worker, _start in _testcases(p):
+            seconds[nodeid] = sec
+    lines = [f"{sec:.1f} {nodeid}" for nodeid, sec in sorted(seconds.items())
+             if sec >= 0.1]
+    path.write_text("# seconds node-id: one measured run (scripts/test.sh's "
+                    "build/junit-*.xml);\n# written by `python "
+                    "tests/parallel.py --record FILES`, read by "
+                    "mark_groups\n" + "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    import sys
+    args = sys.argv[1:]
+    if args and args[0] == "--record":
+        record([Path(a) for a in args[1:]])
+    else:
+        print(report([Path(a) for a in args]))
