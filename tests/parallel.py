@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fcntl
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -194,11 +195,21 @@ def make_scheduler(config, log):
 
 # -- where the time went: the junit xml scripts/test.sh writes ----------
 
-def _testcases(path: Path):
-    """(node id without its group, group, seconds, worker, start) of each
-    test of a junit xml pytest wrote; worker and start are the
+@dataclass
+class Case:
+    """A test of a junit xml pytest wrote; worker, start and cpu are the
     properties conftest.py records (absent in older files)."""
+    nodeid: str             # without its group
+    group: str              # its xdist group, or its node id
+    seconds: float          # with its fixtures' set-up and teardown
+    worker: str = "-"
+    start: float | None = None
+    cpu: float = 0.0        # pvperf's and QEMU's too: the host's load aside
+
+
+def testcases(path: Path) -> list[Case]:
     import xml.etree.ElementTree as ET
+    out = []
     for case in ET.parse(path).iter("testcase"):
         parts = case.get("classname", "").split(".")
         k = next((k for k in range(len(parts), 0, -1)
@@ -207,45 +218,48 @@ def _testcases(path: Path):
         name = case.get("name", "")
         nodeid = "::".join(["/".join(parts[:k]) + ".py", *parts[k:],
                             _plain(name)])
-        group = name.rsplit("@", 1)[1] if "@tests/" in name else nodeid
         props = {p.get("name"): p.get("value")
                  for p in case.iter("property")}
-        start = props.get("start")
-        yield (nodeid, group, float(case.get("time") or 0.0),
-               props.get("worker", "-"), float(start) if start else None)
+        out.append(Case(
+            nodeid, name.rsplit("@", 1)[1] if "@tests/" in name else nodeid,
+            float(case.get("time") or 0.0), props.get("worker", "-"),
+            float(props["start"]) if "start" in props else None,
+            float(props.get("cpu", 0.0))))
+    return out
 
 
 def report(paths: list[Path], top: int = 15) -> str:
-    """Each junit xml's worker-seconds by module and by group (a group
-    is one boot: the tests sharing a module-scoped fixture instance),
-    and each worker's busy time and end, from the start of its first
-    test: a worker that ends long before the other waited idle."""
+    """Each junit xml's seconds (worker-seconds in the parallel phase)
+    and CPU seconds by module and by group (a group is one boot: the
+    tests sharing a module-scoped fixture instance), and each worker's
+    busy time and end, from the start of the first test: a worker that
+    ends long before the other waited idle."""
     out = []
     for path in paths:
         if not path.is_file():
             continue
-        cases = list(_testcases(path))
-        total = sum(c[2] for c in cases)
-        out.append(f"{path.name}: {len(cases)} tests, {total:.0f} "
-                   f"worker-seconds")
-        starts = [c[4] for c in cases if c[4] is not None]
-        t0 = min(starts, default=0.0)
-        for worker in sorted({c[3] for c in cases if c[4] is not None}):
-            mine = [c for c in cases if c[3] == worker and c[4] is not None]
-            end = max(c[4] + c[2] for c in mine) - t0
-            busy = sum(c[2] for c in mine)
-            out.append(f"  worker {worker}: {busy:.0f} s busy, "
-                       f"last test ended at {end:.0f} s")
-        for what, key in (("module", lambda c: c[0].split("::")[0]),
-                          ("group", lambda c: c[1])):
+        cases = testcases(path)
+        out.append(f"{path.name}: {len(cases)} tests, "
+                   f"{sum(c.seconds for c in cases):.0f} s, "
+                   f"{sum(c.cpu for c in cases):.0f} CPU s")
+        t0 = min((c.start for c in cases if c.start), default=0.0)
+        for worker in sorted({c.worker for c in cases if c.start}):
+            mine = [c for c in cases if c.worker == worker and c.start]
+            out.append(f"  worker {worker}: "
+                       f"{sum(c.seconds for c in mine):.0f} s busy, last "
+                       f"test ended at "
+                       f"{max(c.start + c.seconds for c in mine) - t0:.0f} s")
+        for what in ("module", "group"):
             sums = {}
             for c in cases:
-                n, s = sums.get(key(c), (0, 0.0))
-                sums[key(c)] = (n + 1, s + c[2])
-            out.append(f"  by {what} (seconds, tests), the {top} longest:")
-            for name, (n, s) in sorted(sums.items(),
-                                       key=lambda kv: -kv[1][1])[:top]:
-                out.append(f"  {s:8.1f} {n:4d}  {name}")
+                key = c.nodeid.split("::")[0] if what == "module" else c.group
+                n, sec, cpu = sums.get(key, (0, 0.0, 0.0))
+                sums[key] = (n + 1, sec + c.seconds, cpu + c.cpu)
+            out.append(f"  by {what}, the {top} longest:  seconds  CPU s "
+                       f"tests")
+            for key, (n, sec, cpu) in sorted(sums.items(),
+                                             key=lambda kv: -kv[1][1])[:top]:
+                out.append(f"  {sec:8.1f} {cpu:8.1f} {n:4d}  {key}")
     return "\n".join(out)
 
 
@@ -254,8 +268,8 @@ def record(paths: list[Path], path: Path = DURATIONS) -> None:
     (those of at least a tenth of a second)."""
     seconds = {}
     for p in paths:
-        for nodeid, _group, sec, _worker, _start in _testcases(p):
-            seconds[nodeid] = sec
+        for case in testcases(p):
+            seconds[case.nodeid] = case.seconds
     lines = [f"{sec:.1f} {nodeid}" for nodeid, sec in sorted(seconds.items())
              if sec >= 0.1]
     path.write_text("# seconds node-id: one measured run (scripts/test.sh's "
