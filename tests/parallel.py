@@ -280,10 +280,10 @@ def record(paths: list[Path], path: Path = DURATIONS) -> None:
             seconds[case.nodeid] = case.seconds
     lines = [f"{sec:.1f} {nodeid}" for nodeid, sec in sorted(seconds.items())
              if sec >= 0.1]
-    path.write_text("# seconds node-id: one measured run (scripts/test.sh's "
-                    "build/junit-*.xml);\n# written by `python "
-                    "tests/parallel.py --record FILES`, read by "
-                    "mark_groups\n" + "\n".join(lines) + "\n")
+    path.write_text("# seconds node-id, read by parallel.mark_groups "
+                    "(longest groups first);\n# `python tests/parallel.py "
+                    "--record build/junit-*.xml` writes a run's.\n"
+                    + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
