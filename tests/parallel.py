@@ -228,8 +228,12 @@ def testcases(path: Path) -> list[Case]:
                             _plain(name)])
         props = {p.get("name"): p.get("value")
                  for p in case.iter("property")}
+        # junit puts a parametrized test's params back in one bracket,
+        # after the group: "test[a-b]@tests/m.py#7]" (a group name has
+        # no "]")
         out.append(Case(
-            nodeid, name.rsplit("@", 1)[1] if "@tests/" in name else nodeid,
+            nodeid, name.rsplit("@", 1)[1].rstrip("]") if "@tests/" in name
+            else nodeid,
             float(case.get("time") or 0.0), props.get("worker", "-"),
             float(props["start"]) if "start" in props else None,
             float(props.get("cpu", 0.0))))
