@@ -15,7 +15,10 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 "$top/scripts/setup.sh" --tier test
 cd "$top"
 # Test scratch space lives in the tree (build/ is ignored), not in /tmp.
-# The 25 slowest tests are listed at the end: where the suite's time goes.
+# Where the suite's time goes: the 25 slowest tests after each phase,
+# every test's seconds in build/junit-{parallel,serial}.xml, and at the
+# end their sums by module, by group (a boot) and by worker
+# (tests/parallel.py's report).
 mkdir -p "$top/build"
 workers=${PVPERF_TEST_WORKERS:-$(nproc)}
 serial="host_timing or exclusive"
@@ -25,11 +28,21 @@ pytest() {
 # 5: every test of a phase deselected (a narrow run of the other kind).
 phase_rc() { [ "$1" -eq 5 ] && echo 0 || echo "$1"; }
 set +e
+rm -f "$top"/build/junit-*.xml
+start=$(date +%s)
 pytest -n "$workers" --dist loadgroup --no-loadscope-reorder \
-    -m "not ($serial)" --basetemp="$top/build/pytest-tmp" "$@"
+    -m "not ($serial)" --basetemp="$top/build/pytest-tmp" \
+    --junitxml="$top/build/junit-parallel.xml" "$@"
 parallel=$(phase_rc $?)
-pytest -m "$serial" --basetemp="$top/build/pytest-tmp-serial" "$@"
+middle=$(date +%s)
+pytest -m "$serial" --basetemp="$top/build/pytest-tmp-serial" \
+    --junitxml="$top/build/junit-serial.xml" "$@"
 alone=$(phase_rc $?)
+end=$(date +%s)
+.venv/bin/python tests/parallel.py "$top/build/junit-parallel.xml" \
+    "$top/build/junit-serial.xml"
+echo "pvperf-test: parallel phase $((middle - start)) s, serial phase" \
+    "$((end - middle)) s"
 echo "pvperf-test: parallel phase rc=$parallel, serial phase rc=$alone"
 [ "$parallel" -ne 0 ] && exit "$parallel"
 exit "$alone"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import pytest
 
@@ -71,6 +72,39 @@ def pytest_xdist_make_scheduler(config, log):
         import parallel
         return parallel.make_scheduler(config, log)
     return None
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its children that ended (pvperf,
+    its QEMU): what a test costs whatever the host's load."""
+    import resource
+    return sum(u.ru_utime + u.ru_stime for u in
+               (resource.getrusage(resource.RUSAGE_SELF),
+                resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(tryfirst=True)    # before the fixtures' set-up
+def pytest_runtest_setup(item):
+    # which worker ran the test, when it started and the CPU time it took
+    # with its fixtures (in the junit xml scripts/test.sh writes):
+    # parallel.report() shows a worker's idle end and the suite's CPU time
+    item.user_properties += [
+        ("worker", os.environ.get("PYTEST_XDIST_WORKER", "-")),
+        ("start", f"{time.time():.1f}")]
+    item.stash[_CPU] = _cpu_seconds()
+
+
+_CPU = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(wrapper=True)     # after the fixtures' teardown
+def pytest_runtest_teardown(item):
+    try:
+        return (yield)
+    finally:
+        if _CPU in item.stash:
+            item.user_properties.append(
+                ("cpu", f"{_cpu_seconds() - item.stash[_CPU]:.1f}"))
 
 
 @pytest.hookimpl(tryfirst=True)    # before xdist reads the groups

@@ -8,9 +8,16 @@ parameters: one support.Guest's boot, say) form one xdist group, run
 whole by one worker; a test that uses no module-scoped fixture goes
 wherever a worker is free.  A module marked one_worker runs whole on one
 worker (its tests look for processes of their kind machine-wide).
-Groups are handed out in collection order (no reordering by their number
-of tests: a group of two tests may hold the longest boot), the VM tests
-first, the quick ones filling in at the end.
+Groups are handed out longest first, by the seconds each test took in a
+measured run (durations.txt; a test not in it counts DEFAULT_SECONDS):
+the number of tests says nothing (a group of two tests may hold the
+longest boot), and a long group handed out last leaves the other worker
+idle until it ends.  The quick tests fill in at the end.
+
+scripts/test.sh writes each phase's junit xml to build/ and prints
+report()'s summary: where the time went, by module, by group (a boot)
+and by worker.  `python tests/parallel.py --record build/junit-*.xml`
+writes a run's durations to durations.txt.
 
 Test code that runs make goes through make() here: one make at a time
 per directory.
@@ -18,7 +25,9 @@ per directory.
 from __future__ import annotations
 
 import fcntl
+import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -77,7 +86,7 @@ def mark_groups(items) -> None:
     members = {}
     for i in range(len(items)):
         members.setdefault(find(i), []).append(i)
-    for root, group in members.items():
+    for group in members.values():
         if len(group) > 1:
             # no "]" or "@" in the name: xdist takes the group name from
             # after the last "@", only when no "]" follows it.  Named by
@@ -90,8 +99,59 @@ def mark_groups(items) -> None:
             for i in group:
                 items[i].add_marker(pytest.mark.xdist_group(name))
                 _suffix_nodeid(items[i], name)
-    items.sort(key=lambda item: not (item.get_closest_marker("vm")
-                                     or item.nodeid.startswith("tests/vm/")))
+    seconds = durations()
+    if not seconds:                 # no measured run: the VM tests first
+        items.sort(key=lambda item: _default_seconds(item) < 1)
+        return
+    cost, first = {}, {}
+    for i, item in enumerate(items):
+        group = _group(item)
+        first.setdefault(group, i)
+        cost[group] = cost.get(group, 0.0) + (
+            0.0 if _skipped_as_slow(item) else
+            seconds.get(_plain(item.nodeid), _default_seconds(item)))
+    # a group's tests stay together, in their order
+    items.sort(key=lambda item: (-cost[_group(item)], first[_group(item)]))
+
+
+#: seconds of a test missing from durations.txt (new since it was
+#: recorded): a VM test's share of a boot, or a quick one
+DEFAULT_SECONDS = {"vm": 5.0, "other": 0.5}
+DURATIONS = Path(__file__).with_name("durations.txt")
+
+
+def _default_seconds(item) -> float:
+    vm = item.get_closest_marker("vm") or item.nodeid.startswith("tests/vm/")
+    return DEFAULT_SECONDS["vm" if vm else "other"]
+
+
+def _skipped_as_slow(item) -> bool:
+    """A slow test that this run skips (conftest.py, after mark_groups)."""
+    return bool(item.get_closest_marker("slow")) and \
+        os.environ.get("PVPERF_SLOW") != "1"
+
+
+def _plain(nodeid: str) -> str:
+    """A node id without the "@group" suffix mark_groups gives it."""
+    return nodeid.split("@tests/")[0]
+
+
+def _group(item) -> str:
+    """The test's xdist group, or the test itself."""
+    mark = item.get_closest_marker("xdist_group")
+    return mark.args[0] if mark else item.nodeid
+
+
+def durations(path: Path = DURATIONS) -> dict[str, float]:
+    """{node id: seconds} of durations.txt ("SECONDS NODEID" lines)."""
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            sec, nodeid = line.split(" ", 1)
+            out[nodeid] = float(sec)
+    return out
 
 
 def make(directory: Path, *args: str, **kw) -> subprocess.CompletedProcess:
@@ -140,3 +200,101 @@ def make_scheduler(config, log):
                 return
             self._assign_work_unit(node)
     return OneAhead(config, log)
+
+
+# -- where the time went: the junit xml scripts/test.sh writes ----------
+
+@dataclass
+class Case:
+    """A test of a junit xml pytest wrote; worker, start and cpu are the
+    properties conftest.py records (absent in older files)."""
+    nodeid: str             # without its group
+    group: str              # its xdist group, or its node id
+    seconds: float          # with its fixtures' set-up and teardown
+    worker: str = "-"
+    start: float | None = None
+    cpu: float = 0.0        # pvperf's and QEMU's too: the host's load aside
+
+
+def testcases(path: Path) -> list[Case]:
+    import xml.etree.ElementTree as ET
+    out = []
+    for case in ET.parse(path).iter("testcase"):
+        parts = case.get("classname", "").split(".")
+        k = next((k for k in range(len(parts), 0, -1)
+                  if (REPO / "/".join(parts[:k])).with_suffix(".py")
+                  .is_file()), len(parts))
+        name = case.get("name", "")
+        nodeid = "::".join(["/".join(parts[:k]) + ".py", *parts[k:],
+                            _plain(name)])
+        props = {p.get("name"): p.get("value")
+                 for p in case.iter("property")}
+        # junit puts a parametrized test's params back in one bracket,
+        # after the group: "test[a-b]@tests/m.py#7]" (a group name has
+        # no "]")
+        out.append(Case(
+            nodeid, name.rsplit("@", 1)[1].rstrip("]") if "@tests/" in name
+            else nodeid,
+            float(case.get("time") or 0.0), props.get("worker", "-"),
+            float(props["start"]) if "start" in props else None,
+            float(props.get("cpu", 0.0))))
+    return out
+
+
+def report(paths: list[Path], top: int = 15) -> str:
+    """Each junit xml's seconds (worker-seconds in the parallel phase)
+    and CPU seconds by module and by group (a group is one boot: the
+    tests sharing a module-scoped fixture instance), and each worker's
+    busy time and end, from the start of the first test: a worker that
+    ends long before the other waited idle."""
+    out = []
+    for path in paths:
+        if not path.is_file():
+            continue
+        cases = testcases(path)
+        out.append(f"{path.name}: {len(cases)} tests, "
+                   f"{sum(c.seconds for c in cases):.0f} s, "
+                   f"{sum(c.cpu for c in cases):.0f} CPU s")
+        t0 = min((c.start for c in cases if c.start), default=0.0)
+        for worker in sorted({c.worker for c in cases if c.start}):
+            mine = [c for c in cases if c.worker == worker and c.start]
+            out.append(f"  worker {worker}: "
+                       f"{sum(c.seconds for c in mine):.0f} s busy, last "
+                       f"test ended at "
+                       f"{max(c.start + c.seconds for c in mine) - t0:.0f} s")
+        for what in ("module", "group"):
+            sums = {}
+            for c in cases:
+                key = c.nodeid.split("::")[0] if what == "module" else c.group
+                n, sec, cpu = sums.get(key, (0, 0.0, 0.0))
+                sums[key] = (n + 1, sec + c.seconds, cpu + c.cpu)
+            out.append(f"  by {what}, the {top} longest:  seconds  CPU s "
+                       f"tests")
+            for key, (n, sec, cpu) in sorted(sums.items(),
+                                             key=lambda kv: -kv[1][1])[:top]:
+                out.append(f"  {sec:8.1f} {cpu:8.1f} {n:4d}  {key}")
+    return "\n".join(out)
+
+
+def record(paths: list[Path], path: Path = DURATIONS) -> None:
+    """Write the tests' seconds of junit xml files to durations.txt
+    (those of at least a tenth of a second)."""
+    seconds = {}
+    for p in paths:
+        for case in testcases(p):
+            seconds[case.nodeid] = case.seconds
+    lines = [f"{sec:.1f} {nodeid}" for nodeid, sec in sorted(seconds.items())
+             if sec >= 0.1]
+    path.write_text("# seconds node-id, read by parallel.mark_groups "
+                    "(longest groups first);\n# `python tests/parallel.py "
+                    "--record build/junit-*.xml` writes a run's.\n"
+                    + "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    import sys
+    args = sys.argv[1:]
+    if args and args[0] == "--record":
+        record([Path(a) for a in args[1:]])
+    else:
+        print(report([Path(a) for a in args]))

@@ -370,9 +370,13 @@ GUEST_ARCHES = {
 class Guest:
     """One guest configuration a module boots: its architecture and its
     vCPUs.  Hashable, so that pytest groups the tests of one Guest under
-    one module-scoped boot; shown in test ids as `aarch64-smp2`."""
+    one module-scoped boot; shown in test ids as `aarch64-smp2`.  A slow
+    Guest's tests run only with PVPERF_SLOW=1: a boot whose checks the
+    module's other boots make too (x86_64 at smp 1, where smp 2 runs the
+    same script and checks and SMP besides)."""
     arch: str
     smp: int = 1
+    slow: bool = False
 
     def __str__(self) -> str:
         return f"{self.arch}-smp{self.smp}"
@@ -384,9 +388,12 @@ class Guest:
 
 def on(*guests: Guest, fixture: str = "guest"):
     """Run a test on each of ``guests``: they parametrize the module's
-    ``fixture`` (indirect), which boots one of them per module."""
+    ``fixture`` (indirect), which boots one of them per module; a slow
+    one's tests are marked slow (PVPERF_SLOW=1)."""
     import pytest
-    return pytest.mark.parametrize(fixture, guests, indirect=True, ids=str)
+    return pytest.mark.parametrize(
+        fixture, [pytest.param(g, marks=pytest.mark.slow) if g.slow else g
+                  for g in guests], indirect=True, ids=str)
 
 
 def rerun_on(test, *guests: Guest, fixture: str = "guest"):

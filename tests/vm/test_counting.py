@@ -7,7 +7,7 @@ count read off the disassembly (arm64's loop and pages, below).
 
 One guest boot per configuration runs all perf commands (booting is the
 expensive part); each test then checks its section of the output.  The
-x86_64 boots (smp 1 and 2) run the full script; arm64 runs its programs
+x86_64 boots (smp 2, and 1 with PVPERF_SLOW=1) run the full script; arm64 runs its programs
 in one boot, valgrind beside perf in a second (smp 2), QEMU's own PMUv3
 in a third.  Where both run a check (the loop, the pages, the loop's
 difference), the sections have the same names and the references come
@@ -59,7 +59,11 @@ from support import (Guest, driver_counters_per_cpu, leftovers, on,
 
 pytestmark = pytest.mark.vm
 
-X86 = (Guest("x86_64", 1), Guest("x86_64", 2))
+# x86_64 at smp 1 runs with PVPERF_SLOW=1 only: smp 2 runs the same script
+# and checks, and SMP besides; exact counts at smp 1 stay in the default
+# run (arm64's and riscv64's boots here, test_models' and test_events'
+# x86_64 ones against cachegrind).
+X86 = (Guest("x86_64", 1, slow=True), Guest("x86_64", 2))
 ARM64 = Guest("aarch64", 1)
 RV64 = Guest("riscv64", 1)
 PROGRAMS = X86[0].a.programs

@@ -27,16 +27,9 @@ import pytest
 from support import REPO, run_pvperf
 from pyhost.image.userkernel import driver_sources
 
-# exclusive: the build fixture cleans and rebuilds guest_kernel_patch/'s
-# modules, which every other VM test's image carries: run alone
-# (scripts/test.sh)
-pytestmark = pytest.mark.exclusive
-
 GKP = REPO / "guest_kernel_patch"
-HCTEST_KO = GKP / "hctest" / "pvperf_hctest.ko"
 # The architecture files behind pvperf_arch.h: pvperf_<arch>.c.
 ARCH_FILE = re.compile(r"pvperf_(x86_64|aarch64|riscv64)\.c")
-KO = GKP / "pvperf.ko"
 PATCH = GKP / "0001-x86-events-pvperf-paravirtual-PMU.patch"
 
 
@@ -104,18 +97,37 @@ def kdir612() -> Path:
 
 
 @pytest.fixture(scope="module")
-def build(kdir) -> subprocess.CompletedProcess:
-    """One W=1 build (warnings are errors) after a clean, and the 6.12
-    one the clean removed too (build612): later tests may boot either."""
-    assert run(["make", "-C", GKP, "clean"]).returncode == 0
-    r = run(["make", "-C", GKP, "W=1"])
+def tree(tmp_path_factory) -> Path:
+    """Where this module builds: a copy of guest_kernel_patch/'s tracked
+    files, with contracts/ and images/ (the IMAGE= builds' recipes)
+    beside it as in the repository.  A clean and
+    a rebuild in guest_kernel_patch/ itself would take the driver from
+    under the images and guests of the other pytest-xdist worker (and
+    made this module run alone, after every other test)."""
+    root = tmp_path_factory.mktemp("driver")
+    files = run(["git", "-C", GKP, "ls-files"]).stdout.split()
+    assert files
+    for name in files:
+        (root / GKP.name / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(GKP / name, root / GKP.name / name)
+    for beside in ("contracts", "images"):
+        (root / beside).symlink_to(REPO / beside)
+    return root / GKP.name
+
+
+@pytest.fixture(scope="module")
+def build(kdir, tree) -> subprocess.CompletedProcess:
+    """One W=1 build (warnings are errors) from clean, and the 6.12 one
+    (build612); ``ko``, the 6.1 module."""
+    r = run(["make", "-C", tree, "W=1"])
     assert r.returncode == 0, r.stdout + r.stderr
-    r.build612 = run(["make", "-C", GKP, f"IMAGE={IMAGE_612}", "W=1"])
+    r.build612 = run(["make", "-C", tree, f"IMAGE={IMAGE_612}", "W=1"])
+    r.ko = tree / "pvperf.ko"
     return r
 
 
 def test_module_builds_without_warnings(build):
-    assert KO.is_file()
+    assert build.ko.is_file()
     assert "warning:" not in build.stdout + build.stderr
 
 
@@ -153,7 +165,7 @@ def test_kbuild_tree_works_from_any_path(kdir, tmp_path):
 
 
 def test_modinfo_license_and_vermagic(build, kver):
-    info = modinfo(KO)
+    info = modinfo(build.ko)
     assert info["license"] == "GPL"
     assert info["vermagic"].split()[0] == kver
     assert info["name"] == "pvperf"
@@ -190,7 +202,7 @@ def assert_one_marker(ko: Path) -> None:
 
 
 def test_marker_store_once_in_the_arch_marker(build):
-    assert_one_marker(KO)
+    assert_one_marker(build.ko)
 
 
 def test_612_module_builds_clean_for_the_images_kernel(build):
@@ -200,12 +212,12 @@ def test_612_module_builds_clean_for_the_images_kernel(build):
     r = build.build612
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning:" not in r.stdout + r.stderr
-    ko = GKP / IMAGE_612 / "pvperf.ko"
+    ko = build.ko.parent / IMAGE_612 / "pvperf.ko"
     release = modinfo(ko)["vermagic"].split()[0]
     assert release.startswith("6.12.") and \
         release == fetch_kbuild("--kver", image=IMAGE_612)
     assert_one_marker(ko)
-    assert modinfo(KO)["vermagic"].startswith("6.1.")
+    assert modinfo(build.ko)["vermagic"].startswith("6.1.")
 
 
 @dataclass(frozen=True)
@@ -236,10 +248,10 @@ def test_cross_module_builds_with_one_marker(build, karch):
     its one marker store in pvperf_arch_marker."""
     c = CROSS[karch]
     cross_kdir(karch)               # or skip
-    r = run(["make", "-C", GKP, f"KARCH={karch}", "W=1"])
+    r = run(["make", "-C", build.ko.parent, f"KARCH={karch}", "W=1"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning:" not in r.stdout + r.stderr
-    ko = GKP / karch / "pvperf.ko"
+    ko = build.ko.parent / karch / "pvperf.ko"
     r = run([GKP / "fetch-kbuild.sh", "--kver"],
             env=dict(os.environ, KARCH=karch))
     assert modinfo(ko)["vermagic"].split()[0] == r.stdout.strip()
@@ -251,14 +263,14 @@ def test_cross_module_builds_with_one_marker(build, karch):
     assert re.search(c.insn, funcs["pvperf_arch_marker"]), funcs
 
 
-def test_hctest_uses_the_drivers_marker_store(kdir):
+def test_hctest_uses_the_drivers_marker_store(kdir, tree):
     """The hypercall test module links the driver's architecture file and
     issues the marker store through the same function, not a copy of its
     own."""
-    r = run(["make", "-C", GKP, "hctest", "W=1"])
+    r = run(["make", "-C", tree, "hctest", "W=1"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning:" not in r.stdout + r.stderr
-    funcs = objdump_functions(HCTEST_KO)
+    funcs = objdump_functions(tree / "hctest" / "pvperf_hctest.ko")
     where = {f: body.count(MARKER) for f, body in funcs.items()
              if MARKER in body}
     assert where == {"pvperf_arch_marker": 1}
@@ -273,7 +285,7 @@ def test_per_cpu_data_only_in_data_percpu(build):
     """The 6.1 module loader relocates only .data..percpu; any other per-CPU
     section (DEFINE_PER_CPU_READ_MOSTLY's ..read_mostly) is ordinary module
     memory and per_cpu() on it writes far outside (seen as an Oops)."""
-    out = run(["readelf", "-SW", KO]).stdout
+    out = run(["readelf", "-SW", build.ko]).stdout
     names = re.findall(r"\]\s+(\.data\.\.percpu\S*)", out)
     assert names == [".data..percpu"], names
 

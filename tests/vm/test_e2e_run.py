@@ -122,6 +122,10 @@ def test_interactive_shell(tmp_path):
     assert _wait_clean() == []
 
 
+# PVPERF_SLOW=1 only: test_soak's default run makes 40 runs in a row, each
+# checked for its exit status and that it left nothing behind (20 of them
+# after a kill), and every VM test checks its own run's leftovers
+@pytest.mark.slow
 def test_twenty_consecutive_runs(tmp_path):
     failures = []
     for i in range(20):
