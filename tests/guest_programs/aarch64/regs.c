@@ -5,7 +5,7 @@
  * sample taken at `mov x12, #k` with the registers of that instruction
  * (just before it ran) must show x12 == k - 1 (k == 1: 6, or 0 on the
  * first iteration); at subs and b.ne, x12 == 6; x13-x28 always their
- * values; x0 the iterations left.  tests/vm/test_sampling.py
+ * values; x0 the iterations left.  tests/vm/test_sampling_foreign.py
  * reads the loop's addresses with nm (regs_loop, regs_end).
  */
 #include "freestanding.h"

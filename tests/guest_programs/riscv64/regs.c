@@ -5,7 +5,7 @@
  * bnez).  A sample taken at `li a2, k` with the registers of that
  * instruction (just before it ran) must show x12 == k - 1 (k == 1: 6, or
  * 0 on the first iteration); at addi and bnez, x12 == 6; x13-x31 always
- * their values; a0 (x10) the iterations left.  tests/vm/test_sampling.py
+ * their values; a0 (x10) the iterations left.  tests/vm/test_sampling_foreign.py
  * reads the loop's addresses with nm (regs_loop, regs_end).  Built with
  * -march=rv64g (no compressed forms): every instruction is 4 bytes.
  */
