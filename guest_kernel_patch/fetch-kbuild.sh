@@ -19,8 +19,8 @@
 # ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- (the Makefile does).
 #
 # KARCH=riscv64: the headers from the private riscv64 apt directory
-# (apt/riscv64-trixie: bookworm has no riscv64 port, the image recipe
-# takes trixie's).  Their linux-kbuild-V+deb13 is not usable: fixdep and
+# (apt/riscv64-trixie or riscv64-trixie+sid: bookworm has no riscv64
+# port, the image recipe takes trixie's, and some packages from sid).  Their linux-kbuild-V+deb13 is not usable: fixdep and
 # modpost run on the host, and trixie's amd64 build of them is linked
 # against trixie's glibc 2.41, which this bookworm host lacks (its riscv64
 # build, what the headers depend on, does not run here at all).
@@ -60,7 +60,14 @@ guest_apt=""
 case "$karch" in
 amd64)	d="" ;;
 arm64)	d=$cache/apt/arm64 parch=aarch64 ;;
-riscv64) d=$cache/apt/riscv64-trixie parch=riscv64 ;;
+# The riscv64 directory is named by the recipe's suites: riscv64-trixie,
+# or riscv64-trixie+sid when it takes packages from sid too
+# (package_suites); either has trixie's lists, and trixie is the release
+# the kernel is taken from (the image builder's default release).
+riscv64) parch=riscv64 rv_release=trixie
+	for d in "$cache"/apt/riscv64-trixie "$cache"/apt/riscv64-trixie+*; do
+		ls "$d"/lists/*_Packages* >/dev/null 2>&1 && break
+	done ;;
 *)	die "KARCH=$karch: amd64, arm64 or riscv64" ;;
 esac
 if [ -n "$d" ]; then
@@ -77,7 +84,7 @@ fi
 # The kernel (meta)package, and the apt release it is taken from ("": the
 # candidate), of the image recipe IMAGE names; else linux-image-KARCH.
 kmeta=linux-image-$karch
-krelease=""
+krelease=${rv_release:-}
 if [ -n "${IMAGE:-}" ]; then
 	recipe=$(cd "$(dirname "$0")/.." && pwd)/images/$IMAGE/recipe.json
 	[ -f "$recipe" ] || die "IMAGE=$IMAGE: no $recipe"
