@@ -149,7 +149,9 @@ def image(request):
 # perf (arm64: bookworm's 6.1; riscv64: trixie's 6.12, bookworm has no
 # riscv64), and a riscv64 Image is a PE32+ file with text at 2 MiB.
 IMAGES = {"aarch64": ("-arm64", "perf version 6.1.", {}),
-          "riscv64": ("+deb13-riscv64", "perf version 6.12.",
+          # sid's perf (images/riscv64/recipe.json: trixie's 6.12 cannot
+          # unwind riscv64 dwarf chains nor annotate calls)
+          "riscv64": ("+deb13-riscv64", "perf version 7.",
                       {"pe": "yes", "text_offset": "0x200000"})}
 
 
@@ -219,8 +221,13 @@ def test_riscv64_cpu_and_no_qemu_pmu(image):
     assert isa[0] == "rv64imafdch"
     assert "ssaia" in isa and "sscofpmf" not in isa
     assert "cpu" not in lines[2].split() and "software" in lines[2].split()
-    assert lines[3:] == ["<not supported>,instructions",
-                         "<not supported>,cycles", "1"]
+    # perf 6.x lists each event <not supported>; perf 7 (the image's,
+    # from sid) refuses the command when none is
+    assert lines[3:-1] in (["<not supported>,instructions",
+                            "<not supported>,cycles"],
+                           ["Error:", "No supported events found.",
+                            "The instructions event is not supported."])
+    assert lines[-1] == "1"
     assert leftovers() == []
 
 
