@@ -64,6 +64,13 @@ def resolved(root: Path, guest: str) -> Path:
     raise AssertionError(f"{guest} is not in the riscv64 image's root")
 
 
+def is_vector(word: int) -> bool:
+    """An RVV encoding: major opcode OP-V, or LOAD-FP/STORE-FP with a
+    vector width (funct3 0, 5, 6, 7; the scalar FP widths are 1-4)."""
+    opcode, width = word & 0x7F, (word >> 12) & 0x7
+    return opcode == 0x57 or (opcode in (0x07, 0x27) and width in (0, 5, 6, 7))
+
+
 @pytest.mark.parametrize("name", CORPUS)
 def test_every_instruction_is_classified_as_objdump_says(root, classify,
                                                          name, tmp_path):
@@ -81,9 +88,14 @@ def test_every_instruction_is_classified_as_objdump_says(root, classify,
     (insns, compressed, branches, cond, indirect, memory, wrong,
      undecoded) = map(int, m.groups())
     assert (r.returncode, wrong) == (0, 0), disagreements[-3000:]
-    # objdump decodes every word of these (no data in .text): nothing
-    # the comparison skipped
-    assert undecoded == 0, disagreements[-3000:]
+    # objdump decodes every word of these (no data in .text) but the
+    # vector instructions of sid's glibc 2.43 (string functions it picks
+    # only on a hart with V: the image's has none, docs/architectures.md),
+    # which binutils 2.40 prints as .4byte: nothing else was skipped
+    words = [int(w, 16) for w in
+             re.findall(r"\t\.4byte\t0x([0-9a-f]+)", listing.read_text())]
+    assert len(words) == undecoded, (words, disagreements[-3000:])
+    assert all(is_vector(w) for w in words), [hex(w) for w in words]
     # real code of each kind, not an empty or truncated listing
     assert insns > 100_000 and 0 < compressed < insns
     assert 0 < indirect < cond < branches and memory > insns // 5

@@ -367,7 +367,9 @@ def two_node_cluster():
     object store) in a private directory; all of it stopped and removed
     after the test.  Free ports, so that another Ray on this machine is
     not disturbed."""
-    top = Path(tempfile.mkdtemp(prefix="pvperf-raytest-",
+    # not "pvperf-...": support.leftovers takes those for pvperf's own,
+    # and another worker's test asks while this cluster runs
+    top = Path(tempfile.mkdtemp(prefix="raytest-",
                                 dir=channels.run_dir_parent()))
     (top / "plasma").mkdir()
     port = free_port()
