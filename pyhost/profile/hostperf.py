@@ -185,10 +185,22 @@ def perf_script(perf_data: Path) -> list[PerfSample]:
 def perf_lost(perf_data: Path) -> int:
     out = subprocess.run(["perf", "report", "--stats", "-i", str(perf_data)],
                          capture_output=True, text=True).stdout
-    lost = 0
-    for line in out.splitlines():
+    return parse_lost(out)
+
+
+def parse_lost(stats: str) -> int:
+    """Samples lost, from `perf report --stats`: the per-event sections'
+    LOST_SAMPLES lines ("cpu-clock stats:" ...), which sum the samples
+    the ring buffer dropped.  The "Aggregated stats" section's line of
+    the same name counts records (one per event at the end), not
+    samples."""
+    lost, per_event = 0, False
+    for line in stats.splitlines():
+        if re.match(r"\S.* stats:$", line.strip()) and \
+                not line.strip().startswith("Aggregated"):
+            per_event = True
         m = re.match(r"\s*LOST_SAMPLES events:\s+(\d+)", line)
-        if m:
+        if m and per_event:
             lost += int(m.group(1))
     return lost
 

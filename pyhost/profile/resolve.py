@@ -55,6 +55,15 @@ from .session import SESSION_VERSION
 from .symbols import GuestUserSymbols, HostSymbols, Mapping, kernel_symbols
 
 UNRESOLVED = "[code cache, unresolved]"
+# QEMU's prologue and epilogue (tcg_qemu_tb_exec's entry into translated
+# code and its way back), which tcg_prologue_init writes at the head of
+# the code buffer, before the first region's TBs: emulator code, not a
+# translation.  QEMU's own -perfmap names it "tcg-prologue-buffer" (its
+# jitdump does not).  pvperf takes it as the gap between the buffer's
+# start and its first TB, if that gap is this small (0x100 on these
+# hosts: the prologue, aligned to the region).
+PROLOGUE = "[tcg prologue]"
+PROLOGUE_MAX = 4096
 
 
 SNAP_RE = re.compile(r"^/proc/(\d+)/(maps|comm):(.*)$")
@@ -104,8 +113,13 @@ class Resolver:
     host: HostSymbols
     code_cache: list[tuple[int, int]]
     comms: dict[int, str] = field(default_factory=dict)
+    prologue: tuple[int, int] | None = None
     _symbol_cache: dict = field(default_factory=dict)
     _place_cache: dict = field(default_factory=dict)
+
+    def in_prologue(self, hostpc: int) -> bool:
+        return self.prologue is not None and \
+            self.prologue[0] <= hostpc < self.prologue[1]
 
     def in_code_cache(self, frame: Frame) -> bool:
         if frame.dso.startswith("/tmp/perf-") or frame.dso == "//anon":
@@ -223,6 +237,12 @@ def resolve_sample(r: Resolver, s: PerfSample) -> dict:
            "code_cache": False, "resolved": False, "behalf": None}
     host_stack = []
     for depth, frame in enumerate(s.frames):
+        if r.in_prologue(frame.ip):
+            if depth == 0:
+                out.update(space="emulator", symbol=PROLOGUE,
+                           dso="[code cache]")
+            host_stack.append(PROLOGUE)
+            break
         if r.in_code_cache(frame):
             g = r.guest(frame.ip, time_ns, s.tid)
             if depth == 0:
@@ -254,13 +274,28 @@ def build_resolver(rec: Recording, image, modsyms: str, share: Path,
                    snapshots: list[str], extra_elves: list[Path]
                    ) -> Resolver:
     maps, comms = parse_snapshots(snapshots)
+    rmap = read_reverse_map(rec)
+    code_cache = code_cache_ranges(rec.qemu_maps)
     return Resolver(
-        rmap=read_reverse_map(rec),
+        rmap=rmap,
         kernel=kernel_symbols(image.system_map.read_text(), modsyms),
         user=GuestUserSymbols(image.root, share, maps, extra_elves,
                               rec.arch.plt_entry),
-        host=HostSymbols(), code_cache=code_cache_ranges(rec.qemu_maps),
-        comms=comms)
+        host=HostSymbols(), code_cache=code_cache, comms=comms,
+        prologue=tcg_prologue(code_cache, rmap.translations()))
+
+
+def tcg_prologue(code_cache: list[tuple[int, int]], translations
+                 ) -> tuple[int, int] | None:
+    """[start, end) of QEMU's prologue: from the start of the code-cache
+    mapping that holds the lowest TB up to that TB (PROLOGUE above)."""
+    first = min((t.host_start for t in translations), default=None)
+    if first is None:
+        return None
+    for lo, hi in code_cache:
+        if lo <= first < hi and 0 < first - lo <= PROLOGUE_MAX:
+            return lo, first
+    return None
 
 
 def read_reverse_map(rec: Recording) -> rmap_mod.ReverseMap:
@@ -310,7 +345,10 @@ def rmap_meta(r: Resolver, samples: list[dict], window_ns) -> dict:
             "aspace_writes": len(events),
             "aspace_writes_named": sum(e.tgid is not None for e in events),
             "placements": dict(Counter(s["placement"] for s in samples
-                                       if s.get("resolved")))}
+                                       if s.get("resolved"))),
+            "tcg_prologue": list(r.prologue) if r.prologue else None,
+            "samples_tcg_prologue": sum(s.get("symbol") == PROLOGUE
+                                        for s in samples)}
 
 
 def resolve(rec: Recording, image, share: Path) -> dict:

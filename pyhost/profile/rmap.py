@@ -72,7 +72,8 @@ generation two loads share a start only when tb_gen_code discarded its
 work (another vCPU linked the same TB first) and rolled the allocation
 back; the later load at or before a sample's time is the code that ran.
 Samples in QEMU's prologue (tcg_qemu_tb_exec's entry and exit, at the
-buffer's start) fall before the first TB and stay unresolved.
+buffer's start) fall before the first TB: resolve.py names them
+"[tcg prologue]", emulator code.
 
 Guest PC inside a TB: the jitdump has host ranges per TB only, so a sample
 maps to the TB's first instruction, which is precise for symbols because a

@@ -148,7 +148,10 @@ class ElfImage:
 
     def _plt_symbols(self, elf, entry: int) -> list[Symbol]:
         """One stub per .rela.plt relocation, in its order, ``entry``
-        bytes each, ending the .plt section (its header comes first)."""
+        bytes each, ending the .plt section; before them the section's
+        header (lazy binding's jump to the dynamic linker), ".plt" as
+        objdump names it: the symbol before it, _init, has no size, and
+        a sample there would otherwise take its name."""
         plt, rela = (elf.get_section_by_name(n) for n in (".plt",
                                                          ".rela.plt"))
         if not entry or plt is None or rela is None or \
@@ -160,6 +163,9 @@ class ElfImage:
             return []
         names = elf.get_section(rela["sh_link"])
         out = []
+        if first > plt["sh_addr"]:
+            out.append(Symbol(".plt", plt["sh_addr"],
+                              first - plt["sh_addr"], self.name))
         for i, rel in enumerate(rels):
             sym = names.get_symbol(rel["r_info_sym"]) if rel["r_info_sym"] \
                 else None
