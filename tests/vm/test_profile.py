@@ -34,12 +34,15 @@ against references independent of pvperf.
   path: random_r is one row, not one per address; each process's
   samples lie in its own libc mapping; the bigger process's share of
   them is its share of the calls (3:1) within 3 points (or 3 standard
-  deviations of a share of that many samples); at most 1 % of the
-  code-cache samples are [unknown]: not resolved to a translation, or in
-  no known process, or (in the two processes) in no named function; the
-  PLT stubs are named NAME@plt as objdump names them.  At smp 2 (MTTCG:
-  one host thread per vCPU, each with its own timeline), and at smp 1
-  with PVPERF_SLOW=1.
+  deviations of a share of that many samples) at smp 1; at most 1 % of
+  the code-cache samples are [unknown]: not resolved to a translation, or
+  in no known process, or (in the two processes) in no named function;
+  the PLT stubs are named NAME@plt as objdump names them.  At smp 2
+  (MTTCG: one host thread per vCPU, each with its own timeline) the two
+  are pinned to a vCPU each (taskset in the guest), and every sample of
+  vCPU n's host thread belongs to the process pinned to n, exactly; the
+  shares of host time there follow the other core's load (15 points);
+  smp 1 with PVPERF_SLOW=1.
   (pvperf's own wrapper runs busybox, which Debian strips: its samples
   resolve to addresses in busybox, not to names.)
 
@@ -323,6 +326,16 @@ def test_flushes_mid_profile_do_not_misattribute(share, tmp_path):
     assert cmp["perfmap_agrees_with_rmap"] < 0.9, cmp
     assert not (REPO / f"/tmp/perf-{meta['qemu_pid']}.map").exists()
     assert (out / "qemu-perf.map").stat().st_size > 0
+    # QEMU's perfmap names its prologue (tcg_prologue_init's
+    # perf_report_prologue): pvperf's "[tcg prologue]" starts there and
+    # covers it (up to the first TB: the prologue and its alignment)
+    (start, size), = [(int(a, 16), int(b, 16)) for a, b, name in
+                      (ln.split(maxsplit=2) for ln in
+                       (out / "qemu-perf.map").read_text().splitlines())
+                      if name == "tcg-prologue-buffer"]
+    lo, hi = meta["tcg_prologue"]
+    assert lo == start and start + size <= hi <= start + 4096, \
+        (hex(start), size, hex(lo), hex(hi))
 
 
 def own_mapping(session: dict, pid: int) -> tuple[int, int]:
@@ -396,6 +409,14 @@ def libc_mapping(session: dict, pid: int) -> tuple[int, int]:
     return spans[0]
 
 
+def two_processes(smp: int) -> str:
+    """The shell command of big and small at once: at smp 2 each pinned
+    to a vCPU of its own (vCPU n is QEMU's host thread "CPU n/TCG")."""
+    if smp == 1:
+        return f"./big {BIG} & ./small {SMALL} & wait"
+    return f"taskset -c 0 ./big {BIG} & taskset -c 1 ./small {SMALL} & wait"
+
+
 # arm64 at smp 1 with PVPERF_SLOW=1 only: its smp 2 run makes the same
 # checks across two vCPU threads (and hotcold's profile is at smp 1)
 @on(Guest("aarch64", 1, slow=True), Guest("aarch64", 2), Guest("riscv64", 2),
@@ -404,7 +425,7 @@ def test_two_processes_sharing_libc(share, tmp_path):
     reference_big = BIG / (BIG + SMALL)
     out = tmp_path / "prof"
     summary, session = profile(share, out, "--", "sh", "-c",
-                               f"./big {BIG} & ./small {SMALL} & wait")
+                               two_processes(share[0].smp))
     cc = summary["samples_code_cache"]
     unresolved = cc - summary["samples_code_cache_resolved"]
     unnamed = sum(1 for s in session["samples"] if s.get("resolved")
@@ -428,8 +449,30 @@ def test_two_processes_sharing_libc(share, tmp_path):
         assert lo <= s["guestpc"] < hi, (s["comm"], hex(s["guestpc"]))
     n = len(user)
     share_big = per["big"] / n
-    tol = max(0.03, 3 * math.sqrt(reference_big * (1 - reference_big) / n))
-    assert abs(share_big - reference_big) <= tol, (share_big, n)
+    lost = summary["meta"]["lost_samples"]
+    if share[0].smp == 1:
+        # one vCPU thread, the two taking turns on it: a call costs the
+        # same host time in either, so the shares of samples are the
+        # shares of calls
+        tol = max(0.03, 3 * math.sqrt(reference_big * (1 - reference_big)
+                                      / n))
+    else:
+        # Each process on its own vCPU, so its own host thread: every
+        # sample of a thread belongs to the process pinned to its vCPU,
+        # exactly (the guest kernel's affinity is the reference).
+        own = {"CPU 0/TCG": "big", "CPU 1/TCG": "small"}
+        wrong = Counter((s["thread"], s["comm"]) for s in user
+                        if own.get(s["thread"]) != s["comm"])
+        assert not wrong, wrong
+        # The shares of samples are shares of host time, and a call's
+        # host time on one thread depends on what the other host core
+        # runs meanwhile (caches, the memory bus, a second hardware
+        # thread), which changes when small ends and big goes on alone:
+        # big's share moved from 69.8 % to 79.5 % against 75 % over 24
+        # profiles (2026-11-29), under load and not.  15 points still
+        # tell 3:1 from an even split or swapped processes.
+        tol = 0.15
+    assert abs(share_big - reference_big) <= tol, (share_big, n, lost)
     # the PLT stubs the calls go through are named as objdump names them
     stubs = Counter(s["symbol"] for s in session["samples"]
                     if s.get("resolved") and s["comm"] in ("big", "small")
@@ -439,4 +482,4 @@ def test_two_processes_sharing_libc(share, tmp_path):
     print(f"{share[0].arch} rand x2, smp {share[0].smp}: random_r {n} samples, big "
           f"{100 * share_big:.1f}% (calls {100 * reference_big:.0f}%), "
           f"{unresolved + unnamed} of {cc} code-cache samples unnamed, "
-          f"placements {dict(placements)}")
+          f"{lost} lost, placements {dict(placements)}")
