@@ -41,8 +41,8 @@ ENV = ("env -i PATH=/usr/bin:/bin:/usr/sbin:/sbin LC_ALL=C PYTHONHASHSEED=0 "
        f"GLIBC_TUNABLES={TUNABLES}:glibc.cpu.x86_rep_stosb_threshold="
        "0x10000000")
 PROGRAM = f"python3 -S fib.py {FIB_N}"
-# test_counting.py (arm64, valgrind in the guest): no superblock chasing (arm64 counts skipped
-# instructions with it); harmless on x86_64.
+# test_counting_valgrind.py (arm64, valgrind in the guest): no superblock
+# chasing (arm64 counts skipped instructions with it); harmless on x86_64.
 CG = ("valgrind --tool=cachegrind --cache-sim=no --vex-guest-chase=no "
       "--cachegrind-out-file=/dev/null")
 SCRIPT = f"""

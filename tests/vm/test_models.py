@@ -9,7 +9,7 @@ with ``valgrind --tool=cachegrind --cache-sim=yes --branch-sim=yes`` of
 the same binary, event by event through the mapping of docs/events.md:
 on the host for x86_64, in the same guest for arm64 (the aarch64 image
 with valgrind added; the host cannot run arm64 valgrind; with
---vex-guest-chase=no, test_counting.py says why).
+--vex-guest-chase=no, test_counting_valgrind.py says why).
 
 Exact: instructions (Ir), L1I misses (I1mr), data reads and writes (Dr,
 Dw), predicted branches and their mispredictions (Bc + Bi, Bcm + Bim):
@@ -205,7 +205,7 @@ def test_dynamic_program_in_the_guest_matches_cachegrind(measured, guest):
         pytest.skip("riscv64's qs under valgrind runs glibc's generic "
                     "memcpy (its ifunc follows riscv_hwprobe, which "
                     "valgrind 3.27 does not answer as the kernel does; "
-                    "test_counting.libc_reference): 8,545,670 Ir for "
+                    "test_counting_valgrind.libc_reference): 8,545,670 Ir for "
                     "7,319,067 instructions natively")
     ref = cachegrind_totals(s["qs.cg"])
     got = parse_stat(s["qs"], ACCESS_EVENTS)
