@@ -32,7 +32,8 @@ from support import NO_THROTTLE, Guest, leftovers, on, run_guest_script, \
 from sampling_refs import annotate_lines, callgrind_file_shares, \
     parse_regs
 from test_callgraph import chain_shares
-from test_counting import ANALYTIC, cachegrind_functions
+from test_counting import ANALYTIC
+from test_counting_valgrind import cachegrind_functions
 from test_sampling import ANNOTATE_PERIOD
 
 pytestmark = pytest.mark.vm
