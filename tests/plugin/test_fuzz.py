@@ -15,7 +15,7 @@ from pyhost.pmu import plugin_protocol as proto
 from pyhost.pmu.guestmem import GuestMemory
 from pyhost.pmu.hypercall import PerfBackend
 
-SHORT_S = int(os.environ.get("PVPERF_FUZZ_SECONDS", "20"))
+SHORT_S = int(os.environ.get("PVPERF_FUZZ_SECONDS", "10"))
 HOST_REGRESSIONS = REPO / "tests" / "fuzz" / "regressions" / "hostfuzz"
 C_HARNESSES = ("geom", "classify")
 DONE = re.compile(r"^#(\d+)\s+DONE\s+cov: (\d+) ft: (\d+)", re.M)
