@@ -401,7 +401,9 @@ def test_host_time_ticks_on_two_vcpus():
     assert abs(big / (big + small) - 2 / 3) <= 0.05, (big, small)
 
 
-@pytest.mark.host_timing
+# Not host_timing: hotcold does nearly all the work, and a share of 50 %
+# against ~99 % tells the wrap this guards against (no sample at all)
+# whatever the other core runs.
 def test_host_time_of_a_forked_program_under_perf_record():
     """A program a shell forks under `perf record -e emu-host-ns:u`
     (inherited events) gets the samples of the time it takes: hotcold
