@@ -65,7 +65,7 @@ perf record -q -g -e instructions:u -c {S.PERIOD} -o $D/g.data ./hotcold 3000 2>
 perf script -i $D/g.data -F ip,sym 2>&1 | head -2000
 {G.REPORT_FN}
 sec dwarf
-perf record -q -m 4M --call-graph dwarf,2048 -e instructions:u -c {G.PERIOD} -o $D/dwarf.data ./calltree {G.N} 2>&1
+perf record -q -m 16M --call-graph dwarf,2048 -e instructions:u -c {G.PERIOD} -o $D/dwarf.data ./calltree {G.N} 2>&1
 perf script -i $D/dwarf.data -F ip,sym 2>/dev/null
 report dwarf
 sec fp
