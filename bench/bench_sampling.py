@@ -224,6 +224,14 @@ def med(runs: list[dict], key: str) -> float:
     return statistics.median(int(v[key][0]) for v in runs)
 
 
+def spread(runs: list[dict], key: str, plain: list[int]) -> str:
+    """Each round's figure of key against that round's plain TCG (or
+    base, without --plain): how far the rounds moved."""
+    ref = plain or [int(r["base"][0]) for r in runs]
+    return "rounds " + ", ".join(f"{int(r[key][0]) / p:.2f}"
+                                 for r, p in zip(runs, ref))
+
+
 def report(n: int, reps: int, irq: str, arch, runs: list[dict],
            plain: list[int]) -> None:
     v = runs[-1]
@@ -238,7 +246,7 @@ def report(n: int, reps: int, irq: str, arch, runs: list[dict],
         p = statistics.median(plain)
         print(f"plain TCG (--no-pmu): {p / 100:.2f} s (rounds: "
               f"{', '.join(f'{x / 100:.2f}' for x in plain)}); base/plain "
-              f"{base / p:.2f}x")
+              f"{base / p:.2f}x; {spread(runs, 'base', plain)}")
     # buffered1k: perf record's default (the interrupt at the ring's
     # watermark) at sampled's ~1 kHz: the arm64 and riscv64 ports' target
     for key, target in (("sampled", 1.15), ("buffered", 1.25),
@@ -260,23 +268,28 @@ def report(n: int, reps: int, irq: str, arch, runs: list[dict],
         vs_plain = f", {t / statistics.median(plain):.2f}x plain" \
             if plain else ""
         print(f"{key:10s} -c {period:>7s}: {t / 100:6.2f} s, {samples} samples "
-              f"({rate:,.0f}/s), ratio {ratio:.2f}x{vs_plain} {verdict}")
+              f"({rate:,.0f}/s), ratio {ratio:.2f}x{vs_plain} {verdict}; "
+              f"{spread(runs, key, plain)}")
     pm = statistics.median(plain) if plain else None
     z = med(runs, "armed")
     print(f"armed     -c {v['armed'][1]:>7s}: {z / 100:6.2f} s, no sample, "
           f"ratio {z / base:.2f}x{f', {z / pm:.2f}x plain' if pm else ''} "
           f"(target <= 1.08x; the exact-overflow "
-          f"instrumentation alone) {'OK' if z / base <= 1.08 else 'MISSED'}")
+          f"instrumentation alone) {'OK' if z / base <= 1.08 else 'MISSED'}"
+          f"; {spread(runs, 'armed', plain)}")
     c = med(runs, "counted")
     print(f"counted (perf stat -e instructions:u): {c / 100:6.2f} s, ratio "
           f"{c / base:.2f}x{f', {c / pm:.2f}x plain' if pm else ''} (no "
-          f"target; the counting alone, under every sampling run)")
+          f"target; the counting alone, under every sampling run); "
+          f"{spread(runs, 'counted', plain)}")
     h = med(runs, "armedh")
     print(f"armed hosttime -c 1e12: {h / 100:6.2f} s, no sample, ratio "
-          f"{h / base:.2f}x (the host-time machinery alone)")
+          f"{h / base:.2f}x (the host-time machinery alone); "
+          f"{spread(runs, 'armedh', plain)}")
     y = med(runs, "armedg")
     print(f"armed -g  -c {v['armedg'][1]:>7s}: {y / 100:6.2f} s, no sample, "
-          f"ratio {y / base:.2f}x (no target; with the capture points)")
+          f"ratio {y / base:.2f}x (no target; with the capture points); "
+          f"{spread(runs, 'armedg', plain)}")
 
 
 if __name__ == "__main__":
