@@ -77,7 +77,12 @@ under pvperf) to derive the periods.  ``--plain`` adds a boot of plain
 TCG (``--no-pmu``: no plugin, no driver) running only the base
 measurement, so that sampled/plain is the ratio against QEMU alone;
 ``--rounds`` repeats the boots, plain and sampling alternating, and the
-figures are medians over the rounds.
+figures are medians over the rounds, each round's figure beside them.
+Each configuration is also given in QEMU's host CPU time (its vCPU
+threads', read from /proc at markers the guest prints around each run:
+benchlib.cpu_ms) against plain TCG's: on a host that other work loads,
+wall time also counts the time QEMU waited for a CPU, and so moves with
+that load; the CPU time moves much less.
 
   .venv/bin/python bench/bench_sampling.py [N] [REPS] [IRQS]
       [--arch aarch64] [--plain] [--rounds R]
@@ -90,16 +95,20 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 
-from benchlib import PROGRAMS, REPO, arch_command
+from benchlib import PROGRAMS, REPO, arch_command, cpu_ms, qemu_pid
 from pyhost import arch as arches
 
 PVPERF = REPO / ".venv" / "bin" / "pvperf"
 
 # /tmp/timed: runs hotcold and leaves the centiseconds it took in /tmp/cs.
 # perf record follows it (perf record -- sh /tmp/timed).
+# The markers on fd 3 (the script's stdout) let the host read QEMU's CPU
+# time around each run (boot).
 TIMED = r"""cs() { read -r u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }
-s=$(cs); CMD >/dev/null; e=$(cs); echo $((e - s)) > /tmp/cs
+echo @start >&3; s=$(cs); CMD >/dev/null; e=$(cs); echo @end >&3
+echo $((e - s)) > /tmp/cs
 """
 
 
@@ -107,6 +116,7 @@ def script(cmd: str, reps: int, plain: bool = False) -> str:
     """The guest's script: CMD (hotcold N) timed; plain TCG: base only."""
     timed = TIMED.replace("CMD", cmd)
     head = f"""
+exec 3>&1
 printf '%s' '{timed}' > /tmp/timed
 best() {{ b=999999; i=0; while [ $i -lt {reps} ]; do
     "$@" >/dev/null 2>&1; d=$(cat /tmp/cs)
@@ -185,8 +195,11 @@ def main() -> int:
                 return 1
             runs.setdefault(irq, []).append(v)
     plain = [int(v["base"][0]) for v in runs.get("plain", [])]
+    plain_cpu = [float(v["cpu_base"][0]) for v in runs.get("plain", [])
+                 if "cpu_base" in v]
     for irq in irqs:
         report(args.n, args.reps, irq, arch, runs[irq], plain)
+        report_cpu(runs[irq], plain_cpu)
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     return 0
 
@@ -198,26 +211,75 @@ def boot(cmd: str, reps: int, irq: str, arch) -> dict | None:
     svc = irq.endswith("-svc")
     opts = ["--no-pmu"] if irq == "plain" else \
         ["--overflow-irq", irq.removesuffix("-svc")]
-    r = subprocess.run([str(PVPERF), "--debug", "run", "--arch", arch.name,
-                        *opts, "--share", str(PROGRAMS), "--",
-                        "sh", "-c", script(cmd, reps, irq == "plain")],
-                       capture_output=True, text=True, timeout=1800,
-                       env={**os.environ,
-                            **({"PVPERF_SERVICE_WRITES": "1"} if svc
-                               else {})})
-    if r.returncode:
-        print(r.stdout, r.stderr[-3000:])
+    with tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen([str(PVPERF), "--debug", "run", "--arch",
+                              arch.name, *opts, "--share", str(PROGRAMS),
+                              "--", "sh", "-c",
+                              script(cmd, reps, irq == "plain")],
+                             stdout=subprocess.PIPE, stderr=err, text=True,
+                             env={**os.environ,
+                                  **({"PVPERF_SERVICE_WRITES": "1"} if svc
+                                     else {})})
+        out, cpu = marked_cpu(p)
+        err.seek(0)
+        stderr = err.read()
+    if p.returncode:
+        print(out, stderr[-3000:])
         return None
     v = {m.group(1): m.group(2).split()
-         for m in re.finditer(r"^(\w+) (.*)$", r.stdout, re.M)}
-    raised = re.search(r"samples: [^;]*; ([^;]*); (.*)$", r.stderr, re.M)
+         for m in re.finditer(r"^(\w+) (.*)$", out, re.M)}
+    v.update({f"cpu_{k}": [str(ms)] for k, ms in cpu.items()})
+    raised = re.search(r"samples: [^;]*; ([^;]*); (.*)$", stderr, re.M)
     # the plugin's own measure (verbose): overflow -> interrupt raised
     held = re.findall(r"(\d+ SYNC overflows held the vCPU until their "
-                      r"interrupt was raised: .*)$", r.stderr, re.M)
+                      r"interrupt was raised: .*)$", stderr, re.M)
     v["raised"] = [f"service: {raised.group(1) if raised else '?'}; plugin: "
                    f"{'; '.join(held) or '?'}; service: "
                    f"{raised.group(2) if raised else '?'}"]
     return v
+
+
+CPU_KEYS = ("base", "counted", "armed", "armedg", "armedh", "sampled",
+            "buffered1k", "buffered", "callchain", "hosttime", "hosttimep",
+            "software")
+
+
+def report_cpu(runs: list[dict], plain_cpu: list[float]) -> None:
+    """The same runs in QEMU's host CPU time (marked_cpu), against plain
+    TCG's (or base's, without --plain): medians, and each round's."""
+    if not all(f"cpu_{k}" in r for r in runs for k in CPU_KEYS):
+        print("host CPU time: not read (no markers seen)")
+        return
+    ref = plain_cpu or [float(r["cpu_base"][0]) for r in runs]
+    what = "plain TCG's" if plain_cpu else "base's"
+    print(f"host CPU time of QEMU's vCPU threads, against {what} "
+          f"({statistics.median(ref):.0f} ms): median, rounds")
+    for k in CPU_KEYS:
+        ratios = [float(r[f"cpu_{k}"][0]) / p for r, p in zip(runs, ref)]
+        print(f"  {k:10s} {statistics.median(ratios):.2f}x  "
+              f"({', '.join(f'{x:.2f}' for x in ratios)})")
+
+
+def marked_cpu(p: subprocess.Popen) -> tuple[str, dict[str, float]]:
+    """The guest's output, and per key the QEMU vCPU threads' host CPU ms
+    (benchlib.cpu_ms) of the best of its runs, read at the markers around
+    each: the figure the host's other load moves least (wall time also
+    counts the time QEMU waited for a CPU)."""
+    lines, cpu, reps, qemu, c0 = [], {}, [], None, 0.0
+    for line in p.stdout:
+        if line.startswith("@start"):
+            qemu = qemu or qemu_pid(p.pid)
+            c0 = cpu_ms(qemu)
+        elif line.startswith("@end"):
+            reps.append(cpu_ms(qemu) - c0)
+        else:
+            lines.append(line)
+            m = re.match(r"(\w+) ", line)
+            if m and reps:
+                cpu[m.group(1)] = min(reps)
+                reps = []
+    p.wait(timeout=1800)
+    return "".join(lines), cpu
 
 
 def med(runs: list[dict], key: str) -> float:
