@@ -78,6 +78,9 @@ TCG (``--no-pmu``: no plugin, no driver) running only the base
 measurement, so that sampled/plain is the ratio against QEMU alone;
 ``--rounds`` repeats the boots, plain and sampling alternating, and the
 figures are medians over the rounds, each round's figure beside them.
+``--program`` runs another program of tests/guest_programs instead of
+hotcold (``--program qs``: ordinary C, libc's qsort), with N its
+argument; the periods follow its own rate the same way.
 Each configuration is also given in QEMU's host CPU time (its vCPU
 threads', read from /proc at markers the guest prints around each run:
 benchlib.cpu_ms) against plain TCG's: on a host that other work loads,
@@ -179,13 +182,14 @@ def main() -> int:
     ap.add_argument("--arch", default=arches.host().name)
     ap.add_argument("--plain", action="store_true")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--program", default="hotcold")
     args = ap.parse_args()
     # this host's timings move with its other load: say what it was
     print(f"load average at start: {os.getloadavg()[0]:.2f}", flush=True)
     arch = arches.get(args.arch)
     irqs = [i for i in args.irqs.split(",")
             if i != "qmp" or arch.qmp_nmi]
-    cmd = arch_command(f"./hotcold {args.n}", arch)
+    cmd = arch_command(f"./{args.program} {args.n}", arch)
     subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
     runs: dict[str, list[dict]] = {}
     for _ in range(args.rounds):
@@ -198,7 +202,8 @@ def main() -> int:
     plain_cpu = [float(v["cpu_base"][0]) for v in runs.get("plain", [])
                  if "cpu_base" in v]
     for irq in irqs:
-        report(args.n, args.reps, irq, arch, runs[irq], plain)
+        report(f"{args.program} {args.n}", args.reps, irq, arch, runs[irq],
+               plain)
         report_cpu(runs[irq], plain_cpu)
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     return 0
@@ -294,14 +299,14 @@ def spread(runs: list[dict], key: str, plain: list[int]) -> str:
                                  for r, p in zip(runs, ref))
 
 
-def report(n: int, reps: int, irq: str, arch, runs: list[dict],
+def report(what: str, reps: int, irq: str, arch, runs: list[dict],
            plain: list[int]) -> None:
     v = runs[-1]
     base = med(runs, "base")
     insns = int(v["insns"][0])
     print(f"== {arch.name}, overflow interrupt: {irq}; raised after a SYNC "
           f"overflow (last round): {v['raised'][0]}")
-    print(f"hotcold {n}: {insns / 1e6:.1f} M instructions, base "
+    print(f"{what}: {insns / 1e6:.1f} M instructions, base "
           f"{base / 100:.2f} s ({insns / (base / 100) / 1e6:.1f} M insn/s "
           f"under TCG), best of {reps}, median of {len(runs)} rounds")
     if plain:
