@@ -12,6 +12,11 @@
   armed      perf record -c P0 ./hotcold N     P0 = twice what the run
                                                retires: the exact-overflow
                                                instrumentation alone
+  counted    perf stat -e instructions:u ./hotcold N
+                                               the counting alone (one
+                                               inline add per chunk, no
+                                               countdown check): the floor
+                                               every sampling run stands on
   callchain  perf record -g -c P1 ./hotcold N  -g: registers captured at the
                                                overflowing instruction (a
                                                capture point on every
@@ -72,7 +77,15 @@ under pvperf) to derive the periods.  ``--plain`` adds a boot of plain
 TCG (``--no-pmu``: no plugin, no driver) running only the base
 measurement, so that sampled/plain is the ratio against QEMU alone;
 ``--rounds`` repeats the boots, plain and sampling alternating, and the
-figures are medians over the rounds.
+figures are medians over the rounds, each round's figure beside them.
+``--program`` runs another program of tests/guest_programs instead of
+hotcold (``--program qs``: ordinary C, libc's qsort), with N its
+argument; the periods follow its own rate the same way.
+Each configuration is also given in QEMU's host CPU time (its vCPU
+threads', read from /proc at markers the guest prints around each run:
+benchlib.cpu_ms) against plain TCG's: on a host that other work loads,
+wall time also counts the time QEMU waited for a CPU, and so moves with
+that load; the CPU time moves much less.
 
   .venv/bin/python bench/bench_sampling.py [N] [REPS] [IRQS]
       [--arch aarch64] [--plain] [--rounds R]
@@ -85,16 +98,20 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 
-from benchlib import PROGRAMS, REPO, arch_command
+from benchlib import PROGRAMS, REPO, arch_command, cpu_ms, qemu_pid
 from pyhost import arch as arches
 
 PVPERF = REPO / ".venv" / "bin" / "pvperf"
 
 # /tmp/timed: runs hotcold and leaves the centiseconds it took in /tmp/cs.
 # perf record follows it (perf record -- sh /tmp/timed).
+# The markers on fd 3 (the script's stdout) let the host read QEMU's CPU
+# time around each run (boot).
 TIMED = r"""cs() { read -r u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }
-s=$(cs); CMD >/dev/null; e=$(cs); echo $((e - s)) > /tmp/cs
+echo @start >&3; s=$(cs); CMD >/dev/null; e=$(cs); echo @end >&3
+echo $((e - s)) > /tmp/cs
 """
 
 
@@ -102,6 +119,7 @@ def script(cmd: str, reps: int, plain: bool = False) -> str:
     """The guest's script: CMD (hotcold N) timed; plain TCG: base only."""
     timed = TIMED.replace("CMD", cmd)
     head = f"""
+exec 3>&1
 printf '%s' '{timed}' > /tmp/timed
 best() {{ b=999999; i=0; while [ $i -lt {reps} ]; do
     "$@" >/dev/null 2>&1; d=$(cat /tmp/cs)
@@ -137,6 +155,8 @@ K=$(best perf record -q -e instructions:u -c $P1 -o /tmp/k.data -- sh /tmp/timed
 echo "buffered1k $K $P1 $(samples /tmp/k.data)"
 Z=$(best perf record -q -e instructions:u -c $P0 -o /tmp/c.data -- sh /tmp/timed)
 echo "armed $Z $P0"
+C=$(best perf stat -e instructions:u -- sh /tmp/timed)
+echo "counted $C"
 G=$(best perf record -q -g -e instructions:u -c $P1 -o /tmp/d.data -- sh /tmp/timed)
 echo "callchain $G $P1 $(samples /tmp/d.data)"
 Y=$(best perf record -q -g -e instructions:u -c $P0 -o /tmp/e.data -- sh /tmp/timed)
@@ -162,11 +182,14 @@ def main() -> int:
     ap.add_argument("--arch", default=arches.host().name)
     ap.add_argument("--plain", action="store_true")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--program", default="hotcold")
     args = ap.parse_args()
+    # this host's timings move with its other load: say what it was
+    print(f"load average at start: {os.getloadavg()[0]:.2f}", flush=True)
     arch = arches.get(args.arch)
     irqs = [i for i in args.irqs.split(",")
             if i != "qmp" or arch.qmp_nmi]
-    cmd = arch_command(f"./hotcold {args.n}", arch)
+    cmd = arch_command(f"./{args.program} {args.n}", arch)
     subprocess.run(["make", "-s", "-C", str(PROGRAMS)], check=True)
     runs: dict[str, list[dict]] = {}
     for _ in range(args.rounds):
@@ -176,8 +199,13 @@ def main() -> int:
                 return 1
             runs.setdefault(irq, []).append(v)
     plain = [int(v["base"][0]) for v in runs.get("plain", [])]
+    plain_cpu = [float(v["cpu_base"][0]) for v in runs.get("plain", [])
+                 if "cpu_base" in v]
     for irq in irqs:
-        report(args.n, args.reps, irq, arch, runs[irq], plain)
+        report(f"{args.program} {args.n}", args.reps, irq, arch, runs[irq],
+               plain)
+        report_cpu(runs[irq], plain_cpu)
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
     return 0
 
 
@@ -188,47 +216,104 @@ def boot(cmd: str, reps: int, irq: str, arch) -> dict | None:
     svc = irq.endswith("-svc")
     opts = ["--no-pmu"] if irq == "plain" else \
         ["--overflow-irq", irq.removesuffix("-svc")]
-    r = subprocess.run([str(PVPERF), "--debug", "run", "--arch", arch.name,
-                        *opts, "--share", str(PROGRAMS), "--",
-                        "sh", "-c", script(cmd, reps, irq == "plain")],
-                       capture_output=True, text=True, timeout=1800,
-                       env={**os.environ,
-                            **({"PVPERF_SERVICE_WRITES": "1"} if svc
-                               else {})})
-    if r.returncode:
-        print(r.stdout, r.stderr[-3000:])
+    with tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen([str(PVPERF), "--debug", "run", "--arch",
+                              arch.name, *opts, "--share", str(PROGRAMS),
+                              "--", "sh", "-c",
+                              script(cmd, reps, irq == "plain")],
+                             stdout=subprocess.PIPE, stderr=err, text=True,
+                             env={**os.environ,
+                                  **({"PVPERF_SERVICE_WRITES": "1"} if svc
+                                     else {})})
+        out, cpu = marked_cpu(p)
+        err.seek(0)
+        stderr = err.read()
+    if p.returncode:
+        print(out, stderr[-3000:])
         return None
     v = {m.group(1): m.group(2).split()
-         for m in re.finditer(r"^(\w+) (.*)$", r.stdout, re.M)}
-    raised = re.search(r"samples: [^;]*; ([^;]*); (.*)$", r.stderr, re.M)
+         for m in re.finditer(r"^(\w+) (.*)$", out, re.M)}
+    v.update({f"cpu_{k}": [str(ms)] for k, ms in cpu.items()})
+    raised = re.search(r"samples: [^;]*; ([^;]*); (.*)$", stderr, re.M)
     # the plugin's own measure (verbose): overflow -> interrupt raised
     held = re.findall(r"(\d+ SYNC overflows held the vCPU until their "
-                      r"interrupt was raised: .*)$", r.stderr, re.M)
+                      r"interrupt was raised: .*)$", stderr, re.M)
     v["raised"] = [f"service: {raised.group(1) if raised else '?'}; plugin: "
                    f"{'; '.join(held) or '?'}; service: "
                    f"{raised.group(2) if raised else '?'}"]
     return v
 
 
+CPU_KEYS = ("base", "counted", "armed", "armedg", "armedh", "sampled",
+            "buffered1k", "buffered", "callchain", "hosttime", "hosttimep",
+            "software")
+
+
+def report_cpu(runs: list[dict], plain_cpu: list[float]) -> None:
+    """The same runs in QEMU's host CPU time (marked_cpu), against plain
+    TCG's (or base's, without --plain): medians, and each round's."""
+    if not all(f"cpu_{k}" in r for r in runs for k in CPU_KEYS):
+        print("host CPU time: not read (no markers seen)")
+        return
+    ref = plain_cpu or [float(r["cpu_base"][0]) for r in runs]
+    what = "plain TCG's" if plain_cpu else "base's"
+    print(f"host CPU time of QEMU's vCPU threads, against {what} "
+          f"({statistics.median(ref):.0f} ms): median, rounds")
+    for k in CPU_KEYS:
+        ratios = [float(r[f"cpu_{k}"][0]) / p for r, p in zip(runs, ref)]
+        print(f"  {k:10s} {statistics.median(ratios):.2f}x  "
+              f"({', '.join(f'{x:.2f}' for x in ratios)})")
+
+
+def marked_cpu(p: subprocess.Popen) -> tuple[str, dict[str, float]]:
+    """The guest's output, and per key the QEMU vCPU threads' host CPU ms
+    (benchlib.cpu_ms) of the best of its runs, read at the markers around
+    each: the figure the host's other load moves least (wall time also
+    counts the time QEMU waited for a CPU)."""
+    lines, cpu, reps, qemu, c0 = [], {}, [], None, 0.0
+    for line in p.stdout:
+        if line.startswith("@start"):
+            qemu = qemu or qemu_pid(p.pid)
+            c0 = cpu_ms(qemu)
+        elif line.startswith("@end"):
+            reps.append(cpu_ms(qemu) - c0)
+        else:
+            lines.append(line)
+            m = re.match(r"(\w+) ", line)
+            if m and reps:
+                cpu[m.group(1)] = min(reps)
+                reps = []
+    p.wait(timeout=1800)
+    return "".join(lines), cpu
+
+
 def med(runs: list[dict], key: str) -> float:
     return statistics.median(int(v[key][0]) for v in runs)
 
 
-def report(n: int, reps: int, irq: str, arch, runs: list[dict],
+def spread(runs: list[dict], key: str, plain: list[int]) -> str:
+    """Each round's figure of key against that round's plain TCG (or
+    base, without --plain): how far the rounds moved."""
+    ref = plain or [int(r["base"][0]) for r in runs]
+    return "rounds " + ", ".join(f"{int(r[key][0]) / p:.2f}"
+                                 for r, p in zip(runs, ref))
+
+
+def report(what: str, reps: int, irq: str, arch, runs: list[dict],
            plain: list[int]) -> None:
     v = runs[-1]
     base = med(runs, "base")
     insns = int(v["insns"][0])
     print(f"== {arch.name}, overflow interrupt: {irq}; raised after a SYNC "
           f"overflow (last round): {v['raised'][0]}")
-    print(f"hotcold {n}: {insns / 1e6:.1f} M instructions, base "
+    print(f"{what}: {insns / 1e6:.1f} M instructions, base "
           f"{base / 100:.2f} s ({insns / (base / 100) / 1e6:.1f} M insn/s "
           f"under TCG), best of {reps}, median of {len(runs)} rounds")
     if plain:
         p = statistics.median(plain)
         print(f"plain TCG (--no-pmu): {p / 100:.2f} s (rounds: "
               f"{', '.join(f'{x / 100:.2f}' for x in plain)}); base/plain "
-              f"{base / p:.2f}x")
+              f"{base / p:.2f}x; {spread(runs, 'base', plain)}")
     # buffered1k: perf record's default (the interrupt at the ring's
     # watermark) at sampled's ~1 kHz: the arm64 and riscv64 ports' target
     for key, target in (("sampled", 1.15), ("buffered", 1.25),
@@ -250,17 +335,28 @@ def report(n: int, reps: int, irq: str, arch, runs: list[dict],
         vs_plain = f", {t / statistics.median(plain):.2f}x plain" \
             if plain else ""
         print(f"{key:10s} -c {period:>7s}: {t / 100:6.2f} s, {samples} samples "
-              f"({rate:,.0f}/s), ratio {ratio:.2f}x{vs_plain} {verdict}")
+              f"({rate:,.0f}/s), ratio {ratio:.2f}x{vs_plain} {verdict}; "
+              f"{spread(runs, key, plain)}")
+    pm = statistics.median(plain) if plain else None
     z = med(runs, "armed")
     print(f"armed     -c {v['armed'][1]:>7s}: {z / 100:6.2f} s, no sample, "
-          f"ratio {z / base:.2f}x (target <= 1.08x; the exact-overflow "
-          f"instrumentation alone) {'OK' if z / base <= 1.08 else 'MISSED'}")
+          f"ratio {z / base:.2f}x{f', {z / pm:.2f}x plain' if pm else ''} "
+          f"(target <= 1.08x; the exact-overflow "
+          f"instrumentation alone) {'OK' if z / base <= 1.08 else 'MISSED'}"
+          f"; {spread(runs, 'armed', plain)}")
+    c = med(runs, "counted")
+    print(f"counted (perf stat -e instructions:u): {c / 100:6.2f} s, ratio "
+          f"{c / base:.2f}x{f', {c / pm:.2f}x plain' if pm else ''} (no "
+          f"target; the counting alone, under every sampling run); "
+          f"{spread(runs, 'counted', plain)}")
     h = med(runs, "armedh")
     print(f"armed hosttime -c 1e12: {h / 100:6.2f} s, no sample, ratio "
-          f"{h / base:.2f}x (the host-time machinery alone)")
+          f"{h / base:.2f}x (the host-time machinery alone); "
+          f"{spread(runs, 'armedh', plain)}")
     y = med(runs, "armedg")
     print(f"armed -g  -c {v['armedg'][1]:>7s}: {y / 100:6.2f} s, no sample, "
-          f"ratio {y / base:.2f}x (no target; with the capture points)")
+          f"ratio {y / base:.2f}x (no target; with the capture points); "
+          f"{spread(runs, 'armedg', plain)}")
 
 
 if __name__ == "__main__":
