@@ -165,7 +165,7 @@ perf record -q -g -e instructions:u -c {P_TREE} -o $D/fp.data ./calltree-fp {N_F
 perf script -i $D/fp.data -F ip,sym 2>/dev/null
 {GCC_FP[arch]}
 sec dwarf-record
-perf record -q -m 4M --call-graph dwarf,2048 -e instructions:u -c {P_TREE} -o $D/dw.data ./calltree {N_TREE} 2>&1 >/dev/null
+perf record -q -m 16M --call-graph dwarf,2048 -e instructions:u -c {P_TREE} -o $D/dw.data ./calltree {N_TREE} 2>&1 >/dev/null
 perf report --header-only -i $D/dw.data | grep '^# arch'
 sec dwarf
 perf script -i $D/dw.data -F ip,sym 2>$D/dw.err
