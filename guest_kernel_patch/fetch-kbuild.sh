@@ -20,8 +20,9 @@
 #
 # KARCH=riscv64: the headers from the private riscv64 apt directory
 # (apt/riscv64-trixie or riscv64-trixie+sid: bookworm has no riscv64
-# port, the image recipe takes trixie's, and some packages from sid).  Their linux-kbuild-V+deb13 is not usable: fixdep and
-# modpost run on the host, and trixie's amd64 build of them is linked
+# port, the image recipe takes trixie's, and some packages from sid).
+# Their linux-kbuild-V+deb13 is not usable: fixdep and modpost run on the
+# host, and trixie's amd64 build of them is linked
 # against trixie's glibc 2.41, which this bookworm host lacks (its riscv64
 # build, what the headers depend on, does not run here at all).
 # bookworm's own linux-kbuild-V+deb12 (the same

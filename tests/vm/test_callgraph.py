@@ -41,18 +41,11 @@ REPORT_FN = """report() {
     echo "report exit $?"
     grep -E "work_[abc]|main" $D/$1.txt | head -8
 }"""
-# The kernel's throttling off: it times its sampling interrupt in guest
-# time, which a loaded host stretches, and then lowers the sample rate
-# and drops a tick's samples in bursts, skewing the shares (seen once on
-# 6.12 at load 8: a dwarf share off by more than 2 points).  -m 16M: the
+# The dwarf and fp sections (also test_guest_kernel_612's).  -m 16M: the
 # whole dwarf recording (~4,300 samples of ~2.3 KiB) fits in perf's ring,
 # so a reader on a starved vCPU thread loses none (a clean-clone run
 # beside another engineer's benches kept 2,155 of them with 4M, at smp 2).
-SCRIPT = f"""
-sec() {{ echo "=== $1"; }}
-{NO_THROTTLE}
-D=/tmp/r; mkdir -p $D
-{REPORT_FN}
+CHAINS = f"""{REPORT_FN}
 sec dwarf
 perf record -q -m 16M --call-graph dwarf,2048 -e instructions:u -c {PERIOD} -o $D/dwarf.data ./calltree {N} 2>&1
 perf script -i $D/dwarf.data -F ip,sym 2>/dev/null
@@ -60,7 +53,16 @@ report dwarf
 sec fp
 perf record -q -g -e instructions:u -c {PERIOD} -o $D/fp.data ./calltree-fp {N_FP} 2>&1
 perf script -i $D/fp.data -F ip,sym 2>/dev/null
-report fp
+report fp"""
+# The kernel's throttling off: it times its sampling interrupt in guest
+# time, which a loaded host stretches, and then lowers the sample rate
+# and drops a tick's samples in bursts, skewing the shares (seen once on
+# 6.12 at load 8: a dwarf share off by more than 2 points).
+SCRIPT = f"""
+sec() {{ echo "=== $1"; }}
+{NO_THROTTLE}
+D=/tmp/r; mkdir -p $D
+{CHAINS}
 sec end
 """
 

@@ -63,15 +63,7 @@ perf script -i $D/t.data -F ip 2>&1
 sec callchain
 perf record -q -g -e instructions:u -c {S.PERIOD} -o $D/g.data ./hotcold 3000 2>&1
 perf script -i $D/g.data -F ip,sym 2>&1 | head -2000
-{G.REPORT_FN}
-sec dwarf
-perf record -q -m 16M --call-graph dwarf,2048 -e instructions:u -c {G.PERIOD} -o $D/dwarf.data ./calltree {G.N} 2>&1
-perf script -i $D/dwarf.data -F ip,sym 2>/dev/null
-report dwarf
-sec fp
-perf record -q -g -e instructions:u -c {G.PERIOD} -o $D/fp.data ./calltree-fp {G.N_FP} 2>&1
-perf script -i $D/fp.data -F ip,sym 2>/dev/null
-report fp
+{G.CHAINS}
 sec nmi;     dmesg | grep -i -E 'unknown reason|dazed|uhhuh' ; true
 sec end
 """
